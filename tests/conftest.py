@@ -1,0 +1,48 @@
+"""Shared fixtures: an offline, telemetry-free environment with its own HF cache, and tiny models built offline."""
+import ipaddress
+import os
+import socket
+import tempfile
+
+# Read by huggingface_hub at import time, so set before any test imports it.
+os.environ["HF_HUB_DISABLE_TELEMETRY"] = "1"
+os.environ.setdefault("HF_HOME", tempfile.mkdtemp(prefix="adaptkit-test-hf-"))
+os.environ.setdefault("ADAPTKIT_CACHE", os.path.join(os.environ["HF_HOME"], "adaptkit"))
+os.environ["TOKENIZERS_PARALLELISM"] = "false"
+
+import pytest
+
+_real_connect = socket.socket.connect
+
+
+def _is_loopback(host) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
+
+
+@pytest.fixture(autouse=True)
+def offline(monkeypatch):
+    "Tests may talk to servers on this machine's loopback only: any other connection fails at once."
+    def connect(sock, address):
+        if sock.family in (socket.AF_INET, socket.AF_INET6) and not _is_loopback(address[0]):
+            raise OSError(f"test tried to reach {address[0]}: tests stay on 127.0.0.1")
+        return _real_connect(sock, address)
+    monkeypatch.setattr(socket.socket, "connect", connect)
+
+
+@pytest.fixture(scope="session")
+def tiny_tok():
+    from adaptkit.models import tiny_tokenizer
+    return tiny_tokenizer()
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tiny_tok, tmp_path_factory):
+    "A folder with a tiny Llama-style model and its tokenizer, saved with save_pretrained."
+    from adaptkit.models import tiny_causal_lm
+    folder = tmp_path_factory.mktemp("tiny-llama")
+    tiny_causal_lm(tiny_tok).save_pretrained(folder)
+    tiny_tok.save_pretrained(folder)
+    return folder
