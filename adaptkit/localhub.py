@@ -8,15 +8,16 @@ __all__ = ['log', 'CHUNK', 'LFS_MIN_SIZE', 'LFS_SUFFIXES', 'REPO_TYPES', 'URL_PR
            'RepoStore', 'is_lfs', 'file_json', 'dir_json', 'tree_json', 'info_json', 'commit_json', 'parse_range',
            'LocalHub', 'serve']
 
-# %% ../nbs/00_localhub.ipynb #73a5f5f3
-import base64, binascii, hashlib, hmac, json, logging, math, os, re, secrets, shutil, socket, tempfile, threading, time, uuid
+# %% ../nbs/00_localhub.ipynb #7942ddca
+import base64, binascii, hashlib, hmac, json, logging, math, os, re, secrets, shutil, socket, tempfile, threading
+import time, uuid
 from collections import Counter
 from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import parse_qs, unquote, urlsplit
 
-# %% ../nbs/00_localhub.ipynb #dacf24ed
+# %% ../nbs/00_localhub.ipynb #7c0bcdbd
 log = logging.getLogger(__name__)
 CHUNK = 1 << 20  # bytes read or sent at a time
 LFS_MIN_SIZE = 10 << 20  # files this large count as LFS files (the Hub's threshold)
@@ -27,7 +28,7 @@ REPO_TYPES = {"models": "model", "datasets": "dataset", "spaces": "space"}  # AP
 URL_PREFIXES = {"model": "", "dataset": "datasets/", "space": "spaces/"}  # repo type -> prefix of its web URLs
 USER = "localhub"  # the user every valid token belongs to
 
-# %% ../nbs/00_localhub.ipynb #278abe8c
+# %% ../nbs/00_localhub.ipynb #d7f8cd97
 class HubError(Exception):
     "An HTTP error answer: a status, a message, the `X-Error-Code` the client maps to an exception, extra headers."
     def __init__(self, status: int, message: str, code: str | None = None, headers: dict | None = None):
@@ -59,7 +60,7 @@ def check_path(
                             "'..', empty or '.git' segments, backslashes or control characters")
     return path
 
-# %% ../nbs/00_localhub.ipynb #76f6614a
+# %% ../nbs/00_localhub.ipynb #8ef820da
 class YamlError(ValueError):
     "YAML that `parse_yaml` cannot read."
 
@@ -111,7 +112,7 @@ def _fold(parts: list, double: bool = False) -> str:
         sep = " "
     return out
 
-# %% ../nbs/00_localhub.ipynb #e865fe1d
+# %% ../nbs/00_localhub.ipynb #688459ca
 def _ws(s: str, k: int) -> int:
     "Index of the first non-whitespace character of `s` at or after `k`."
     while k < len(s) and s[k] in " \t\n": k += 1
@@ -158,7 +159,7 @@ def _uncomment(s: str) -> str:
     if s.startswith("#"): return ""
     return s if s[:1] in ("'", '"', "[", "{") else re.split(r"\s#", s, maxsplit=1)[0].rstrip()
 
-# %% ../nbs/00_localhub.ipynb #350f0bf0
+# %% ../nbs/00_localhub.ipynb #6e386fe8
 class _Block:
     "Reads block-style YAML line by line: mappings and sequences laid out by indentation, scalars, block scalars."
     def __init__(self, text: str):
@@ -213,8 +214,9 @@ class _Block:
         if rest[:1] in ("|", ">"): return self.block_scalar(rest, i, ind)
         if rest: return self.scalar(rest, i, ind)
         j = self.skip(i + 1)
-        if j < len(self.lines) and (self.indent(j) > ind or (in_mapping and self.indent(j) == ind and _is_item(self.text(j)))):
-            return self.node(j, ind + 1 if self.indent(j) > ind else ind)
+        deeper = j < len(self.lines) and self.indent(j) > ind
+        if deeper or (in_mapping and j < len(self.lines) and self.indent(j) == ind and _is_item(self.text(j))):
+            return self.node(j, ind + 1 if deeper else ind)
         return None, i + 1
 
     def scalar(self, first, i, ind):
@@ -247,7 +249,7 @@ class _Block:
         if chomp == "+": return text + "\n", j
         return (core if chomp == "-" or not core else core + "\n"), j
 
-# %% ../nbs/00_localhub.ipynb #dcf0f533
+# %% ../nbs/00_localhub.ipynb #a70d96b4
 def parse_yaml(
     text: str,  # a YAML document in block style (what `yaml.dump` writes), e.g. a README's front matter
 ):
@@ -270,7 +272,7 @@ def front_matter(
     if not isinstance(data, dict): raise YamlError("the README's metadata must be a YAML mapping")
     return data
 
-# %% ../nbs/00_localhub.ipynb #a7f04553
+# %% ../nbs/00_localhub.ipynb #f3fdcc77
 def _is_sha256(s) -> bool: return isinstance(s, str) and re.fullmatch(r"[0-9a-f]{64}", s) is not None
 
 class BlobStore:
@@ -322,14 +324,14 @@ class BlobStore:
         if h.hexdigest() != sha256 or p.stat().st_size != size:
             log.error("blob %s is corrupted on disk (its bytes hash to %s); refusing to serve it", sha256, h.hexdigest())
             raise HubError(500, f"blob {sha256} is corrupted in the LocalHub store (sha256 mismatch): it is not served; "
-                                "upload the file again to repair it")
+                                "upload the file again to repair it (delete it first: clients skip unchanged files)")
         return p
 
     def read(self, sha256: str, size: int) -> bytes:
         "The blob's bytes, verified."
         return self.verified_path(sha256, size).read_bytes()
 
-# %% ../nbs/00_localhub.ipynb #38e5e4e9
+# %% ../nbs/00_localhub.ipynb #2417fd7d
 def _now() -> str: return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
 
 def _write_json(path: Path, obj) -> None:
@@ -358,7 +360,7 @@ def _apply(files: dict, op: str, path: str, entry: dict | None) -> None:
                        "EntryNotFound")
     for p in doomed: del files[p]
 
-# %% ../nbs/00_localhub.ipynb #739cabdd
+# %% ../nbs/00_localhub.ipynb #9e16e5d2
 class RepoStore:
     "Repos (visibility, branches) and their commits as JSON files under `root`; file bytes in a `BlobStore`."
     def __init__(self, root: Path):
@@ -369,7 +371,8 @@ class RepoStore:
     def dir(self, typ: str, repo_id: str) -> Path: return self.root / "repos" / typ / check_repo_id(repo_id)
     def repo(self, typ: str, repo_id: str) -> dict | None: return _read_json(self.dir(typ, repo_id) / "repo.json")
     def load(self, typ: str, repo_id: str, sha: str) -> dict | None:
-        return _read_json(self.dir(typ, repo_id) / "commits" / f"{sha}.json") if re.fullmatch(r"[0-9a-f]{40}", sha) else None
+        if not re.fullmatch(r"[0-9a-f]{40}", sha): return None
+        return _read_json(self.dir(typ, repo_id) / "commits" / f"{sha}.json")
 
     def create(self, typ: str, repo_id: str, private: bool) -> dict:
         "Create a repo with an empty initial commit on `main`; `FileExistsError` if it exists."
@@ -426,7 +429,7 @@ class RepoStore:
         while sha and (c := self.load(typ, repo_id, sha)): out.append(c); sha = (c["parents"] or [None])[0]
         return out
 
-# %% ../nbs/00_localhub.ipynb #4cf66961
+# %% ../nbs/00_localhub.ipynb #fa357f56
 def is_lfs(path: str, size: int, sample: bytes = b"") -> bool:
     "Whether the Hub would store this file with LFS: large, binary, or a weights/archive suffix."
     return size > 0 and (size >= LFS_MIN_SIZE or path.lower().endswith(LFS_SUFFIXES) or b"\0" in sample[:512])
@@ -461,7 +464,7 @@ def tree_json(files: dict, base: str = "", recursive: bool = False) -> list | No
     if base and not out and not dirs: return None
     return [dir_json(files, d) for d in sorted(dirs)] + out
 
-# %% ../nbs/00_localhub.ipynb #5fbe3d72
+# %% ../nbs/00_localhub.ipynb #4a6e7143
 def info_json(meta: dict, c: dict, card: dict | None) -> dict:
     "What `model_info`/`dataset_info`/`repo_info` parse: id, sha, siblings, cardData, visibility, dates."
     def sibling(p, e):
@@ -471,7 +474,8 @@ def info_json(meta: dict, c: dict, card: dict | None) -> dict:
     tags = (card or {}).get("tags") or []
     d = {"_id": meta["id"], "id": meta["id"], "author": meta["id"].split("/")[0], "sha": c["id"],
          "lastModified": c["date"], "createdAt": meta["createdAt"], "private": meta["private"], "gated": False,
-         "disabled": False, "downloads": 0, "likes": 0, "tags": [str(t) for t in (tags if isinstance(tags, list) else [tags])],
+         "disabled": False, "downloads": 0, "likes": 0,
+         "tags": [str(t) for t in (tags if isinstance(tags, list) else [tags])],
          "siblings": [sibling(p, e) for p, e in sorted(c["files"].items())],
          "usedStorage": sum(e["size"] for e in c["files"].values())}
     if card is not None: d["cardData"] = card
@@ -485,7 +489,7 @@ def commit_json(c: dict) -> dict:
     return {"id": c["id"], "title": c["title"], "message": c["message"], "date": c["date"],
             "authors": [{"user": u, "avatar": None} for u in c["authors"]]}
 
-# %% ../nbs/00_localhub.ipynb #5f5c8ea1
+# %% ../nbs/00_localhub.ipynb #dd302eb0
 def _header_safe(s: str) -> str: return re.sub(r"[^\x20-\x7e]", " ", s)[:500]
 
 def _chunked(rfile):
@@ -564,7 +568,8 @@ class _Http(BaseHTTPRequestHandler):
         "Send a whole answer (dicts and lists as JSON); HEAD gets the headers only."
         if not isinstance(body, bytes): body = json.dumps(body).encode()
         self.send_response(status)
-        for k, v in {"Content-Type": ctype, "Content-Length": str(len(body)), **(headers or {})}.items(): self.send_header(k, v)
+        for k, v in {"Content-Type": ctype, "Content-Length": str(len(body)), **(headers or {})}.items():
+            self.send_header(k, v)
         self.end_headers(); self._started = True
         if self.command != "HEAD": self.wfile.write(body)
 
@@ -582,7 +587,7 @@ class _Http(BaseHTTPRequestHandler):
     def _count(self, name: str):
         with self.server.counts_lock: self.server.counts[name] += 1
 
-# %% ../nbs/00_localhub.ipynb #b6efda19
+# %% ../nbs/00_localhub.ipynb #0f4c50e9
 class _Routes(_Http):
     "Dispatch a request to the API, file or LFS handlers; look up repos and revisions for them."
     def _route(self):
@@ -615,7 +620,7 @@ class _Routes(_Http):
 
     def _url(self, meta: dict) -> str: return f"{self._base()}/{URL_PREFIXES[meta['type']]}{meta['id']}"
 
-# %% ../nbs/00_localhub.ipynb #4e82e531
+# %% ../nbs/00_localhub.ipynb #ad14347b
 class _Api(_Routes):
     "The JSON API under /api/."
     def _api(self, s: list):
@@ -626,7 +631,8 @@ class _Api(_Routes):
         typ, repo_id, action, rest = REPO_TYPES[s[0]], f"{s[1]}/{s[2]}", (s[3:4] or ["info"])[0], s[4:]
         routes = {("GET", "info"): self._info, ("HEAD", "info"): self._info, ("GET", "revision"): self._info,
                   ("GET", "tree"): self._tree, ("POST", "paths-info"): self._paths_info, ("GET", "refs"): self._refs,
-                  ("GET", "commits"): self._commits, ("POST", "preupload"): self._preupload, ("POST", "commit"): self._commit}
+                  ("GET", "commits"): self._commits, ("POST", "preupload"): self._preupload,
+                  ("POST", "commit"): self._commit}
         if action.startswith("xet-"):
             raise HubError(501, "LocalHub has no Xet storage: upload with HF_HUB_DISABLE_XET=1 (LFS), or serve the hub "
                                 "with lfs=False so that every file is uploaded inline")
@@ -673,15 +679,15 @@ class _Api(_Routes):
             return self._send(409, {"error": msg, "url": url}, {"X-Error-Message": msg})
         self._send(200, {"url": url, "name": repo_id, "id": repo_id})
 
-# %% ../nbs/00_localhub.ipynb #f439e4a2
+# %% ../nbs/00_localhub.ipynb #dc07ab38
 class _RepoApi(_Api):
-    "Repo reads (info, tree, paths-info, refs, commits) and writes (preupload, commit)."
+    "Repo reads: info, tree, paths-info, refs, commits."
     def _card(self, c: dict) -> dict | None:
         "The README's metadata at commit `c` (cached by blob), None without one or if unreadable."
         e, cache = c["files"].get("README.md"), self.server.cards
         if e is None: return None
         if e["sha256"] not in cache:
-            try: cache[e["sha256"]] = front_matter(self.server.store.blobs.read(e["sha256"], e["size"]).decode("utf-8", "replace"))
+            try: cache[e["sha256"]] = front_matter(self.server.store.blobs.read(e["sha256"], e["size"]).decode(errors="replace"))
             except (YamlError, HubError): cache[e["sha256"]] = None
         return cache[e["sha256"]]
 
@@ -696,7 +702,8 @@ class _RepoApi(_Api):
         if base: check_path(base)
         recursive = (self.query.get("recursive") or ["false"])[0].lower() in ("1", "true")
         entries = tree_json(c["files"], base, recursive)
-        if entries is None: raise HubError(404, f"{base} is not a folder at {rest[0]}", "EntryNotFound", {"X-Repo-Commit": c["id"]})
+        if entries is None:
+            raise HubError(404, f"{base} is not a folder at {rest[0]}", "EntryNotFound", {"X-Repo-Commit": c["id"]})
         self._send(200, entries)
 
     def _paths_info(self, typ, repo_id, rest):
@@ -718,7 +725,7 @@ class _RepoApi(_Api):
         c = self._rev(meta, (rest or ["main"])[0])
         self._send(200, [commit_json(x) for x in self.server.store.history(typ, repo_id, c["id"])])
 
-# %% ../nbs/00_localhub.ipynb #949b6274
+# %% ../nbs/00_localhub.ipynb #ac251b23
 class _Writes(_RepoApi):
     "preupload and commit."
     def _preupload(self, typ, repo_id, rest):
@@ -778,7 +785,7 @@ class _Writes(_RepoApi):
         self._send(200, {"success": True, "commitOid": c["id"], "commitUrl": f"{self._url(meta)}/commit/{c['id']}",
                          "commitMessage": c["title"], "hookOutput": "", "pullRequestUrl": None})
 
-# %% ../nbs/00_localhub.ipynb #7751a5fa
+# %% ../nbs/00_localhub.ipynb #45af25cd
 def parse_range(
     header: str | None,  # the request's Range header
     size: int,  # the file's size
@@ -787,7 +794,8 @@ def parse_range(
     m = re.fullmatch(r"bytes=(\d*)-(\d*)", (header or "").strip())
     if not m or not (m[1] or m[2]): return None
     start, stop = (int(m[1]), min(int(m[2]) + 1, size) if m[2] else size) if m[1] else (max(size - int(m[2]), 0), size)
-    if start >= stop: raise HubError(416, f"Range {header} is not satisfiable for {size} bytes", headers={"Content-Range": f"bytes */{size}"})
+    if start >= stop:
+        raise HubError(416, f"Range {header} is not satisfiable for {size} bytes", headers={"Content-Range": f"bytes */{size}"})
     return start, stop
 
 class _Files(_Writes):
@@ -814,7 +822,8 @@ class _Files(_Writes):
     def _lfs(self, typ, repo_id, s):
         "Route the LFS protocol: batch, object upload, verify."
         if s == ["objects", "batch"] and self.command == "POST": self._count("lfs-batch"); return self._lfs_batch(typ, repo_id)
-        if len(s) == 2 and s[0] == "objects" and self.command == "PUT": self._count("lfs-upload"); return self._lfs_put(typ, repo_id, s[1])
+        if len(s) == 2 and s[0] == "objects" and self.command == "PUT":
+            self._count("lfs-upload"); return self._lfs_put(typ, repo_id, s[1])
         if s == ["verify"] and self.command == "POST": self._count("lfs-verify"); return self._lfs_verify(typ, repo_id)
         raise HubError(404, f"LocalHub does not serve {self.command} LFS {'/'.join(s)[:100]}")
 
@@ -832,8 +841,8 @@ class _Files(_Writes):
             blobs = self.server.store.blobs
             try: stored = blobs.size(oid) == size and blobs.verified_path(oid, size)
             except HubError: stored = False
-            actions = {"upload": {"href": f"{href}/objects/{oid}?size={size}&sig={self._sign(typ, repo_id, oid, size)}"},
-                       "verify": {"href": f"{href}/verify"}}
+            sig = self._sign(typ, repo_id, oid, size)
+            actions = {"upload": {"href": f"{href}/objects/{oid}?size={size}&sig={sig}"}, "verify": {"href": f"{href}/verify"}}
             out.append({"oid": oid, "size": size, **({} if stored else {"authenticated": True, "actions": actions})})
         self._send(200, {"transfer": "basic", "objects": out, "hash_algo": "sha256"}, ctype="application/vnd.git-lfs+json")
 
@@ -851,7 +860,7 @@ class _Files(_Writes):
             raise HubError(404, f"LFS object {str(body.get('oid'))[:64]} with {body.get('size')} bytes is not stored")
         self._send(200, {"oid": body["oid"], "size": body["size"]})
 
-# %% ../nbs/00_localhub.ipynb #0ce83ebc
+# %% ../nbs/00_localhub.ipynb #f429a742
 class _Server(ThreadingHTTPServer):
     daemon_threads, block_on_close, request_queue_size = True, False, 128
 
@@ -901,7 +910,8 @@ class LocalHub:
         return f"http://{host}:{self.port}"
     def __enter__(self): return self.start()
     def __exit__(self, *exc): self.stop()
-    def __repr__(self): return f"LocalHub({str(self.root)!r}, endpoint={self.endpoint!r}, lfs={self.lfs}, token={'set' if self.token else None})"
+    def __repr__(self):
+        return f"LocalHub({str(self.root)!r}, endpoint={self.endpoint!r}, lfs={self.lfs}, token={'set' if self.token else None})"
 
 def serve(
     root,  # folder holding the hub's blobs and repos
