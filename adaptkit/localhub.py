@@ -8,7 +8,7 @@ __all__ = ['log', 'CHUNK', 'LFS_MIN_SIZE', 'LFS_SUFFIXES', 'REPO_TYPES', 'URL_PR
            'RepoStore', 'is_lfs', 'file_json', 'dir_json', 'tree_json', 'info_json', 'commit_json', 'parse_range',
            'LocalHub', 'serve']
 
-# %% ../nbs/00_localhub.ipynb #7942ddca
+# %% ../nbs/00_localhub.ipynb #7b5ca3ce
 import base64, binascii, hashlib, hmac, json, logging, math, os, re, secrets, shutil, socket, tempfile, threading
 import time, uuid
 from collections import Counter
@@ -17,7 +17,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import parse_qs, unquote, urlsplit
 
-# %% ../nbs/00_localhub.ipynb #7c0bcdbd
+# %% ../nbs/00_localhub.ipynb #784e872f
 log = logging.getLogger(__name__)
 CHUNK = 1 << 20  # bytes read or sent at a time
 LFS_MIN_SIZE = 10 << 20  # files this large count as LFS files (the Hub's threshold)
@@ -28,7 +28,7 @@ REPO_TYPES = {"models": "model", "datasets": "dataset", "spaces": "space"}  # AP
 URL_PREFIXES = {"model": "", "dataset": "datasets/", "space": "spaces/"}  # repo type -> prefix of its web URLs
 USER = "localhub"  # the user every valid token belongs to
 
-# %% ../nbs/00_localhub.ipynb #d7f8cd97
+# %% ../nbs/00_localhub.ipynb #cffded4c
 class HubError(Exception):
     "An HTTP error answer: a status, a message, the `X-Error-Code` the client maps to an exception, extra headers."
     def __init__(self, status: int, message: str, code: str | None = None, headers: dict | None = None):
@@ -60,7 +60,7 @@ def check_path(
                             "'..', empty or '.git' segments, backslashes or control characters")
     return path
 
-# %% ../nbs/00_localhub.ipynb #8ef820da
+# %% ../nbs/00_localhub.ipynb #2789af76
 class YamlError(ValueError):
     "YAML that `parse_yaml` cannot read."
 
@@ -112,7 +112,7 @@ def _fold(parts: list, double: bool = False) -> str:
         sep = " "
     return out
 
-# %% ../nbs/00_localhub.ipynb #688459ca
+# %% ../nbs/00_localhub.ipynb #c8874c82
 def _ws(s: str, k: int) -> int:
     "Index of the first non-whitespace character of `s` at or after `k`."
     while k < len(s) and s[k] in " \t\n": k += 1
@@ -159,7 +159,7 @@ def _uncomment(s: str) -> str:
     if s.startswith("#"): return ""
     return s if s[:1] in ("'", '"', "[", "{") else re.split(r"\s#", s, maxsplit=1)[0].rstrip()
 
-# %% ../nbs/00_localhub.ipynb #6e386fe8
+# %% ../nbs/00_localhub.ipynb #a873ec91
 class _Block:
     "Reads block-style YAML line by line: mappings and sequences laid out by indentation, scalars, block scalars."
     def __init__(self, text: str):
@@ -249,13 +249,15 @@ class _Block:
         if chomp == "+": return text + "\n", j
         return (core if chomp == "-" or not core else core + "\n"), j
 
-# %% ../nbs/00_localhub.ipynb #a70d96b4
+# %% ../nbs/00_localhub.ipynb #cdb76355
 def parse_yaml(
     text: str,  # a YAML document in block style (what `yaml.dump` writes), e.g. a README's front matter
 ):
     "Parse the YAML subset of model and dataset cards into dicts, lists, str, int, float, bool and None."
     reader = _Block(text)
-    value, i = reader.node(0, 0)
+    try: value, i = reader.node(0, 0)
+    except YamlError: raise
+    except (ValueError, IndexError, RecursionError) as e: raise YamlError(f"unreadable YAML: {e}") from None
     if (i := reader.skip(i)) < len(reader.lines): raise YamlError(f"line {i + 1}: unexpected content")
     return value
 
@@ -272,7 +274,7 @@ def front_matter(
     if not isinstance(data, dict): raise YamlError("the README's metadata must be a YAML mapping")
     return data
 
-# %% ../nbs/00_localhub.ipynb #f3fdcc77
+# %% ../nbs/00_localhub.ipynb #7900f643
 def _is_sha256(s) -> bool: return isinstance(s, str) and re.fullmatch(r"[0-9a-f]{64}", s) is not None
 
 class BlobStore:
@@ -331,7 +333,7 @@ class BlobStore:
         "The blob's bytes, verified."
         return self.verified_path(sha256, size).read_bytes()
 
-# %% ../nbs/00_localhub.ipynb #2417fd7d
+# %% ../nbs/00_localhub.ipynb #aec94e60
 def _now() -> str: return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
 
 def _write_json(path: Path, obj) -> None:
@@ -360,7 +362,7 @@ def _apply(files: dict, op: str, path: str, entry: dict | None) -> None:
                        "EntryNotFound")
     for p in doomed: del files[p]
 
-# %% ../nbs/00_localhub.ipynb #9e16e5d2
+# %% ../nbs/00_localhub.ipynb #04a99de7
 class RepoStore:
     "Repos (visibility, branches) and their commits as JSON files under `root`; file bytes in a `BlobStore`."
     def __init__(self, root: Path):
@@ -402,16 +404,17 @@ class RepoStore:
     def resolve(self, typ: str, repo_id: str, rev: str) -> dict | None:
         "The commit that `rev` (a branch, `refs/heads/<branch>` or a full commit id) names, None if none."
         meta = self.repo(typ, repo_id) or {"refs": {}}
-        rev = rev[len("refs/heads/"):] if rev.startswith("refs/heads/") else rev
+        rev = rev.removeprefix("refs/heads/")
         return self.load(typ, repo_id, meta["refs"].get(rev) or rev)
 
     def commit(self, typ: str, repo_id: str, branch: str, ops: list, title: str, message: str = "",
                parent: str | None = None) -> dict:
         "Apply `ops` [(op, path, entry)] on top of `branch` as a new commit; move the branch to it."
+        branch = branch.removeprefix("refs/heads/")
         with self.lock:
             meta = self.repo(typ, repo_id)
             if meta is None: raise HubError(404, f"Repository {repo_id} not found", "RepoNotFound")
-            head = meta["refs"].get(branch[len("refs/heads/"):] if branch.startswith("refs/heads/") else branch)
+            head = meta["refs"].get(branch)
             if head is None: raise HubError(404, f"Invalid rev id: {branch} is not a branch of {repo_id}", "RevisionNotFound")
             if parent and not head.startswith(parent):
                 raise HubError(412, f"A commit has happened since {parent}: {branch} is now at {head}. Please retry.")
@@ -419,7 +422,7 @@ class RepoStore:
             for op in ops: _apply(files, *op)
             c = _new_commit([head], files, title, message)
             _write_json(self.dir(typ, repo_id) / "commits" / f"{c['id']}.json", c)
-            meta["refs"][branch.removeprefix("refs/heads/")] = c["id"]
+            meta["refs"][branch] = c["id"]
             _write_json(self.dir(typ, repo_id) / "repo.json", meta)
             return c
 
@@ -429,7 +432,7 @@ class RepoStore:
         while sha and (c := self.load(typ, repo_id, sha)): out.append(c); sha = (c["parents"] or [None])[0]
         return out
 
-# %% ../nbs/00_localhub.ipynb #fa357f56
+# %% ../nbs/00_localhub.ipynb #285af5d6
 def is_lfs(path: str, size: int, sample: bytes = b"") -> bool:
     "Whether the Hub would store this file with LFS: large, binary, or a weights/archive suffix."
     return size > 0 and (size >= LFS_MIN_SIZE or path.lower().endswith(LFS_SUFFIXES) or b"\0" in sample[:512])
@@ -464,7 +467,7 @@ def tree_json(files: dict, base: str = "", recursive: bool = False) -> list | No
     if base and not out and not dirs: return None
     return [dir_json(files, d) for d in sorted(dirs)] + out
 
-# %% ../nbs/00_localhub.ipynb #4a6e7143
+# %% ../nbs/00_localhub.ipynb #64754526
 def info_json(meta: dict, c: dict, card: dict | None) -> dict:
     "What `model_info`/`dataset_info`/`repo_info` parse: id, sha, siblings, cardData, visibility, dates."
     def sibling(p, e):
@@ -489,7 +492,7 @@ def commit_json(c: dict) -> dict:
     return {"id": c["id"], "title": c["title"], "message": c["message"], "date": c["date"],
             "authors": [{"user": u, "avatar": None} for u in c["authors"]]}
 
-# %% ../nbs/00_localhub.ipynb #dd302eb0
+# %% ../nbs/00_localhub.ipynb #f7ad52cf
 def _header_safe(s: str) -> str: return re.sub(r"[^\x20-\x7e]", " ", s)[:500]
 
 def _chunked(rfile):
@@ -587,7 +590,7 @@ class _Http(BaseHTTPRequestHandler):
     def _count(self, name: str):
         with self.server.counts_lock: self.server.counts[name] += 1
 
-# %% ../nbs/00_localhub.ipynb #0f4c50e9
+# %% ../nbs/00_localhub.ipynb #d5b7bad0
 class _Routes(_Http):
     "Dispatch a request to the API, file or LFS handlers; look up repos and revisions for them."
     def _route(self):
@@ -620,7 +623,7 @@ class _Routes(_Http):
 
     def _url(self, meta: dict) -> str: return f"{self._base()}/{URL_PREFIXES[meta['type']]}{meta['id']}"
 
-# %% ../nbs/00_localhub.ipynb #ad14347b
+# %% ../nbs/00_localhub.ipynb #56bd21c0
 class _Api(_Routes):
     "The JSON API under /api/."
     def _api(self, s: list):
@@ -629,16 +632,17 @@ class _Api(_Routes):
         if s and s[0] in top: self._count(s[0]); return top[s[0]](s[1:])
         if len(s) < 3 or s[0] not in REPO_TYPES: raise HubError(404, f"LocalHub does not serve /api/{'/'.join(s)[:200]}")
         typ, repo_id, action, rest = REPO_TYPES[s[0]], f"{s[1]}/{s[2]}", (s[3:4] or ["info"])[0], s[4:]
-        routes = {("GET", "info"): self._info, ("HEAD", "info"): self._info, ("GET", "revision"): self._info,
+        routes = {("GET", "info"): self._info, ("GET", "revision"): self._info,
                   ("GET", "tree"): self._tree, ("POST", "paths-info"): self._paths_info, ("GET", "refs"): self._refs,
                   ("GET", "commits"): self._commits, ("POST", "preupload"): self._preupload,
                   ("POST", "commit"): self._commit}
         if action.startswith("xet-"):
             raise HubError(501, "LocalHub has no Xet storage: upload with HF_HUB_DISABLE_XET=1 (LFS), or serve the hub "
                                 "with lfs=False so that every file is uploaded inline")
-        if (self.command, action) not in routes: raise HubError(404, f"LocalHub does not serve {self.command} {action}")
+        method = "GET" if self.command == "HEAD" else self.command  # HEAD: GET's headers, no body
+        if (method, action) not in routes: raise HubError(404, f"LocalHub does not serve {self.command} {action}")
         self._count(action)
-        routes[self.command, action](typ, repo_id, rest)
+        routes[method, action](typ, repo_id, rest)
 
     def _whoami(self, _):
         if not self.authed: raise HubError(401, "Invalid username or password: no token was sent")
@@ -679,7 +683,7 @@ class _Api(_Routes):
             return self._send(409, {"error": msg, "url": url}, {"X-Error-Message": msg})
         self._send(200, {"url": url, "name": repo_id, "id": repo_id})
 
-# %% ../nbs/00_localhub.ipynb #dc07ab38
+# %% ../nbs/00_localhub.ipynb #372a0522
 class _RepoApi(_Api):
     "Repo reads: info, tree, paths-info, refs, commits."
     def _card(self, c: dict) -> dict | None:
@@ -725,7 +729,7 @@ class _RepoApi(_Api):
         c = self._rev(meta, (rest or ["main"])[0])
         self._send(200, [commit_json(x) for x in self.server.store.history(typ, repo_id, c["id"])])
 
-# %% ../nbs/00_localhub.ipynb #ac251b23
+# %% ../nbs/00_localhub.ipynb #5227504f
 class _Writes(_RepoApi):
     "preupload and commit."
     def _preupload(self, typ, repo_id, rest):
@@ -785,7 +789,7 @@ class _Writes(_RepoApi):
         self._send(200, {"success": True, "commitOid": c["id"], "commitUrl": f"{self._url(meta)}/commit/{c['id']}",
                          "commitMessage": c["title"], "hookOutput": "", "pullRequestUrl": None})
 
-# %% ../nbs/00_localhub.ipynb #45af25cd
+# %% ../nbs/00_localhub.ipynb #381b2f00
 def parse_range(
     header: str | None,  # the request's Range header
     size: int,  # the file's size
@@ -860,9 +864,11 @@ class _Files(_Writes):
             raise HubError(404, f"LFS object {str(body.get('oid'))[:64]} with {body.get('size')} bytes is not stored")
         self._send(200, {"oid": body["oid"], "size": body["size"]})
 
-# %% ../nbs/00_localhub.ipynb #f429a742
+# %% ../nbs/00_localhub.ipynb #44f82c96
 class _Server(ThreadingHTTPServer):
     daemon_threads, block_on_close, request_queue_size = True, False, 128
+
+class _Server6(_Server): address_family = socket.AF_INET6
 
 class LocalHub:
     "A Hugging Face Hub-protocol server on loopback, storing repos under `root`; use as a context manager."
@@ -879,7 +885,7 @@ class LocalHub:
     def _bind(self) -> _Server:
         "Create the HTTP server, bound but not serving yet."
         store = RepoStore(self.root)
-        s = _Server((self.host, self._port), _Files)
+        s = (_Server6 if ":" in self.host else _Server)((self.host, self._port), _Files)
         s.store, s.lfs, s.token, s.counts, s.counts_lock = store, self.lfs, self.token, self.counts, threading.Lock()
         s.cards, s.conns, s.secret = {}, set(), secrets.token_bytes(32)
         return s
