@@ -1,0 +1,276 @@
+"""EMR-Merging at scale: merge time and peak RSS of `adaptkit.emr.emr_merge` for N=4 and N=8 fine-tuned models at two
+sizes (~100M and ~400M float32 parameters, random LLM-shaped safetensors shards), against (a) the I/O floor, reading
+every input tensor once with safetensors, and (b) a naive in-memory implementation of the official code; bundle bytes
+against N separate checkpoints and the cost of each added task; time to materialise one task's weights against loading
+a plain checkpoint. Every variant runs in its own subprocess (peak RSS from os.wait4); medians over repeats; ratios
+against the baselines of the same run. Writes benchmarks/results/emr.json.
+
+Run: .venv/bin/python benchmarks/emr_merge.py            (full: ~25 GB of temporary files, tens of minutes)
+     .venv/bin/python benchmarks/emr_merge.py --quick    (small sizes, minutes; writes to a temp file unless --out)
+     --threads 1 sets torch's threads in every variant: on a small machine shared with other work, torch's default
+     (one thread per core) makes the elementwise ops several times slower; the run records what it used."""
+import argparse
+import json
+import math
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+OUT = Path(__file__).parent / "results" / "emr.json"
+SIZES = {"100M": (768, 12, 32000), "400M": (1024, 30, 32768)}  # hidden size, layers, vocabulary
+QUICK_SIZES = {"4M": (256, 4, 4096), "12M": (384, 6, 4096)}
+
+
+def layout(hidden: int, layers: int, vocab: int) -> dict:
+    "Tensor name -> shape of an LLM-like model: embeddings, attention and MLP projections, norms."
+    mlp = int(hidden * 2.75) // 64 * 64
+    shapes = {"model.embed_tokens.weight": (vocab, hidden)}
+    for i in range(layers):
+        p = f"model.layers.{i}."
+        shapes |= {p + f"self_attn.{n}_proj.weight": (hidden, hidden) for n in "qkvo"}
+        shapes |= {p + "mlp.gate_proj.weight": (mlp, hidden), p + "mlp.up_proj.weight": (mlp, hidden),
+                   p + "mlp.down_proj.weight": (hidden, mlp), p + "input_layernorm.weight": (hidden,)}
+    return shapes | {"model.norm.weight": (hidden,)}
+
+
+def write_model(folder: Path, shapes: dict, task: int | None, shard_bytes: int = 10**9):
+    "Random weights (the base's from a seed per tensor; a task adds small noise and its own head) as safetensors shards."
+    import torch
+    from safetensors.torch import save_file
+    folder.mkdir(parents=True)
+    shards, cur, size = [], {}, 0
+    names = list(shapes) + (["score.weight"] if task is not None else [])
+    for i, name in enumerate(names):
+        if name == "score.weight": t = torch.randn(2 + task, shapes["model.norm.weight"][0])  # heads differ per task
+        else:
+            t = torch.randn(shapes[name], generator=torch.Generator().manual_seed(i))
+            if task is not None: t += 0.01 * torch.randn(shapes[name], generator=torch.Generator().manual_seed(10**6 * (task + 1) + i))
+        if cur and size + t.numel() * 4 > shard_bytes: shards.append(cur); cur, size = {}, 0
+        cur[name], size = t, size + t.numel() * 4
+    shards.append(cur)
+    wmap = {}
+    for k, shard in enumerate(shards):
+        fname = f"model-{k + 1:05d}-of-{len(shards):05d}.safetensors"
+        save_file(shard, folder / fname)
+        wmap |= {n: fname for n in shard}
+    (folder / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": wmap}))
+    (folder / "config.json").write_text(json.dumps({"model_type": "llama", "hidden_size": shapes["model.norm.weight"][0]}))
+
+
+# ---- what runs in each child process ----
+
+def _files(folder: Path) -> list[Path]:
+    return sorted(folder.glob("*.safetensors"))
+
+
+def child_io_floor(root: Path, n: int, **_):
+    "Read every tensor of the base and the n tasks once with safetensors (touching every byte)."
+    from safetensors import safe_open
+    total = 0.0
+    for folder in [root / "base", *[root / f"ft{i}" for i in range(n)]]:
+        for path in _files(folder):
+            with safe_open(path, "pt") as f: keys = list(f.keys())
+            for k in keys:
+                with safe_open(path, "pt") as f: total += float(f.get_tensor(k).sum())
+    return {"checksum": total}
+
+
+def child_emr(root: Path, n: int, out: Path, **_):
+    "adaptkit's streaming merge into a bundle."
+    from adaptkit.emr import emr_merge
+    emr_merge(root / "base", {f"t{i}": root / f"ft{i}" for i in range(n)}, out_dir=out, progress=False)
+    return {}
+
+
+def child_naive(root: Path, n: int, out: Path, **_):
+    "The official code's way: every model in memory, task vectors, elect/mask/rescale, then save (masks as bool)."
+    import torch
+    from safetensors.torch import load_file, save_file
+    load = lambda folder: {k: v.clone() for p in _files(folder) for k, v in load_file(p).items()}
+    pre = load(root / "base")
+    tvs = []
+    for i in range(n):
+        ft = load(root / f"ft{i}")
+        tvs.append({k: ft[k].sub_(pre[k]) for k in pre})  # the task vector replaces the fine-tuned weights in place
+        del ft
+    uni, masks, scales, new_scales = {}, [{} for _ in range(n)], torch.zeros(n), torch.zeros(n)
+    for k in pre:
+        flag = (torch.stack([tv[k] for tv in tvs]).mean(0) > 0) * 2 - 1
+        top = torch.zeros_like(pre[k])
+        for m in range(n):
+            masks[m][k] = (tvs[m][k] * flag) > 0
+            top = torch.maximum(top, torch.abs(masks[m][k] * tvs[m][k]))
+            scales[m] += torch.mean(torch.abs(tvs[m][k]))
+        uni[k] = top * flag
+    for m in range(n):
+        for k in uni: new_scales[m] += torch.mean(torch.abs(uni[k] * masks[m][k]))
+    out.mkdir(parents=True)
+    save_file(uni, out / "unified.safetensors")
+    for m in range(n): save_file(masks[m], out / f"mask{m}.safetensors")
+    return {"rescalers": (scales / new_scales).tolist()}
+
+
+def child_materialise(root: Path, out: Path, **_):
+    "Build task t0's weights from the bundle."
+    from adaptkit.emr import EMRBundle
+    sd = EMRBundle(out).task_state_dict("t0")
+    return {"tensors": len(sd)}
+
+
+def child_plain(root: Path, **_):
+    "Load a plain fine-tuned checkpoint (every shard, every byte touched)."
+    from safetensors.torch import load_file
+    sd = {k: v for p in _files(root / "ft0") for k, v in load_file(p).items()}
+    return {"tensors": len(sd), "checksum": float(sum(v.sum() for v in sd.values()))}
+
+
+CHILDREN = {"io_floor": child_io_floor, "emr_merge": child_emr, "naive": child_naive,
+            "materialise": child_materialise, "plain_load": child_plain}
+
+
+def child_main(spec: str):
+    args = json.loads(spec)
+    import torch  # imported (and warmed up) before the clock starts, like every variant's libraries
+    import adaptkit.emr
+    if args.get("threads"): torch.set_num_threads(args["threads"])
+    adaptkit.emr.emr_elect(torch.randn(4, 1 << 16))
+    start_rss = int(next(l for l in open("/proc/self/status") if l.startswith("VmRSS")).split()[1]) * 1024
+    t = time.perf_counter()
+    extra = CHILDREN[args["variant"]](Path(args["root"]), n=args.get("n", 0), out=Path(args.get("out", "/nonexistent")))
+    print(json.dumps({"seconds": time.perf_counter() - t, "start_rss": start_rss, **extra}))
+
+
+# ---- the driver ----
+
+THREADS = None
+
+
+def measured(variant: str, repeats: int, clean: Path | None = None, **kw) -> dict:
+    "Median time and peak RSS over `repeats` runs (`clean` removed before each)."
+    runs = []
+    for _ in range(repeats):
+        if clean is not None: shutil.rmtree(clean, ignore_errors=True)
+        runs.append(run_peak(variant, **kw))
+    secs = [r["seconds"] for r in runs]
+    return {"median_s": statistics.median(secs), "seconds": secs, "peak_rss_bytes": max(r["peak_rss"] for r in runs),
+            "peak_rss_over_start_bytes": max(r["peak_rss"] - r["start_rss"] for r in runs)}
+
+
+def run_peak(variant: str, **kw) -> dict:
+    "One run in a child process with its own peak RSS (ru_maxrss from wait4, in KiB on Linux)."
+    spec = {"variant": variant, "threads": THREADS, **{k: str(v) if isinstance(v, Path) else v for k, v in kw.items()}}
+    cmd = [sys.executable, __file__, "--child", json.dumps(spec)]
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    out = p.stdout.read().decode()
+    err = p.stderr.read().decode()
+    _, status, usage = os.wait4(p.pid, 0)
+    if status: raise RuntimeError(f"{variant} failed (status {status}):\n{err[-3000:]}")
+    return json.loads(out.strip().splitlines()[-1]) | {"peak_rss": usage.ru_maxrss * 1024}
+
+
+def folder_bytes(folder: Path, skip: str | None = None) -> int:
+    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file() and not (skip and skip in p.relative_to(folder).parts))
+
+
+def mem_available() -> int:
+    return int(next(l for l in open("/proc/meminfo") if l.startswith("MemAvailable")).split()[1]) * 1024
+
+
+def bench_size(label: str, dims: tuple, work: Path, repeats: int, ns: list[int]) -> dict:
+    shapes = layout(*dims)
+    params = sum(math.prod(s) for s in shapes.values())
+    model_bytes = params * 4
+    root = work / label
+    print(f"[{label}] writing base + {max(ns)} fine-tuned models of {params / 1e6:.0f}M parameters ...", flush=True)
+    write_model(root / "base", shapes, None)
+    for i in range(max(ns)): write_model(root / f"ft{i}", shapes, i)
+    res = {"params": params, "model_bytes": model_bytes, "tensors": len(shapes)}
+    for n in ns:
+        print(f"[{label}] N={n}: I/O floor, emr_merge, naive ...", flush=True)
+        r = {"io_floor": measured("io_floor", repeats, root=root, n=n)}
+        r["emr_merge"] = measured("emr_merge", repeats, clean=root / f"bundle{n}", root=root, n=n, out=root / f"bundle{n}")
+        need = (1.25 * n + 2.5) * model_bytes  # base, n task vectors, n bool masks, the unified vector, temporaries
+        if need < 0.7 * mem_available():
+            r["naive"] = measured("naive", repeats, clean=root / "naive", root=root, n=n, out=root / "naive")
+            shutil.rmtree(root / "naive", ignore_errors=True)
+            r["merge_vs_naive_time"] = r["emr_merge"]["median_s"] / r["naive"]["median_s"]
+            r["merge_vs_naive_peak_rss"] = r["emr_merge"]["peak_rss_bytes"] / r["naive"]["peak_rss_bytes"]
+        else:
+            r["naive"] = {"skipped": f"needs ~{need / 2**30:.1f} GiB of memory, {mem_available() / 2**30:.1f} GiB available"}
+        r["merge_vs_io_floor_time"] = r["emr_merge"]["median_s"] / r["io_floor"]["median_s"]
+        r["merge_peak_rss_growth_over_model_bytes"] = r["emr_merge"]["peak_rss_over_start_bytes"] / model_bytes
+        b = root / f"bundle{n}"
+        r["bundle_bytes"] = folder_bytes(b)
+        r["bundle_bytes_without_base_copy"] = folder_bytes(b, skip="base")
+        r["separate_checkpoints_bytes"] = sum(folder_bytes(root / f"ft{i}") for i in range(n))
+        r["bundle_vs_separate_checkpoints"] = r["bundle_bytes_without_base_copy"] / r["separate_checkpoints_bytes"]
+        r["mask_bytes_per_task"] = folder_bytes(b / "tasks" / "t0")
+        res[f"N={n}"] = r
+        print(f"  merge {r['emr_merge']['median_s']:.2f}s = {r['merge_vs_io_floor_time']:.2f}x the I/O floor "
+              f"({r['io_floor']['median_s']:.2f}s); peak RSS growth {r['merge_peak_rss_growth_over_model_bytes']:.2f}x one model", flush=True)
+    n0, n1 = min(ns), max(ns)
+    res["bytes_per_added_task"] = (res[f"N={n1}"]["bundle_bytes"] - res[f"N={n0}"]["bundle_bytes"]) / (n1 - n0)
+    res["bytes_per_added_task_over_params_div_8"] = res["bytes_per_added_task"] / (params / 8)
+    print(f"[{label}] materialise one task vs a plain checkpoint ...", flush=True)
+    res["materialise_task"] = measured("materialise", repeats, root=root, out=root / f"bundle{n1}")
+    res["plain_checkpoint_load"] = measured("plain_load", repeats, root=root)
+    res["materialise_vs_plain_load_time"] = res["materialise_task"]["median_s"] / res["plain_checkpoint_load"]["median_s"]
+    shutil.rmtree(root)
+    return res
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="small models (~4M and ~12M parameters), 2 repeats")
+    ap.add_argument("--threads", type=int, default=None, help="torch threads in every variant (default: torch's own)")
+    ap.add_argument("--repeats", type=int, default=None, help="runs per variant (default 3; 2 with --quick)")
+    ap.add_argument("--workdir", default=None, help="where the temporary models go (default: the system temp folder)")
+    ap.add_argument("--out", default=None, help=f"results file (default {OUT}; with --quick a temporary file)")
+    ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child: return child_main(args.child)
+    global THREADS
+    THREADS = args.threads
+    import torch
+    sizes, repeats = (QUICK_SIZES, args.repeats or 2) if args.quick else (SIZES, args.repeats or 3)
+    out = Path(args.out) if args.out else (Path(tempfile.mkstemp(prefix="emr-quick-", suffix=".json")[1]) if args.quick else OUT)
+    work = Path(tempfile.mkdtemp(prefix="adaptkit-emr-bench-", dir=args.workdir))
+    result = {"benchmark": "emr_merge", "quick": args.quick, "repeats": repeats, "dtype": "float32",
+              "machine": platform.processor() or platform.machine(), "cpus": os.cpu_count(),
+              "torch_threads": args.threads or torch.get_num_threads(), "memory_bytes": os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"),
+              "load_average_at_start": os.getloadavg(),
+              "notes": ["every variant in its own process; peak RSS = ru_maxrss from wait4; start = RSS after imports",
+                        "the page cache is warm where the files fit in memory (no cache dropping without root)",
+                        "I/O floor: safe_open + get_tensor + sum of every input tensor, one at a time",
+                        "naive: the official code's structure, all models in memory, masks saved as bool",
+                        "bundle bytes include the copied base (base/) unless noted; a base on a hub is referenced instead"],
+              "sizes": {}}
+    try:
+        for label, dims in sizes.items():
+            result["sizes"][label] = bench_size(label, dims, work, repeats, [4, 8])
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    result["summary"] = {f"{label} N={n}": {
+        "merge_vs_io_floor_time": r[f"N={n}"]["merge_vs_io_floor_time"], "merge_vs_naive_time": r[f"N={n}"].get("merge_vs_naive_time"),
+        "merge_peak_rss_growth_MiB": r[f"N={n}"]["emr_merge"]["peak_rss_over_start_bytes"] / 2**20,
+        "naive_peak_rss_growth_MiB": r[f"N={n}"]["naive"].get("peak_rss_over_start_bytes", float("nan")) / 2**20,
+        "merge_peak_rss_growth_over_model_bytes": r[f"N={n}"]["merge_peak_rss_growth_over_model_bytes"],
+        "bundle_vs_separate_checkpoints": r[f"N={n}"]["bundle_vs_separate_checkpoints"],
+        "bytes_per_added_task_over_params_div_8": r["bytes_per_added_task_over_params_div_8"],
+        "materialise_vs_plain_load_time": r["materialise_vs_plain_load_time"]}
+        for label, r in result["sizes"].items() for n in (4, 8)}
+    result["targets"] = {"merge_vs_io_floor_time": "<= 1.5", "peak_rss": "independent of model size, well under one model",
+                         "bytes_per_added_task": "~ params / 8"}
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()

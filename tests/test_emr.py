@@ -1,0 +1,277 @@
+"""EMR-Merging across modules: a bundle pushed to and pulled from a LocalHub with its base referenced by commit, sharded
+folders, real transformers models (Llama classifiers, GPT-2 with fan_in_fan_out LoRA), bf16, exactness against the
+official dense code, each input tensor read once, bounded memory, and a merge killed halfway."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+from huggingface_hub import HfApi
+from transformers import AutoConfig, GPT2LMHeadModel, LlamaForSequenceClassification
+from transformers.utils import logging as hf_logging
+
+import adaptkit.emr as emr
+from adaptkit.emr import EMRBundle, emr_merge, task_arithmetic, ties_merge
+from adaptkit.hub import push_folder
+from adaptkit.localhub import LocalHub
+
+hf_logging.disable_progress_bar()
+
+
+@pytest.fixture
+def hub(tmp_path):
+    with LocalHub(tmp_path / "hub") as h:
+        yield h
+
+
+def classifier(num_labels=2, seed=0, dtype=torch.float32):
+    cfg = AutoConfig.for_model("llama", vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=2,
+                               num_attention_heads=2, num_key_value_heads=1, num_labels=num_labels, pad_token_id=0,
+                               architectures=["LlamaForSequenceClassification"])
+    torch.manual_seed(seed)
+    return LlamaForSequenceClassification(cfg).to(dtype)
+
+
+def finetune(base, num_labels, seed, sparsity=0.0):
+    "A 'fine-tuned' copy of `base`: perturbed weights (a `sparsity` fraction of them untouched) and its own head."
+    m = classifier(num_labels, seed=seed, dtype=next(base.parameters()).dtype)
+    g = torch.Generator().manual_seed(seed)
+    sd = {}
+    for k, v in base.state_dict().items():
+        if k == "score.weight": continue
+        d = torch.randn(v.shape, generator=g) * 0.01 * (torch.rand(v.shape, generator=g) >= sparsity)
+        sd[k] = (v.float() + d).to(v.dtype)
+    m.load_state_dict(sd, strict=False)
+    return m
+
+
+def official(pre: dict, fts: list[dict], names: list[str]):
+    "The official 8-task EMR code, dense: unified vectors, masks and rescalers from whole state dicts."
+    tvs = [{n: ft[n].float() - pre[n].float() for n in names} for ft in fts]
+    uni, masks, scales, new_scales = {}, {}, torch.zeros(len(fts)), torch.zeros(len(fts))
+    for n in names:
+        flag = (torch.stack([tv[n] for tv in tvs]).mean(0) > 0) * 2 - 1
+        param_max, masks[n] = torch.zeros_like(tvs[0][n]), []
+        for m in range(len(tvs)):
+            mask = (tvs[m][n] * flag) > 0
+            masks[n].append(mask)
+            param_abs = torch.abs(mask * tvs[m][n])
+            param_max = torch.where(param_abs > param_max, param_abs, param_max)
+            scales[m] += torch.mean(torch.abs(tvs[m][n]))
+        uni[n] = param_max * flag
+    for m in range(len(tvs)):
+        for n in names: new_scales[m] += torch.mean(torch.abs(uni[n] * masks[n][m]))
+    return uni, masks, scales / new_scales
+
+
+def test_push_pull_through_localhub_with_base_by_commit(hub, tmp_path):
+    base = classifier()
+    base.save_pretrained(tmp_path / "base")
+    base_commit = push_folder(tmp_path / "base", "team/base", endpoint=hub.endpoint)
+    commits = {}
+    for i, n in enumerate([2, 3, 4]):
+        finetune(base, n, seed=i + 1).save_pretrained(tmp_path / f"ft{i}")
+        commits[f"t{i}"] = push_folder(tmp_path / f"ft{i}", f"team/ft-{i}", endpoint=hub.endpoint)
+    bundle = emr_merge("team/base", {f"t{i}": f"team/ft-{i}" for i in range(3)}, endpoint=hub.endpoint,
+                       out_dir=tmp_path / "bundle", progress=False)
+    meta = json.loads((tmp_path / "bundle" / "emr.json").read_text())
+    assert meta["base"] == {"repo_id": "team/base", "revision": base_commit}
+    assert not (tmp_path / "bundle" / "base").exists()  # referenced, not copied
+    assert meta["sources"]["t1"] == {"kind": "full", "repo_id": "team/ft-1", "revision": commits["t1"]}
+
+    results = [{"task": "text-classification", "dataset": "toy", "metric": "accuracy", "value": 0.75}]
+    commit = bundle.push_to_hub("team/emr", results=results)  # the endpoint the bundle was made with
+    data = HfApi(endpoint=hub.endpoint).model_info("team/emr").card_data
+    assert (data.base_model, data.library_name, data.pipeline_tag) == ("team/base", "transformers", "text-classification")
+    assert {"adaptkit", "emr", "arxiv:2405.17461"} <= set(data.tags) and data.eval_results[0].metric_value == 0.75
+
+    pulled = EMRBundle.from_pretrained("team/emr", revision=commit, endpoint=hub.endpoint)
+    assert (pulled.tasks, pulled.rescalers) == (bundle.tasks, bundle.rescalers)
+    card = (pulled.folder / "README.md").read_text()
+    assert base_commit in card and commits["t2"] in card and "team/ft-2" in card
+    ids = torch.tensor([[1, 5, 9, 3]])
+    for task, labels in zip(pulled.tasks, [2, 3, 4]):
+        model = pulled.load_task_model(task)
+        assert model.config.num_labels == labels
+        assert torch.equal(model(ids).logits, bundle.load_task_model(task)(ids).logits)
+
+
+def test_sharded_folders_equal_state_dicts_and_official_code(tmp_path):
+    base = classifier()
+    fts = [finetune(base, 2, seed=s, sparsity=0.3) for s in (1, 2, 3, 4)]
+    base.save_pretrained(tmp_path / "base", max_shard_size="8KB")
+    for i, m in enumerate(fts): m.save_pretrained(tmp_path / f"ft{i}", max_shard_size="8KB")
+    assert (tmp_path / "ft0" / "model.safetensors.index.json").exists()
+    from_folders = emr_merge(tmp_path / "base", {f"t{i}": tmp_path / f"ft{i}" for i in range(4)}, exclude=["score.*"],
+                             out_dir=tmp_path / "a", max_shard_size="10KB", progress=False)
+    from_memory = emr_merge(base, {f"t{i}": m for i, m in enumerate(fts)}, exclude="score.*", progress=False)
+    assert (tmp_path / "a" / "unified" / "model.safetensors.index.json").exists()
+    # the bundle names local sources by folder name only: no absolute path of this machine goes into a pushed repo
+    assert str(tmp_path) not in (tmp_path / "a" / "emr.json").read_text()
+    assert from_folders.meta["sources"]["t0"] == {"kind": "full", "path": "ft0"}
+    # float32 sums in another tensor order (files list tensors sorted, a state dict in module order): last-bit differences
+    assert from_folders.rescalers == pytest.approx(from_memory.rescalers, rel=1e-6)
+
+    pre = base.state_dict()
+    names = [n for n in from_folders.meta["tensors"]]
+    assert "score.weight" not in names and len(names) == len(pre) - 1
+    uni, masks, lam = official(pre, [m.state_dict() for m in fts], names)
+    assert list(from_folders.rescalers.values()) == lam.tolist()
+    for i, task in enumerate(from_folders.tasks):
+        sd, sd2 = from_folders.task_state_dict(task), from_memory.task_state_dict(task)
+        assert torch.equal(sd["score.weight"], fts[i].score.weight.detach())
+        for n in names:
+            assert torch.equal(sd[n], pre[n] + uni[n] * masks[n][i] * lam[i]), n
+            torch.testing.assert_close(sd2[n], sd[n], rtol=1e-6, atol=1e-7)
+
+
+def test_lora_gpt2_fan_in_fan_out_matches_peft(tmp_path):
+    from peft import LoraConfig, get_peft_model
+    cfg = AutoConfig.for_model("gpt2", vocab_size=64, n_embd=16, n_layer=2, n_head=2, n_positions=32)
+    torch.manual_seed(0)
+    GPT2LMHeadModel(cfg).save_pretrained(tmp_path / "base")
+    merged = []
+    for i, target in enumerate(["c_attn", "c_fc"]):  # disjoint targets: every rescaler is exactly 1
+        torch.manual_seed(i + 1)
+        pm = get_peft_model(GPT2LMHeadModel.from_pretrained(tmp_path / "base"),
+                            LoraConfig(r=4, lora_alpha=16, target_modules=[target], fan_in_fan_out=True))
+        for n, p in pm.named_parameters():
+            if "lora_B" in n: torch.nn.init.normal_(p, std=0.05)
+        pm.save_pretrained(tmp_path / f"lora{i}")
+        merged.append(pm.merge_and_unload())
+    bundle = emr_merge(tmp_path / "base", {"attn": tmp_path / "lora0", "mlp": tmp_path / "lora1"}, progress=False)
+    assert bundle.rescalers == {"attn": 1.0, "mlp": 1.0}
+    ids = torch.tensor([[3, 1, 4, 1, 5]])
+    for task, ref in zip(bundle.tasks, merged):
+        model = bundle.load_task_model(task)
+        assert type(model).__name__ == "GPT2LMHeadModel"
+        sd, want = bundle.task_state_dict(task), ref.state_dict()
+        for n in sd: torch.testing.assert_close(sd[n], want[n], rtol=0, atol=1e-6)
+        torch.testing.assert_close(model(ids).logits, ref(ids).logits, rtol=0, atol=1e-5)
+
+
+def test_bf16_models_compute_in_float32_store_bf16(tmp_path):
+    base = classifier(dtype=torch.bfloat16)
+    fts = [finetune(base, 2, seed=s) for s in (1, 2, 3)]
+    bundle = emr_merge(base, {f"t{i}": m for i, m in enumerate(fts)}, exclude="score.weight", out_dir=tmp_path / "b", progress=False)
+    assert {s["dtype"] for s in bundle.meta["tensors"].values()} == {"BF16"}
+    pre = base.state_dict()
+    names = list(bundle.meta["tensors"])
+    uni, masks, lam = official(pre, [m.state_dict() for m in fts], names)
+    assert list(bundle.rescalers.values()) == lam.tolist()  # the rescalers see the float32 task vectors
+    sd = bundle.task_state_dict("t1")
+    for n in names:
+        want = (pre[n].float() + uni[n].bfloat16().float() * masks[n][1] * lam[1]).bfloat16()
+        assert sd[n].dtype == torch.bfloat16 and torch.equal(sd[n], want), n
+    assert bundle.load_task_model("t0").dtype == torch.bfloat16
+
+
+def test_each_input_tensor_is_read_once(tmp_path, monkeypatch):
+    base = classifier()
+    base.save_pretrained(tmp_path / "base")
+    for i in range(3): finetune(base, 2 + i, seed=i + 1).save_pretrained(tmp_path / f"ft{i}", max_shard_size="8KB")
+    reads = []
+    real = emr._Files.read
+    monkeypatch.setattr(emr._Files, "read", lambda self, name, rows=None: reads.append((self.file[name], name, rows)) or real(self, name, rows))
+    emr_merge(tmp_path / "base", {f"t{i}": tmp_path / f"ft{i}" for i in range(3)}, out_dir=tmp_path / "b", progress=False)
+    assert len(reads) == len(set(reads))  # nothing read twice
+    assert {f.parent.name for f, *_ in reads} == {"base", "ft0", "ft1", "ft2"}
+    assert sum(f.parent.name == "ft1" for f, *_ in reads) == len(base.state_dict())  # every tensor of a task, once
+    assert sum(f.parent.name == "base" for f, *_ in reads) == len(base.state_dict()) - 1  # not its head: no task shares it
+
+
+def test_baselines_take_repo_ids_and_folders(hub, tmp_path):
+    base = classifier()
+    base.save_pretrained(tmp_path / "base")
+    push_folder(tmp_path / "base", "team/base", endpoint=hub.endpoint)
+    for i in range(2): finetune(base, 2, seed=i + 1).save_pretrained(tmp_path / f"ft{i}")
+    tasks = {"a": tmp_path / "ft0", "b": tmp_path / "ft1"}
+    ta = task_arithmetic("team/base", tasks, scaling=1.0, exclude="score.*", endpoint=hub.endpoint, progress=False)
+    pre = base.state_dict()
+    ft_sds = [finetune(base, 2, seed=i + 1).state_dict() for i in range(2)]
+    n = "model.layers.0.mlp.up_proj.weight"
+    torch.testing.assert_close(ta.state_dict[n], ft_sds[0][n] + ft_sds[1][n] - pre[n], rtol=0, atol=1e-6)
+    ties = ties_merge(tmp_path / "base", tasks, density=0.5, exclude="score.*", progress=False)
+    assert torch.equal(ties.task_state_dict("b")["score.weight"], ft_sds[1]["score.weight"])
+    assert ties.load_task_model("a").config.num_labels == 2
+
+
+def test_errors_name_the_problem(tmp_path):
+    base = classifier()
+    base.save_pretrained(tmp_path / "llama")
+    finetune(base, 2, seed=1).save_pretrained(tmp_path / "ft")
+    cfg = AutoConfig.for_model("gpt2", vocab_size=64, n_embd=16, n_layer=2, n_head=2, n_positions=32)
+    GPT2LMHeadModel(cfg).save_pretrained(tmp_path / "gpt2")
+    with pytest.raises(ValueError, match="different architectures cannot be merged: config model_type is 'llama' for the base, 'llama' for task 'a', 'gpt2' for task 'b'"):
+        emr_merge(tmp_path / "llama", {"a": tmp_path / "ft", "b": tmp_path / "gpt2"}, progress=False)
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "pytorch_model.bin").write_bytes(b"x")
+    with pytest.raises(ValueError, match="task 'b': cannot read .*pytorch_model.bin is not read"):
+        emr_merge(tmp_path / "llama", {"a": tmp_path / "ft", "b": tmp_path / "bin"}, progress=False)
+    from peft import LoraConfig, get_peft_model
+    get_peft_model(classifier(), LoraConfig(r=2, target_modules=["q_proj"], use_dora=True)).save_pretrained(tmp_path / "dora")
+    with pytest.raises(ValueError, match="only plain LoRA adapters can be merged .*unsupported: use_dora"):
+        emr_merge(tmp_path / "llama", {"a": tmp_path / "ft", "b": tmp_path / "dora"}, progress=False)
+    with pytest.raises(ValueError, match="the base model: .*it is a LoRA adapter"):
+        emr_merge(tmp_path / "dora", {"a": tmp_path / "ft", "b": tmp_path / "ft"}, progress=False)
+
+
+CHILD = """
+import sys, time, torch
+import adaptkit.emr as emr
+real, n = emr.emr_elect, [0]
+def slow(taus, work=None):
+    n[0] += 1
+    if n[0] == 3: print("halfway", flush=True); time.sleep(60)
+    return real(taus, work)
+emr.emr_elect = slow
+root = sys.argv[1]
+emr.emr_merge(root + "/base", {"a": root + "/ft0", "b": root + "/ft1"}, out_dir=root + "/bundle", progress=False)
+"""
+
+
+def test_merge_killed_halfway_leaves_no_bundle_and_reruns(tmp_path):
+    base = classifier()
+    base.save_pretrained(tmp_path / "base")
+    for i in range(2): finetune(base, 3, seed=i + 1).save_pretrained(tmp_path / f"ft{i}")
+    child = subprocess.Popen([sys.executable, "-c", textwrap.dedent(CHILD), str(tmp_path)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline().strip() == "halfway"
+        child.send_signal(signal.SIGKILL)
+    finally:
+        child.wait(timeout=30)
+    assert not (tmp_path / "bundle").exists()  # only a hidden temporary folder remains
+    assert [p.name.startswith(".bundle.tmp-") for p in tmp_path.iterdir() if p.name.startswith(".")] == [True]
+    bundle = emr_merge(tmp_path / "base", {"a": tmp_path / "ft0", "b": tmp_path / "ft1"}, out_dir=tmp_path / "bundle", progress=False)
+    assert bundle.load_task_model("b").config.num_labels == 3
+
+
+PEAK = """
+import resource, sys, torch
+import adaptkit.emr as emr
+torch.set_num_threads(1)  # 2 threads on a busy 2-core machine make small ops 10x slower; memory is what is measured here
+emr.emr_elect(torch.randn(4, 1 << 16))  # warm torch up before the baseline
+emr._CHUNK = 1 << 16  # chunks of 256 KiB: the tensors (4 MiB) stream in 16 chunks each
+root = sys.argv[1]
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+emr.emr_merge(root + "/base", {f"t{i}": root + f"/ft{i}" for i in range(4)}, out_dir=root + "/bundle", progress=False)
+print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) * 1024)
+"""
+
+
+def test_peak_memory_is_set_by_chunks_not_by_models(tmp_path):
+    from safetensors.torch import save_file
+    shapes = {f"layer{i}.weight": (1024, 1024) for i in range(16)}  # 16M float32 parameters: 64 MiB a model
+    g = torch.Generator().manual_seed(0)
+    for name in ["base", *[f"ft{i}" for i in range(4)]]:
+        (tmp_path / name).mkdir()
+        save_file({k: torch.randn(s, generator=g) for k, s in shapes.items()}, tmp_path / name / "model.safetensors")
+    out = subprocess.run([sys.executable, "-c", PEAK, str(tmp_path)], capture_output=True, text=True, check=True).stdout
+    grown, model_bytes = int(out.split()[-1]), 16 * 2**20 * 4
+    # one step holds a chunk of every input (and of the next step, read ahead), 4 task vectors, masks, the unified chunk
+    assert grown < model_bytes / 2, f"peak RSS grew by {grown / 2**20:.0f} MiB during a merge of 64 MiB models"
+    assert EMRBundle(tmp_path / "bundle").tasks == ["t0", "t1", "t2", "t3"]
