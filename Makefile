@@ -49,6 +49,14 @@ pytest: $(STAMP) $(OLAH)
 readme: $(STAMP)
 	$(BIN)/python docs/make_readme.py
 
+# The docs site (MkDocs, from nbs/, no Quarto) goes to _docs/; tests/test_docs.py opens it in Debian's headless Chromium.
+CHROMEDRIVER := /usr/bin/chromedriver
+$(CHROMEDRIVER):
+	@command -v chromium >/dev/null && test -x $@ || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium chromium-driver; }
+
+docs: $(STAMP) $(CHROMEDRIVER)
+	$(BIN)/python docs/build.py
+
 bench: $(STAMP)
 	@for f in benchmarks/*.py; do echo "== $$f"; $(BIN)/python $$f || exit 1; done
 

@@ -1,0 +1,321 @@
+"""Build the documentation site from nbs/ without Quarto and without executing notebooks: each notebook becomes a
+Markdown page (prose, code, stored outputs, plots), exported symbols get API entries rendered from their docstrings
+and docments by fastcore's `MarkdownRenderer` (what nbdev's `show_doc` uses), and MkDocs (Material theme) renders
+the site. Usage: `python docs/build.py [--out DIR]` (default `_docs/`)."""
+import argparse
+import ast
+import base64
+import importlib
+import json
+import re
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from make_readme import _split_directives, _text  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+NBS = ROOT / "nbs"
+_ansi = re.compile(r"\x1B(?:[@-Z\\-_]|\[[0-?]*[ -/]*[@-~])")
+_link = re.compile(r"(!?)\[([^\]]*)\]\(([^)\s]+)\)")
+_tick = re.compile(r"(?<![\[`\w])`([A-Za-z_][\w.]*)`(?![\]`(])")
+_HIDE = {"hide", "exporti", "default_exp", "include: false"}
+_IMAGES = {"image/png": "png", "image/jpeg": "jpg", "image/gif": "gif"}
+
+
+def notebooks():
+    "(home, module notebooks, tutorials): found by glob, so new numbered notebooks join the site by themselves."
+    mods = sorted(p for p in NBS.glob("[0-9]*.ipynb"))
+    tuts = sorted((NBS / "tutorials").glob("*.ipynb"))
+    return NBS / "index.ipynb", mods, tuts
+
+
+def _read(nb_path):
+    return json.loads(Path(nb_path).read_text(encoding="utf-8"))
+
+
+def _default_exp(nb):
+    for cell in nb["cells"]:
+        m = re.search(r"^\s*#\s*\|\s*default_exp\s+(\S+)", _text(cell["source"]), re.M) if cell["cell_type"] == "code" else None
+        if m:
+            return m.group(1)
+
+
+def _title(nb, fallback):
+    for cell in nb["cells"]:
+        m = re.search(r"^#\s+(.+)$", _text(cell["source"]), re.M) if cell["cell_type"] == "markdown" else None
+        if m:
+            return m.group(1).strip()
+    return fallback
+
+
+def page_path(nb_path, nb):
+    "Where `nb_path`'s page lies in the site's source tree: index.md, <module>.md, tutorials/<stem>.md."
+    rel = Path(nb_path).relative_to(NBS)
+    if rel.name == "index.ipynb" and rel.parent == Path("."):
+        return Path("index.md")
+    mod = _default_exp(nb)
+    return Path(mod.replace(".", "/") + ".md") if mod and rel.parent == Path(".") else rel.with_suffix(".md")
+
+
+def _anchor(name):
+    return re.sub(r"[^\w-]", "", name.replace(".", "-")).lower()
+
+
+def _rel(target, start):
+    "Relative path from the page `start` to `target` (both relative to the docs folder)."
+    import os
+    return Path(os.path.relpath(target, Path(start).parent)).as_posix()
+
+
+# ---- API entries ----------------------------------------------------------------------------------------------------
+def _is_patch(node):
+    return any((isinstance(d, ast.Name) and d.id == "patch") or (isinstance(d, ast.Call) and getattr(d.func, "id", "") == "patch")
+               for d in node.decorator_list)
+
+
+def _cell_symbols(source, exported):
+    "Names defined at the top level of an exported cell, in order, that the module exports (plus public @patch methods)."
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return []
+    names = []
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and _is_patch(node) and node.args.args:
+            ann = node.args.args[0].annotation
+            if isinstance(ann, ast.Name) and ann.id in exported and not node.name.startswith("_"):
+                names.append(f"{ann.id}.{node.name}")
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.append(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names += [t.id for t in targets if isinstance(t, ast.Name)]
+    return [n for n in names if n in exported or "." in n]
+
+
+def _resolve(mod, name):
+    obj, owner = mod, None
+    for part in name.split("."):
+        owner, obj = obj, getattr(obj, part)
+    return owner, obj
+
+
+def _render_callable(obj, name, level):
+    from fastcore.docments import MarkdownRenderer
+    md = MarkdownRenderer(obj, name=name)._repr_markdown_()
+    if isinstance(obj, type):
+        md = md.replace(f"def {obj.__name__}(", f"class {obj.__name__}(", 1)
+    return f"{'#' * level} {name} {{ #{_anchor(name)} }}\n\n{md}"
+
+
+def _render_value(obj, name, level):
+    text = repr(obj)
+    text = text if len(text) <= 400 else text[:400] + " ..."
+    return f"{'#' * level} {name} {{ #{_anchor(name)} }}\n\n```python\n{name}: {type(obj).__name__} = {text}\n```"
+
+
+def _methods(cls, mod):
+    "Public methods and properties defined in `cls`'s own body (inherited ones are documented upstream)."
+    for k, v in vars(cls).items():
+        if k.startswith("_"):
+            continue
+        fn = v.fget if isinstance(v, property) else getattr(v, "__func__", v)
+        if callable(fn) and getattr(fn, "__module__", None) == mod.__name__:
+            yield k, fn
+
+
+def api_entry(mod, name):
+    "Markdown for one exported symbol of `mod`: signature with docments, docstring, and its public methods."
+    from fastcore.docments import can_render
+    _, obj = _resolve(mod, name)
+    level = 4 if "." in name else 3
+    if not callable(obj) or not can_render(obj):
+        body = _render_value(obj, name, level)
+    else:
+        body = _render_callable(obj, name, level)
+        if isinstance(obj, type):
+            body += "".join("\n\n" + _render_callable(fn, f"{name}.{k}", 4) for k, fn in _methods(obj, mod) if can_render(fn))
+    return f'<div class="api-entry" markdown>\n\n{body}\n\n</div>'
+
+
+# ---- pages ----------------------------------------------------------------------------------------------------------
+class Page:
+    "Renders one notebook to Markdown in the site's source tree `docs_dir`."
+
+    def __init__(self, nb_path, docs_dir, pages, symbols):
+        self.nb_path, self.nb = Path(nb_path), _read(nb_path)
+        self.md_path, self.docs_dir, self.pages, self.symbols = page_path(nb_path, self.nb), Path(docs_dir), pages, symbols
+        self.n_files = 0
+
+    def _asset(self, data, ext):
+        "Write `data` beside the page and return its relative link."
+        self.n_files += 1
+        rel = self.md_path.with_suffix("").as_posix().replace("/", "_") + f"_files/out_{self.n_files}.{ext}"
+        dst = self.docs_dir / "assets" / rel
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        dst.write_bytes(data)
+        return _rel(Path("assets") / rel, self.md_path)
+
+    def _fix_link(self, m):
+        bang, text, target = m.groups()
+        if re.match(r"^[a-z][a-z0-9+.-]*:|^#|^/", target, re.I):
+            return m.group(0)
+        path, _, frag = target.partition("#")
+        src = (self.nb_path.parent / path).resolve()
+        if src.suffix == ".ipynb" and src in self.pages:
+            new = _rel(self.pages[src], self.md_path) + (f"#{frag}" if frag else "")
+        elif src.is_file() and ROOT in src.parents and bang:
+            new = self._asset(src.read_bytes(), src.suffix.lstrip("."))
+        elif src.exists() and ROOT in src.parents:  # a repository file outside the site: link to it on the forge
+            new = f"{_git_url()}/blob/main/{src.relative_to(ROOT).as_posix()}" + (f"#{frag}" if frag else "")
+        else:
+            return m.group(0)
+        return f"{bang}[{text}]({new})"
+
+    def _linkify(self, line):
+        "`name` of an exported symbol -> a link to its API entry."
+        def sub(m):
+            target = self.symbols.get(m.group(1))
+            if not target:
+                return m.group(0)
+            page, anchor = target
+            href = ("" if page == self.md_path else _rel(page, self.md_path)) + f"#{anchor}"
+            return f"[`{m.group(1)}`]({href})"
+        return _tick.sub(sub, line)
+
+    def markdown(self, source, attachments=None):
+        for name, data in (attachments or {}).items():
+            for mime, b64 in data.items():
+                if mime in _IMAGES:
+                    source = source.replace(f"attachment:{name}", self._asset(base64.b64decode(_text(b64)), _IMAGES[mime]))
+        out, fence = [], False
+        for line in source.splitlines():
+            if line.lstrip().startswith("```"):
+                fence = not fence
+            out.append(line if fence else self._linkify(_link.sub(self._fix_link, line)))
+        return "\n".join(out)
+
+    def outputs(self, cell):
+        for out in cell.get("outputs", []):
+            kind = out.get("output_type")
+            if kind == "stream":
+                if out.get("name") != "stderr" and _text(out["text"]).strip():
+                    yield f"```text\n{_ansi.sub('', _text(out['text'])).rstrip()}\n```"
+            elif kind == "error":
+                yield f"```text\n{out.get('ename')}: {out.get('evalue')}\n```"
+            else:
+                data = out.get("data", {})
+                if "text/markdown" in data:
+                    yield _text(data["text/markdown"])
+                elif mime := next((k for k in _IMAGES if k in data), None):
+                    yield f"![output]({self._asset(base64.b64decode(_text(data[mime])), _IMAGES[mime])})"
+                elif "image/svg+xml" in data:
+                    yield f"![output]({self._asset(_text(data['image/svg+xml']).encode(), 'svg')})"
+                elif "text/html" in data:
+                    yield f'<div class="nb-output" markdown="0">\n{_text(data["text/html"]).strip()}\n</div>'
+                elif "text/plain" in data:
+                    yield f"```text\n{_ansi.sub('', _text(data['text/plain'])).rstrip()}\n```"
+
+    def render(self, mod=None):
+        exported = set(getattr(mod, "__all__", [])) if mod else set()
+        parts, documented = [], set()
+        for cell in self.nb["cells"]:
+            directives, body = _split_directives(_text(cell["source"]))
+            if _HIDE & set(directives) or not body.strip() and not cell.get("outputs"):
+                continue
+            if cell["cell_type"] == "markdown":
+                parts.append(self.markdown(body, cell.get("attachments")))
+                continue
+            if cell["cell_type"] != "code":
+                continue
+            is_export = bool({"export", "exports"} & set(directives))
+            names = [n for n in _cell_symbols(body, exported) if n not in documented] if is_export and mod else []
+            parts += [api_entry(mod, n) for n in names]
+            documented |= set(names)
+            if "export" in directives:
+                src = "\n".join("    " + line for line in f"```python\n{body}\n```".splitlines())
+                parts.append(f'??? abstract "Exported source"\n\n{src}')
+            elif "echo: false" not in directives and body.strip():
+                parts.append(f"```python\n{body}\n```")
+            if "output: false" not in directives:
+                parts += list(self.outputs(cell))
+        rest = [n for n in getattr(mod, "__all__", []) if n not in documented] if mod else []
+        if rest:
+            parts.append("## Other exports")
+            parts += [api_entry(mod, n) for n in rest]
+        return "\n\n".join(parts) + "\n"
+
+
+def _git_url():
+    m = re.search(r"^git_url\s*=\s*(\S+)", (ROOT / "settings.ini").read_text(), re.M)
+    return m.group(1) if m else ""
+
+
+def symbol_index(mods, pages):
+    "exported name (bare and module-qualified) -> (page, anchor), for linking `name` in prose to its API entry."
+    index = {}
+    for nb_path in mods:
+        name = _default_exp(_read(nb_path))
+        if not name:
+            continue
+        mod = importlib.import_module(f"adaptkit.{name}")
+        for sym in getattr(mod, "__all__", []):
+            index.setdefault(sym, (pages[nb_path.resolve()], _anchor(sym)))
+            index[f"{name}.{sym}"] = index[f"adaptkit.{name}.{sym}"] = (pages[nb_path.resolve()], _anchor(sym))
+    return index
+
+
+def write_sources(docs_dir):
+    "Render every notebook to Markdown under `docs_dir`; return the site's nav."
+    docs_dir = Path(docs_dir)
+    home, mods, tuts = notebooks()
+    pages = {p.resolve(): page_path(p, _read(p)) for p in [home, *mods, *tuts]}
+    symbols = symbol_index(mods, pages)
+    nav = {"Modules": [], "Tutorials": []}
+    for nb_path in [home, *mods, *tuts]:
+        page = Page(nb_path, docs_dir, pages, symbols)
+        name = _default_exp(page.nb)
+        mod = importlib.import_module(f"adaptkit.{name}") if name and nb_path in mods else None
+        dst = docs_dir / page.md_path
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        dst.write_text(page.render(mod), encoding="utf-8")
+        title = _title(page.nb, nb_path.stem)
+        if nb_path in mods:
+            nav["Modules"].append({f"{name or nb_path.stem}: {title}" if name else title: page.md_path.as_posix()})
+        elif nb_path in tuts:
+            nav["Tutorials"].append({title: page.md_path.as_posix()})
+    (docs_dir / "assets").mkdir(exist_ok=True)
+    shutil.copy(ROOT / "docs" / "adaptkit.css", docs_dir / "assets" / "adaptkit.css")
+    return [{"Home": "index.md"}] + [{k: v} for k, v in nav.items() if v]
+
+
+def build(out=ROOT / "_docs"):
+    "Build the whole site into `out` (replaced); return the list of its pages (site-relative URLs)."
+    import logging
+    from mkdocs.commands.build import build as mkdocs_build
+    from mkdocs.config import load_config
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(message)s")
+    out = Path(out).resolve()
+    with tempfile.TemporaryDirectory(prefix="adaptkit-docs-") as tmp:
+        nav = write_sources(tmp)
+        cfg = load_config(str(ROOT / "docs" / "mkdocs.yml"), docs_dir=tmp, site_dir=str(out), nav=nav)
+        mkdocs_build(cfg)
+    return out
+
+
+def main(argv=sys.argv[1:]):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default=str(ROOT / "_docs"), help="site folder (replaced)")
+    args = ap.parse_args(argv)
+    t0 = time.time()
+    out = build(args.out)
+    print(f"docs: built {out} in {time.time() - t0:.1f}s; open {out / 'index.html'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,139 @@
+"""The documentation site: `docs/build.py` (what `make docs` runs) builds it from nbs/, then headless Chromium opens
+every page over a loopback HTTP server: pages load, site-relative links and images resolve (anchors included), every
+exported symbol of a module has its API entry, and the browser logs no error. Screenshots of every page are copied to
+tests/artifacts/docs/ (gitignored)."""
+import functools
+import http.server
+import importlib
+import importlib.util
+import re
+import shutil
+import subprocess
+import sys
+import threading
+import urllib.error
+import urllib.request
+from pathlib import Path
+from urllib.parse import urldefrag, urljoin, urlparse
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+ARTIFACTS = ROOT / "tests" / "artifacts" / "docs"
+INSTALL_HINT = "`make docs` installs them (Debian: apt-get install -y chromium chromium-driver)"
+
+
+def _builder():
+    spec = importlib.util.spec_from_file_location("adaptkit_docs_build", ROOT / "docs" / "build.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _url(md_path):
+    "The site-relative URL MkDocs gives a Markdown page (directory URLs)."
+    p = Path(md_path).with_suffix("")
+    return "" if p.name == "index" and p.parent == Path(".") else p.as_posix() + "/"
+
+
+class _Quiet(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory):
+    out = tmp_path_factory.mktemp("site")
+    res = subprocess.run([sys.executable, "docs/build.py", "--out", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, f"docs build failed:\n{res.stdout}\n{res.stderr}"
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_Quiet, directory=str(out)))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield out, f"http://127.0.0.1:{server.server_address[1]}/", res.stderr
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    driver_bin = shutil.which("chromedriver")
+    if not chromium or not driver_bin:
+        pytest.fail(f"headless Chromium is needed for the docs test but chromium={chromium} chromedriver={driver_bin}: {INSTALL_HINT}")
+    try:
+        from selenium import webdriver
+        from selenium.webdriver.chrome.service import Service
+    except ImportError:
+        pytest.fail("selenium is missing: it is a dev requirement (settings.ini); `make test` installs it")
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = chromium
+    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--window-size=1280,1600",
+                "--disable-extensions", "--no-first-run", "--disable-background-networking"):
+        opts.add_argument(arg)
+    opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    driver = webdriver.Chrome(options=opts, service=Service(executable_path=driver_bin))
+    driver.set_page_load_timeout(30)
+    yield driver
+    driver.quit()
+
+
+def _expected_pages():
+    "(url, kind, module name or None) for the home page, every module notebook and every tutorial, found by glob."
+    b = _builder()
+    home, mods, tuts = b.notebooks()
+    pages = [(_url(b.page_path(home, b._read(home))), "home", None)]
+    pages += [(_url(b.page_path(p, b._read(p))), "module", b._default_exp(b._read(p))) for p in mods]
+    pages += [(_url(b.page_path(p, b._read(p))), "tutorial", None) for p in tuts]
+    return b, pages
+
+
+def _fetch(url):
+    try:
+        with urllib.request.urlopen(url, timeout=10) as r:
+            return r.status, r.read().decode("utf-8", "replace")
+    except urllib.error.HTTPError as e:
+        return e.code, ""
+
+
+def test_docs_site_in_chromium(site, browser):
+    out, base, build_log = site
+    b, pages = _expected_pages()
+    assert len([p for p in pages if p[1] == "module"]) >= 1
+    shots = Path(out).parent / "screenshots"
+    shots.mkdir(exist_ok=True)
+    fetched, problems = {}, []
+    browser.get_log("browser")  # start from an empty log
+    for url, kind, modname in pages:
+        assert (Path(out) / url / "index.html").is_file(), f"no page built for {url or 'home'}"
+        browser.get(base + url)
+        assert browser.execute_script("return document.readyState") == "complete"
+        assert "404" not in browser.title, f"{url}: {browser.title}"
+        assert browser.find_element("css selector", "article h1").text.strip(), f"{url}: page has no title"
+        name = (url.strip("/").replace("/", "_") or "index") + ".png"
+        browser.save_screenshot(str(shots / name))
+        # every site-relative link and image resolves, and so does its #anchor
+        refs = browser.execute_script(
+            "return [...document.querySelectorAll('a[href]')].map(a => a.href)"
+            ".concat([...document.querySelectorAll('img[src], link[href], script[src]')].map(e => e.src || e.href))")
+        for ref in refs:
+            target, frag = urldefrag(ref)
+            if urlparse(target).netloc != urlparse(base).netloc:
+                continue
+            if target not in fetched:
+                fetched[target] = _fetch(target)
+            status, html = fetched[target]
+            if status != 200:
+                problems.append(f"{url or 'home'}: {ref} -> HTTP {status}")
+            elif frag and not re.search(rf'id="{re.escape(frag)}"', html):
+                problems.append(f"{url or 'home'}: {ref} -> no element with id {frag!r}")
+        broken = browser.execute_script("return [...document.images].filter(i => !i.complete || i.naturalWidth === 0).map(i => i.src)")
+        problems += [f"{url or 'home'}: image does not load: {src}" for src in broken]
+        if kind == "module" and modname:
+            mod = importlib.import_module(f"adaptkit.{modname}")
+            ids = set(browser.execute_script("return [...document.querySelectorAll('[id]')].map(e => e.id)"))
+            problems += [f"{url}: no API entry for {modname}.{sym}" for sym in mod.__all__ if b._anchor(sym) not in ids]
+        problems += [f"{url or 'home'}: console: {e['message']}" for e in browser.get_log("browser") if e["level"] == "SEVERE"]
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    for png in shots.glob("*.png"):
+        shutil.copy(png, ARTIFACTS / png.name)
+    assert not problems, "\n".join(problems)
+    assert "WARNING" not in build_log, f"the docs build warned:\n{build_log}"
