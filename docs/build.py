@@ -62,7 +62,8 @@ def page_path(nb_path, nb):
 
 
 def _anchor(name):
-    return re.sub(r"[^\w-]", "", name.replace(".", "-")).lower()
+    "The id of `name`'s API entry: the name itself (case kept, so `LocalHub` and the page title `localhub` differ)."
+    return name
 
 
 def _rel(target, start):
@@ -95,6 +96,13 @@ def _cell_symbols(source, exported):
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
             names += [t.id for t in targets if isinstance(t, ast.Name)]
     return [n for n in names if n in exported or "." in n]
+
+
+def _imports_only(source):
+    try:
+        return all(isinstance(n, (ast.Import, ast.ImportFrom)) for n in ast.parse(source).body)
+    except SyntaxError:
+        return False
 
 
 def _resolve(mod, name):
@@ -183,7 +191,9 @@ class Page:
             if not target:
                 return m.group(0)
             page, anchor = target
-            href = ("" if page == self.md_path else _rel(page, self.md_path)) + f"#{anchor}"
+            href = ("" if page == self.md_path else _rel(page, self.md_path)) + (f"#{anchor}" if anchor else "")
+            if not href:
+                return m.group(0)
             return f"[`{m.group(1)}`]({href})"
         return _tick.sub(sub, line)
 
@@ -236,10 +246,10 @@ class Page:
             names = [n for n in _cell_symbols(body, exported) if n not in documented] if is_export and mod else []
             parts += [api_entry(mod, n) for n in names]
             documented |= set(names)
-            if "export" in directives:
+            if "export" in directives and not _imports_only(body):
                 src = "\n".join("    " + line for line in f"```python\n{body}\n```".splitlines())
                 parts.append(f'??? abstract "Exported source"\n\n{src}')
-            elif "echo: false" not in directives and body.strip():
+            elif "export" not in directives and "echo: false" not in directives and body.strip():
                 parts.append(f"```python\n{body}\n```")
             if "output: false" not in directives:
                 parts += list(self.outputs(cell))
@@ -263,6 +273,7 @@ def symbol_index(mods, pages):
         if not name:
             continue
         mod = importlib.import_module(f"adaptkit.{name}")
+        index[f"adaptkit.{name}"] = (pages[nb_path.resolve()], "")
         for sym in getattr(mod, "__all__", []):
             index.setdefault(sym, (pages[nb_path.resolve()], _anchor(sym)))
             index[f"{name}.{sym}"] = index[f"adaptkit.{name}.{sym}"] = (pages[nb_path.resolve()], _anchor(sym))
@@ -285,7 +296,7 @@ def write_sources(docs_dir):
         dst.write_text(page.render(mod), encoding="utf-8")
         title = _title(page.nb, nb_path.stem)
         if nb_path in mods:
-            nav["Modules"].append({f"{name or nb_path.stem}: {title}" if name else title: page.md_path.as_posix()})
+            nav["Modules"].append({f"adaptkit.{name}" if name == title else title: page.md_path.as_posix()})
         elif nb_path in tuts:
             nav["Tutorials"].append({title: page.md_path.as_posix()})
     (docs_dir / "assets").mkdir(exist_ok=True)
@@ -294,7 +305,7 @@ def write_sources(docs_dir):
 
 
 def build(out=ROOT / "_docs"):
-    "Build the whole site into `out` (replaced); return the list of its pages (site-relative URLs)."
+    "Build the whole site into `out` (replaced) and return its folder."
     import logging
     from mkdocs.commands.build import build as mkdocs_build
     from mkdocs.config import load_config

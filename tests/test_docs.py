@@ -14,7 +14,7 @@ import threading
 import urllib.error
 import urllib.request
 from pathlib import Path
-from urllib.parse import urldefrag, urljoin, urlparse
+from urllib.parse import urldefrag, urlparse
 
 import pytest
 
@@ -125,6 +125,9 @@ def test_docs_site_in_chromium(site, browser):
                 problems.append(f"{url or 'home'}: {ref} -> HTTP {status}")
             elif frag and not re.search(rf'id="{re.escape(frag)}"', html):
                 problems.append(f"{url or 'home'}: {ref} -> no element with id {frag!r}")
+        dup = browser.execute_script("const ids = [...document.querySelectorAll('[id]')].map(e => e.id);"
+                                     "return ids.filter((x, i) => ids.indexOf(x) !== i)")
+        problems += [f"{url or 'home'}: duplicate id {i!r}" for i in dup]
         broken = browser.execute_script("return [...document.images].filter(i => !i.complete || i.naturalWidth === 0).map(i => i.src)")
         problems += [f"{url or 'home'}: image does not load: {src}" for src in broken]
         if kind == "module" and modname:
