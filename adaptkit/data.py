@@ -16,7 +16,8 @@ import datasets
 from .hub import pull
 
 # %% auto #0
-__all__ = ['QAC', 'PREFERENCE', 'HARMFUL_PAIRS', 'SEEDS', 'CLASSIFICATION', 'DataError', 'Schema', 'validate_rows', 'load_rows']
+__all__ = ['QAC', 'PREFERENCE', 'HARMFUL_PAIRS', 'SEEDS', 'PROMPT_COMPLETION', 'CLASSIFICATION', 'DataError', 'Schema',
+           'validate_rows', 'load_rows']
 
 # %% ../nbs/02_data.ipynb #f52feb1c
 class DataError(ValueError):
@@ -34,6 +35,7 @@ QAC = Schema("question/answer/correction", {"question": str, "answer": str, "cor
 PREFERENCE = Schema("preference pairs", {"prompt": str, "chosen": str, "rejected": str}, distinct=(("chosen", "rejected"),))
 HARMFUL_PAIRS = Schema("harmful/harmless pairs", {"prompt": str, "harmful": str, "harmless": str}, distinct=(("harmful", "harmless"),))
 SEEDS = Schema("seed examples", {"prompt": str, "completion": str})
+PROMPT_COMPLETION = Schema("prompt/completion", {"prompt": (str, list), "completion": (str, list)})  # SFT rows: text or chat turns
 CLASSIFICATION = Schema("labelled text", {"text": str, "label": (int, str)})
 
 # %% ../nbs/02_data.ipynb #f7287b20

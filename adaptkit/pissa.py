@@ -18,8 +18,9 @@ from peft.tuners.lora import LoraLayer
 from .hub import read_metadata, write_folder, write_metadata
 
 # %% auto #0
-__all__ = ['NF4_LEVELS', 'pissa_config', 'init_pissa', 'save_pissa_as_lora', 'save_pissa_residual', 'load_pissa_adapter',
-           'nf4_roundtrip', 'qpissa_error', 'quantization_error', 'pissa_sft_config', 'PiSSATrainer']
+__all__ = ['NF4_LEVELS', 'PISSA_RECIPE', 'pissa_config', 'init_pissa', 'save_pissa_as_lora', 'save_pissa_residual',
+           'load_pissa_adapter', 'nf4_roundtrip', 'qpissa_error', 'quantization_error', 'pissa_sft_config',
+           'PiSSATrainer']
 
 # %% ../nbs/10_pissa.ipynb #9c24dc3c
 def pissa_config(
@@ -206,14 +207,16 @@ from trl import SFTConfig, SFTTrainer
 from .hub import model_card, push_folder
 from .models import load_base
 
+# the paper's recipe; bf16 only on a GPU that has it: TRL's default bf16 autocast is slow and lossy on CPUs
+PISSA_RECIPE = {"learning_rate": 2e-5, "lr_scheduler_type": "cosine", "warmup_steps": 0.03, "weight_decay": 0.0,
+                "bf16": torch.cuda.is_available() and torch.cuda.is_bf16_supported(), "report_to": "none"}
+
 def pissa_sft_config(
     output_dir: str | Path,  # where checkpoints and the initial adapter go
     **kwargs,  # any other `SFTConfig` field (overrides the recipe)
 ) -> SFTConfig:
     "An `SFTConfig` with the PiSSA recipe: lr 2e-5, cosine schedule, 3% warm-up; bf16 only on a GPU that has it."
-    bf16 = torch.cuda.is_available() and torch.cuda.is_bf16_supported()  # TRL's default bf16 autocast is slow and lossy on CPUs
-    return SFTConfig(**{"output_dir": str(output_dir), "learning_rate": 2e-5, "lr_scheduler_type": "cosine",
-                        "warmup_steps": 0.03, "weight_decay": 0.0, "bf16": bf16, "report_to": "none", **kwargs})
+    return SFTConfig(**{"output_dir": str(output_dir), **PISSA_RECIPE, **kwargs})
 
 # %% ../nbs/10_pissa.ipynb #d4dc2165
 class PiSSATrainer(SFTTrainer):

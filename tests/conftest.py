@@ -46,3 +46,11 @@ def tiny_model_dir(tiny_tok, tmp_path_factory):
     tiny_causal_lm(tiny_tok).save_pretrained(folder)
     tiny_tok.save_pretrained(folder)
     return folder
+
+
+@pytest.fixture
+def hub(tmp_path):
+    "A LocalHub on loopback with its data in the test's temp folder."
+    from adaptkit.localhub import LocalHub
+    with LocalHub(tmp_path / "hub") as h:
+        yield h

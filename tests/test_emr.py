@@ -17,15 +17,8 @@ from transformers.utils import logging as hf_logging
 import adaptkit.emr as emr
 from adaptkit.emr import EMRBundle, emr_merge, task_arithmetic, ties_merge
 from adaptkit.hub import push_folder
-from adaptkit.localhub import LocalHub
 
 hf_logging.disable_progress_bar()
-
-
-@pytest.fixture
-def hub(tmp_path):
-    with LocalHub(tmp_path / "hub") as h:
-        yield h
 
 
 def classifier(num_labels=2, seed=0, dtype=torch.float32):

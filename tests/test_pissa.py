@@ -7,15 +7,8 @@ from huggingface_hub import HfApi
 from peft import PeftModel
 
 from adaptkit.hub import pull, push_folder
-from adaptkit.localhub import LocalHub
 from adaptkit.models import load_causal_lm, load_tokenizer
 from adaptkit.pissa import PiSSATrainer, pissa_config, pissa_sft_config
-
-
-@pytest.fixture
-def hub(tmp_path):
-    with LocalHub(tmp_path / "hub") as h:
-        yield h
 
 
 def test_train_push_pull_load_on_untouched_base(hub, tiny_model_dir, tmp_path):

@@ -1,0 +1,117 @@
+"""The `adaptkit` command: every recipe in recipes/ runs at tiny scale through a LocalHub with the stock client
+pulling what it pushed; `hub push|pull` record commits; the console script is installed."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from huggingface_hub import HfApi
+from peft import PeftModel
+from transformers import BertConfig, BertForSequenceClassification
+
+from adaptkit.cli import COMMANDS, main
+from adaptkit.emr import EMRBundle
+from adaptkit.hub import pull, push_folder
+from adaptkit.models import load_causal_lm
+
+RECIPES = Path(__file__).resolve().parents[1] / "recipes"
+TINY_TRAIN = ["--max_steps", "2", "--per_device_train_batch_size", "2", "--use_cpu", "true", "--disable_tqdm", "true",
+              "--report_to", "none"]
+
+
+def run(argv, capsys) -> dict:
+    "Run the command in-process; its printed JSON result."
+    assert main([str(a) for a in argv]) == 0
+    return json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+
+
+def jsonl(path: Path, rows: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def test_every_recipe_names_a_command_and_only_its_fields():
+    "A recipe with a typo'd key fails in TrlParser; this catches it without training anything."
+    names = {p.stem for p in RECIPES.glob("*.yaml")}
+    assert {"pissa", "aligner", "emr"} <= names
+    for path in RECIPES.glob("*.yaml"):
+        from adaptkit.cli import parser_for
+        import yaml
+        parser, keys = parser_for(path.stem), yaml.safe_load(path.read_text())
+        assert not parser.set_defaults_with_config(**keys), f"{path.name}: keys no {path.stem} option reads"
+
+
+def test_pissa_recipe_pushes_a_plain_lora(hub, tiny_model_dir, tmp_path, capsys):
+    commit = push_folder(tiny_model_dir, "team/tiny", endpoint=hub.endpoint)
+    data = jsonl(tmp_path / "train.jsonl", [{"prompt": f"{i} plus {i} is", "completion": f" {2 * i}."} for i in range(8)])
+    res = run(["pissa", "--config", RECIPES / "pissa.yaml", "--model_name_or_path", "team/tiny", "--dataset_name", data,
+               "--lora_r", "4", "--lora_alpha", "4", "--pissa_niter", "2", "--output_dir", tmp_path / "out", *TINY_TRAIN,
+               "--push_to_hub", "true", "--hub_model_id", "team/tiny-pissa", "--hub_endpoint", hub.endpoint], capsys)
+    assert res["repo_id"] == "team/tiny-pissa" and res["steps"] == 2
+    info = HfApi(endpoint=hub.endpoint).model_info("team/tiny-pissa")
+    assert info.sha == res["commit"] and info.card_data.base_model == "team/tiny"
+    adapter = pull("team/tiny-pissa", revision=res["commit"], endpoint=hub.endpoint)
+    assert json.loads((adapter / "adapter_config.json").read_text())["r"] == 8  # 2r: the plain-LoRA form
+    assert commit in (adapter / "README.md").read_text()  # the base's commit, pinned
+    model = PeftModel.from_pretrained(load_causal_lm("team/tiny", endpoint=hub.endpoint), adapter)
+    assert torch.isfinite(model(torch.tensor([[1, 2, 3]])).logits).all()
+
+
+def test_aligner_recipe_with_lora_saves_template(tiny_model_dir, tmp_path, capsys):
+    rows = [{"question": f"what is {i} plus {i}?", "answer": f"{i}", "correction": f"{2 * i}"} for i in range(10)]
+    res = run(["aligner", "--config", RECIPES / "aligner.yaml", "--model_name_or_path", tiny_model_dir,
+               "--dataset_name", jsonl(tmp_path / "qac.jsonl", rows), "--lora_r", "2", "--lora_alpha", "4",
+               "--output_dir", tmp_path / "out", *TINY_TRAIN], capsys)
+    assert res["warmup_rows"] == 2 and Path(res["aligner"]).is_dir()
+    from adaptkit.aligner import ALIGNER_V1_TEMPLATE, Aligner
+    assert Aligner.from_pretrained(res["aligner"]).template == ALIGNER_V1_TEMPLATE
+
+
+def test_bad_rows_fail_before_training(tiny_model_dir, tmp_path, capsys):
+    bad = jsonl(tmp_path / "qac.jsonl", [{"question": "q", "answer": "a", "correction": ""}])
+    code = main(["aligner", "--model_name_or_path", str(tiny_model_dir), "--dataset_name", str(bad),
+                 "--output_dir", str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert code == 2 and "row 0, column 'correction': empty text" in err
+    assert not (tmp_path / "out").exists()
+
+
+def tiny_classifier(seed: int, labels: int = 2) -> BertForSequenceClassification:
+    torch.manual_seed(seed)
+    return BertForSequenceClassification(BertConfig(vocab_size=64, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                                                    intermediate_size=32, max_position_embeddings=32, num_labels=labels))
+
+
+def test_emr_recipe_merges_repo_ids_and_pushes_a_bundle(hub, tmp_path, capsys):
+    base = tiny_classifier(0)
+    base.save_pretrained(tmp_path / "base")
+    push_folder(tmp_path / "base", "team/base", endpoint=hub.endpoint)
+    for i, task in enumerate(["a", "b"]):
+        ft = tiny_classifier(0, labels=2 + i)
+        with torch.no_grad():
+            for p in ft.bert.parameters(): p.add_(0.01 * torch.randn_like(p))
+        ft.save_pretrained(tmp_path / task)
+        push_folder(tmp_path / task, f"team/{task}", endpoint=hub.endpoint)
+    res = run(["emr", "--config", RECIPES / "emr.yaml", "--pretrained", "team/base", "--finetuned", "a=team/a", "b=team/b",
+               "--output_dir", tmp_path / "bundle", "--push_to_hub", "true", "--hub_model_id", "team/merged",
+               "--hub_endpoint", hub.endpoint], capsys)
+    assert res["tasks"] == ["a", "b"] and res["repo_id"] == "team/merged"
+    bundle = EMRBundle.from_pretrained("team/merged", revision=res["commit"], endpoint=hub.endpoint)
+    assert bundle.load_task_model("b").config.num_labels == 3
+
+
+def test_hub_push_and_pull_print_commits(hub, tiny_model_dir, tmp_path, capsys):
+    pushed = run(["hub", "push", "--folder", tiny_model_dir, "--repo_id", "team/x", "--hub_endpoint", hub.endpoint], capsys)
+    pulled = run(["hub", "pull", "--repo_id", "team/x", "--hub_endpoint", hub.endpoint], capsys)
+    assert pulled["commit"] == pushed["commit"] and (Path(pulled["folder"]) / "config.json").exists()
+    assert main(["hub", "pull", "--hub_endpoint", hub.endpoint]) == 2
+    assert "missing --repo_id" in capsys.readouterr().err
+
+
+def test_console_script_lists_every_command():
+    exe = Path(sys.executable).parent / "adaptkit"
+    out = subprocess.run([str(exe), "--help"], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0
+    for name in COMMANDS: assert name in out.stdout
