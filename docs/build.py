@@ -187,7 +187,8 @@ class Page:
     def _linkify(self, line):
         "`name` of an exported symbol -> a link to its API entry."
         def sub(m):
-            target = self.symbols.get(m.group(1))
+            here = self.symbols.get(f"{self.md_path.as_posix()}:{m.group(1)}")  # this page's own symbol first
+            target = here or self.symbols.get(m.group(1))
             if not target:
                 return m.group(0)
             page, anchor = target
@@ -276,7 +277,8 @@ def symbol_index(mods, pages):
         index[f"adaptkit.{name}"] = (pages[nb_path.resolve()], "")
         for sym in getattr(mod, "__all__", []):
             index.setdefault(sym, (pages[nb_path.resolve()], _anchor(sym)))
-            index[f"{name}.{sym}"] = index[f"adaptkit.{name}.{sym}"] = (pages[nb_path.resolve()], _anchor(sym))
+            page = pages[nb_path.resolve()]
+            index[f"{name}.{sym}"] = index[f"adaptkit.{name}.{sym}"] = index[f"{page.as_posix()}:{sym}"] = (page, _anchor(sym))
     return index
 
 

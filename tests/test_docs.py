@@ -140,3 +140,33 @@ def test_docs_site_in_chromium(site, browser):
         shutil.copy(png, ARTIFACTS / png.name)
     assert not problems, "\n".join(problems)
     assert "WARNING" not in build_log, f"the docs build warned:\n{build_log}"
+
+
+def test_stored_outputs_render(tmp_path, monkeypatch):
+    "A tutorial's committed outputs (text, plots, HTML and Markdown tables) reach its page as they are; stderr does not."
+    import base64
+    import json
+    b = _builder()
+    nbs = tmp_path / "nbs"
+    (nbs / "tutorials").mkdir(parents=True)
+    png = base64.b64decode("iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg==")
+    code = lambda src, outs: {"cell_type": "code", "execution_count": 1, "metadata": {}, "source": src, "outputs": outs}
+    cells = [{"cell_type": "markdown", "metadata": {}, "source": "# A tutorial\n\nProse."},
+             code("#| slow\nprint('hi')", [{"output_type": "stream", "name": "stdout", "text": ["accuracy 0.93\n"]},
+                                           {"output_type": "stream", "name": "stderr", "text": ["progress bar noise\n"]}]),
+             code("plot()", [{"output_type": "display_data", "metadata": {},
+                              "data": {"image/png": base64.b64encode(png).decode(), "text/plain": "<Figure>"}}]),
+             code("df", [{"output_type": "execute_result", "execution_count": 2, "metadata": {},
+                          "data": {"text/html": "<table><tr><td>lora</td><td>0.41</td></tr></table>", "text/plain": "df"}}]),
+             code("#| echo: false\nshow()", [{"output_type": "display_data", "metadata": {},
+                                              "data": {"text/markdown": "| method | acc |\n|---|---|\n| pissa | 0.5 |"}}]),
+             code("#| hide\nsecret = 1", [])]
+    nb_path = nbs / "tutorials" / "t.ipynb"
+    nb_path.write_text(json.dumps({"cells": cells, "metadata": {}, "nbformat": 4, "nbformat_minor": 5}))
+    monkeypatch.setattr(b, "NBS", nbs)
+    md = b.Page(nb_path, tmp_path / "docs", {}, {}).render()
+    assert "# A tutorial" in md and "accuracy 0.93" in md and "progress bar noise" not in md
+    assert "<td>0.41</td>" in md and "| pissa | 0.5 |" in md
+    assert "show()" not in md and "secret" not in md and "#| slow" not in md and "print('hi')" in md
+    img = re.search(r"!\[output\]\(([^)]+)\)", md).group(1)
+    assert (tmp_path / "docs" / "tutorials" / img).resolve().read_bytes() == png
