@@ -135,6 +135,16 @@ def test_docs_site_in_chromium(site, browser):
             ids = set(browser.execute_script("return [...document.querySelectorAll('[id]')].map(e => e.id)"))
             problems += [f"{url}: no API entry for {modname}.{sym}" for sym in mod.__all__ if b._anchor(sym) not in ids]
         problems += [f"{url or 'home'}: console: {e['message']}" for e in browser.get_log("browser") if e["level"] == "SEVERE"]
+    # the search box finds an API entry (MkDocs' prebuilt index, searched in the browser, offline)
+    from selenium.webdriver.support.ui import WebDriverWait
+    browser.get(base)
+    box = browser.find_element("css selector", "input[data-md-component=search-query]")
+    box.click()
+    box.send_keys("push_folder")
+    hits = WebDriverWait(browser, 15).until(lambda d: d.find_elements("css selector", ".md-search-result__item"))
+    assert any("push_folder" in h.text for h in hits), [h.text for h in hits]
+    browser.save_screenshot(str(shots / "search.png"))
+    problems += [f"search: console: {e['message']}" for e in browser.get_log("browser") if e["level"] == "SEVERE"]
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     for png in shots.glob("*.png"):
         shutil.copy(png, ARTIFACTS / png.name)
