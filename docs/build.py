@@ -120,6 +120,34 @@ def _render_callable(obj, name, level):
     return f"{'#' * level} {name} {{ #{_anchor(name)} }}\n\n{md}"
 
 
+def _render_dataclass(obj, name, level):
+    "A dataclass as its own fields with defaults and help (from `field(metadata={'help': ...})` or docments)."
+    import dataclasses
+    import inspect
+    from fastcore.docments import docments
+    own = obj.__dict__.get("__annotations__", {})
+    try:
+        comments = docments(obj, full=False)
+    except Exception:
+        comments = {}
+    lines = []
+    for f in dataclasses.fields(obj):
+        if f.name not in own:
+            continue
+        typ = f.type if isinstance(f.type, str) else inspect.formatannotation(f.type)
+        default = repr(f.default) if f.default is not dataclasses.MISSING else (
+            "<factory>" if f.default_factory is not dataclasses.MISSING else None)
+        help_ = f.metadata.get("help") or comments.get(f.name)
+        lines.append(f"    {f.name}: {typ}" + (f" = {default}" if default is not None else "") + (f"  # {help_}" if help_ else ""))
+    bases = [b.__name__ for b in obj.__bases__ if b is not object]
+    code = f"@dataclass\nclass {obj.__name__}" + (f"({', '.join(bases)})" if bases else "") + ":\n" + ("\n".join(lines) or "    ...")
+    doc = inspect.getdoc(obj) or ""
+    doc = "" if doc.startswith(f"{obj.__name__}(") else re.sub(r"^(\s*)(.+)", r"\1*\2*", doc, count=1)
+    parent = next((b for b in obj.__mro__[1:] if dataclasses.is_dataclass(b)), None)
+    more = f"\n\nEvery other field comes from `{parent.__name__}` ({parent.__module__})." if parent else ""
+    return f"{'#' * level} {name} {{ #{_anchor(name)} }}\n\n```python\n{code}\n```" + (f"\n\n{doc}" if doc else "") + more
+
+
 def _render_value(obj, name, level):
     text = repr(obj)
     text = text if len(text) <= 400 else text[:400] + " ..."
@@ -144,7 +172,9 @@ def api_entry(mod, name):
     if not callable(obj) or not can_render(obj):
         body = _render_value(obj, name, level)
     else:
-        body = _render_callable(obj, name, level)
+        import dataclasses
+        is_dc = isinstance(obj, type) and dataclasses.is_dataclass(obj)
+        body = _render_dataclass(obj, name, level) if is_dc else _render_callable(obj, name, level)
         if isinstance(obj, type):
             body += "".join("\n\n" + _render_callable(fn, f"{name}.{k}", 4) for k, fn in _methods(obj, mod) if can_render(fn))
     return f'<div class="api-entry" markdown>\n\n{body}\n\n</div>'
