@@ -166,9 +166,16 @@ def _methods(cls, mod):
 
 def api_entry(mod, name):
     "Markdown for one exported symbol of `mod`: signature with docments, docstring, and its public methods."
-    from fastcore.docments import can_render
     _, obj = _resolve(mod, name)
     level = 4 if "." in name else 3
+    try:
+        return _api_entry(mod, name, obj, level)
+    except Exception as e:  # an object the renderers cannot take still gets its entry (and anchor)
+        return f'<div class="api-entry" markdown>\n\n{_render_value(obj, name, level)}\n\n({type(e).__name__} rendering it)\n\n</div>'
+
+
+def _api_entry(mod, name, obj, level):
+    from fastcore.docments import can_render
     if not callable(obj) or not can_render(obj):
         body = _render_value(obj, name, level)
     else:
