@@ -94,7 +94,7 @@ def _fetch(url):
         return e.code, ""
 
 
-def test_docs_site_in_chromium(site, browser):
+def test_docs_site_in_chromium(browser, site):  # browser first: no Chromium fails before the build
     out, base, build_log = site
     b, pages = _expected_pages()
     assert len([p for p in pages if p[1] == "module"]) >= 1
