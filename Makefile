@@ -43,12 +43,6 @@ $(OLAH):
 	@test -x .venv-olah/bin/python || $(PYTHON) -m venv .venv-olah
 	.venv-olah/bin/pip install -q olah==0.5.4
 
-pytest: $(STAMP) $(OLAH)
-	$(BIN)/python -m pytest tests/
-
-readme: $(STAMP)
-	$(BIN)/python docs/make_readme.py
-
 # The docs site (MkDocs, from nbs/, no Quarto) goes to _docs/; tests/test_docs.py opens it in Debian's headless Chromium.
 CHROMEDRIVER := /usr/bin/chromedriver
 $(CHROMEDRIVER):
@@ -56,6 +50,12 @@ $(CHROMEDRIVER):
 
 docs: $(STAMP) $(CHROMEDRIVER)
 	$(BIN)/python docs/build.py
+
+pytest: $(STAMP) $(OLAH) $(CHROMEDRIVER)
+	$(BIN)/python -m pytest tests/
+
+readme: $(STAMP)
+	$(BIN)/python docs/make_readme.py
 
 bench: $(STAMP)
 	@for f in benchmarks/*.py; do echo "== $$f"; $(BIN)/python $$f || exit 1; done
