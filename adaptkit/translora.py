@@ -337,7 +337,9 @@ class Filtered:
     threshold: float  # the threshold applied
 
     @property
-    def kept_fraction(self) -> float: return len(self.kept) / max(1, len(self.scores))
+    def kept_fraction(self) -> float:
+        "Kept prompts / prompts scored."
+        return len(self.kept) / max(1, len(self.scores))
 
 def filter_prompts(
     discriminator: Discriminator,  # the trained discriminator
@@ -515,7 +517,9 @@ class TransferResult:
     commit: str | None = None  # the Hub commit when pushed
 
     @property
-    def kept_fraction(self) -> float: return self.counts["kept"] / max(1, self.counts["synthetic"])
+    def kept_fraction(self) -> float:
+        "Kept prompts / synthetic prompts (1.0 without a discriminator)."
+        return self.counts["kept"] / max(1, self.counts["synthetic"])
 
 @contextmanager
 def _timed(timings: dict, stage: str):
