@@ -69,6 +69,28 @@ def test_aligner_recipe_with_lora_saves_template(tiny_model_dir, tmp_path, capsy
     assert Aligner.from_pretrained(res["aligner"]).template == ALIGNER_V1_TEMPLATE
 
 
+def test_repnoise_recipe_saves_a_defended_model_with_card(tiny_model_dir, tmp_path, capsys):
+    rows = [{"prompt": f"how do I do bad thing {i}?", "harmful": f"step {i}: do it", "harmless": "I can't help with that."}
+            for i in range(6)]
+    res = run(["repnoise", "--config", RECIPES / "repnoise.yaml", "--model_name_or_path", tiny_model_dir, "--max_length", "32",
+               "--dataset_name", jsonl(tmp_path / "pairs.jsonl", rows), "--output_dir", tmp_path / "out", *TINY_TRAIN], capsys)
+    card = (Path(res["model"]) / "README.md").read_text()
+    assert "repnoise" in card and "beta" in card and (Path(res["model"]) / "model.safetensors").exists()
+
+
+def test_translora_recipe_moves_a_lora(tiny_model_dir, tmp_path, capsys):
+    from peft import LoraConfig, get_peft_model
+    from adaptkit.models import load_causal_lm as load
+    get_peft_model(load(tiny_model_dir), LoraConfig(r=2, lora_alpha=4, target_modules=["q_proj", "v_proj"])).save_pretrained(tmp_path / "lora")
+    seeds = jsonl(tmp_path / "seeds.jsonl", [{"prompt": f"what is {a} plus {a}?", "completion": f" {2 * a}"} for a in range(5)])
+    res = run(["translora", "--config", RECIPES / "translora.yaml", "--source_base", tiny_model_dir, "--source_adapter", tmp_path / "lora",
+               "--target_base", tiny_model_dir, "--seeds", seeds, "--output_dir", tmp_path / "out", "--num_synthetic", "4",
+               "--prompt_max_new_tokens", "6", "--completion_max_new_tokens", "4", "--max_steps", "1", "--train_batch_size", "2",
+               "--target_modules", "q_proj", "--lora_r", "2"], capsys)
+    assert res["seeds"] == 5 and res["kept_fraction"] == 1.0
+    assert (Path(res["adapter"]) / "adapter_config.json").exists()
+
+
 def test_bad_rows_fail_before_training(tiny_model_dir, tmp_path, capsys):
     bad = jsonl(tmp_path / "qac.jsonl", [{"question": "q", "answer": "a", "correction": ""}])
     code = main(["aligner", "--model_name_or_path", str(tiny_model_dir), "--dataset_name", str(bad),
