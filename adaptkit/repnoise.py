@@ -296,9 +296,19 @@ def _check_rows(rows: Sequence[Mapping], column: str, source: str):
         for c in ("prompt", column):
             if not isinstance(r.get(c), str) or not r[c].strip(): raise DataError(f"{source}, row {i}, column {c!r}: missing or empty text")
 
-# %% ../nbs/12_repnoise.ipynb #293c1ff0
-def finetune(model, rows: Sequence[Mapping], *, tokenizer, column: str, lr: float, steps: int, seed: int,
-             batch_size: int = 4, max_length: int = 256):
+# %% ../nbs/12_repnoise.ipynb #e330af9f
+def finetune(
+    model,  # the model to fine-tune (left untouched; a PEFT model is merged into the copy)
+    rows: Sequence[Mapping],  # rows with a `prompt` and `column`
+    *,
+    tokenizer,  # the model's tokenizer
+    column: str,  # the answer column to train on
+    lr: float,  # constant AdamW learning rate
+    steps: int,  # optimiser steps
+    seed: int,  # fixes the sampled batches and any dropout
+    batch_size: int = 4,  # rows per step
+    max_length: int = 256,  # longest prompt + answer
+):
     "A fine-tuned copy of `model` (all weights, AdamW at constant `lr`) on prompt -> `column` answers of `rows`."
     _check_rows(rows, column, "fine-tuning rows")
     tuned = copy.deepcopy(model)
@@ -373,12 +383,13 @@ class RefusalClassifier:
         return F.normalize(x, dim=1)
 
     def fit(self, texts: Sequence[str], refused: Sequence[int], *, steps: int = 300, lr: float = 0.5, l2: float = 1e-3):
-        "Fit on texts labelled 1 (refusal) or 0 (compliance) by full-batch gradient descent; returns self."
+        "Fit on texts labelled 1 (refusal) or 0 (compliance), classes weighted to balance, full-batch Adam; returns self."
         x, y = self.features(texts), torch.tensor(refused, dtype=torch.float32)
+        if not 0 < y.sum() < len(y): raise ValueError("fit needs both refusals (1) and compliances (0)")
         w, b = torch.zeros(self.dim, requires_grad=True), torch.zeros((), requires_grad=True)
-        opt = torch.optim.Adam([w, b], lr=lr)
+        opt, balance = torch.optim.Adam([w, b], lr=lr), (len(y) - y.sum()) / y.sum()
         for _ in range(steps):
-            loss = F.binary_cross_entropy_with_logits(x @ w + b, y) + l2 * w.pow(2).sum()
+            loss = F.binary_cross_entropy_with_logits(x @ w + b, y, pos_weight=balance) + l2 * w.pow(2).sum()
             opt.zero_grad(); loss.backward(); opt.step()
         self.weight, self.bias = w.detach(), b.detach()
         return self
@@ -525,7 +536,8 @@ def defence_settings(args: RepNoiseConfig, rows: int) -> dict:
     "The settings of a RepNoise run that its card and metadata record."
     keys = ("alpha", "beta", "mmd_kernels", "mmd_multiplier", "layers", "max_length", "learning_rate", "num_train_epochs",
             "max_steps", "per_device_train_batch_size", "gradient_accumulation_steps", "lr_scheduler_type", "warmup_steps", "seed")
-    return {**{k: getattr(args, k) for k in keys}, "rows": rows}
+    value = lambda v: getattr(v, "value", v)  # enums (the scheduler type) as their plain value
+    return {**{k: value(getattr(args, k)) for k in keys}, "rows": rows}
 
 def report_results(report: Mapping | None, dataset: str = "harmful-finetuning-eval") -> list[dict]:
     "`model-index` results from an immunisation report: each model's post-attack means per lr and its benign loss."
@@ -540,9 +552,15 @@ def report_results(report: Mapping | None, dataset: str = "harmful-finetuning-ev
                     "metric_name": f"{model}: benign loss before attack", "value": round(m["benign_loss"], 4)})
     return out
 
-# %% ../nbs/12_repnoise.ipynb #7c0c5ce2
-def repnoise_card(name: str, *, base_model: str | None, settings: dict, report: Mapping | None = None,
-                  datasets: list[str] | None = None):
+# %% ../nbs/12_repnoise.ipynb #5fd48052
+def repnoise_card(
+    name: str,  # the artifact's name
+    *,
+    base_model: str | None,  # the base's Hub repo id
+    settings: dict,  # `defence_settings(...)`
+    report: Mapping | None = None,  # an `immunisation_report`
+    datasets: list[str] | None = None,  # training data names
+):
     "The model card of a RepNoise-defended model."
     usage = (f"from adaptkit.models import load_causal_lm, load_tokenizer\n\nmodel = load_causal_lm({name!r})\n"
              f"tok = load_tokenizer({name!r})")
