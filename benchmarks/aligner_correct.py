@@ -25,6 +25,14 @@ def pairs():
 
 
 def main():
+    global N_PAIRS, NEW_TOKENS, REPEATS
+    import argparse
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--pairs", type=int, default=N_PAIRS, help="question/answer pairs corrected per variant")
+    ap.add_argument("--new-tokens", type=int, default=NEW_TOKENS, help="tokens generated per correction")
+    ap.add_argument("--repeats", type=int, default=REPEATS, help="runs per variant (median reported)")
+    a = ap.parse_args()
+    N_PAIRS, NEW_TOKENS, REPEATS = a.pairs, a.new_tokens, a.repeats
     folder = smollm2()
     aligner = Aligner(load_causal_lm(folder), load_tokenizer(folder))
     qs, answers = pairs()
