@@ -228,6 +228,7 @@ def bench_size(label: str, dims: tuple, work: Path, repeats: int, ns: list[int])
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="small models (~4M and ~12M parameters), 2 repeats")
+    ap.add_argument("--sizes", nargs="+", choices=[*SIZES, *QUICK_SIZES], default=None, help="only these model sizes")
     ap.add_argument("--threads", type=int, default=None, help="torch threads in every variant (default: torch's own)")
     ap.add_argument("--repeats", type=int, default=None, help="runs per variant (default 3; 2 with --quick)")
     ap.add_argument("--workdir", default=None, help="where the temporary models go (default: the system temp folder)")
@@ -239,6 +240,7 @@ def main():
     THREADS = args.threads
     import torch
     sizes, repeats = (QUICK_SIZES, args.repeats or 2) if args.quick else (SIZES, args.repeats or 3)
+    if args.sizes: sizes = {k: {**SIZES, **QUICK_SIZES}[k] for k in args.sizes}
     out = Path(args.out) if args.out else (Path(tempfile.mkstemp(prefix="emr-quick-", suffix=".json")[1]) if args.quick else OUT)
     work = Path(tempfile.mkdtemp(prefix="adaptkit-emr-bench-", dir=args.workdir))
     result = {"benchmark": "emr_merge", "quick": args.quick, "repeats": repeats, "dtype": "float32",
