@@ -7,11 +7,12 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
 from huggingface_hub import HfApi
 from peft import PeftModel
 from transformers import BertConfig, BertForSequenceClassification
 
-from adaptkit.cli import COMMANDS, main
+from adaptkit.cli import COMMANDS, main, parser_for
 from adaptkit.emr import EMRBundle
 from adaptkit.hub import pull, push_folder
 from adaptkit.models import load_causal_lm
@@ -37,8 +38,6 @@ def test_every_recipe_names_a_command_and_only_its_fields():
     names = {p.stem for p in RECIPES.glob("*.yaml")}
     assert {"pissa", "aligner", "emr"} <= names
     for path in RECIPES.glob("*.yaml"):
-        from adaptkit.cli import parser_for
-        import yaml
         parser, keys = parser_for(path.stem), yaml.safe_load(path.read_text())
         assert not parser.set_defaults_with_config(**keys), f"{path.name}: keys no {path.stem} option reads"
 
