@@ -8,13 +8,14 @@ from __future__ import annotations
 import fnmatch
 import json
 import math
-import os
 import re
 import shutil
 import struct
 import tempfile
 import weakref
+from collections import deque
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,22 +31,23 @@ __all__ = ['FORMAT', 'VERSION', 'emr_elect', 'pack_mask', 'unpack_mask', 'emr_me
            'task_arithmetic', 'ties_merge']
 
 # %% ../nbs/14_emr.ipynb #ce73b4ba
-_PLUS, _MINUS = torch.tensor(1.0), torch.tensor(-1.0)
+def _elect_(taus: torch.Tensor, flag: torch.Tensor, maskf: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    "Elect in place: `taus` (tasks, n) become `τ_t · flag` and `maskf` the masks as 0/1 floats; return `τ_uni` and `|τ_uni|`."
+    torch.gt(torch.mean(taus, 0, out=flag), 0, out=flag)  # the official code's sign of the mean: exact zeros elect -1
+    flag.mul_(2).sub_(1)
+    taus.mul_(flag)  # τ_t · flag: |τ_t| where the signs agree, <= 0 elsewhere
+    torch.gt(taus, 0, out=maskf)  # M_t
+    top = torch.amax(taus, 0).clamp_min_(0).add_(0.0)  # max_t |M_t ⊙ τ_t|; +0 where no task agrees, as the official code
+    return top * flag, top
 
 def emr_elect(
     taus: torch.Tensor,  # one tensor's task vectors stacked on dim 0: shape (tasks, *shape), float32
-    work: tuple | None = None,  # buffers to reuse: masks (bool, like `taus`), flag, top, buf (float32, like `taus[0]`)
 ) -> tuple[torch.Tensor, torch.Tensor]:
     "Elect and mask: the unified task vector `τ_uni` and the tasks' boolean masks, exactly as the official code."
-    masks, flag, top, buf = work or (torch.empty(taus.shape, dtype=torch.bool), *(torch.empty(taus.shape[1:]) for _ in "ftb"))
-    torch.gt(torch.mean(taus, 0, out=buf), 0, out=masks[0])  # the official code's sign of the mean: exact zeros elect -1
-    torch.where(masks[0], _PLUS, _MINUS, out=flag)
-    top.zero_()
-    for t, tau in enumerate(taus):  # a task at a time, into the buffers: no temporaries of all the tasks
-        torch.mul(tau, flag, out=buf)  # τ_t · flag: |τ_t| where the signs agree, <= 0 elsewhere
-        torch.gt(buf, 0, out=masks[t])
-        torch.maximum(top, buf, out=top)  # max_t |M_t ⊙ τ_t| = |τ_uni|, since top starts at 0
-    return flag.mul_(top), masks  # τ_uni (in flag's buffer); top keeps |τ_uni|
+    flat = taus.reshape(len(taus), -1).float().clone()
+    maskf = torch.empty_like(flat)
+    uni, _ = _elect_(flat, torch.empty(flat.shape[1]), maskf)
+    return uni.reshape(taus.shape[1:]), maskf.bool().reshape(taus.shape)
 
 class _Rescalers:
     "Running sums for the rescalers: per-tensor means in float32 (as the official code) or global sums in float64."
@@ -53,17 +55,19 @@ class _Rescalers:
         self.mode = mode
         self.num, self.den = (torch.zeros(n, dtype=torch.float32 if mode == "tensor_mean" else torch.float64) for _ in "nd")
 
-    def _term(self, x: torch.Tensor, numel: int):
-        "One tensor's (or chunk's) share: its float32 mean when whole (the official value), else its float64 sum / numel."
-        if self.mode == "global": return x.sum(dtype=torch.float64)
-        return x.mean() if x.numel() == numel else (x.sum(dtype=torch.float64) / numel).float()
-
-    def add(self, taus, top, masks, numel: int, buf=None) -> bool:
-        "Add one chunk of a tensor of `numel` parameters (`top` = |τ_uni|); False if a sum stops being finite (NaN/Inf inputs)."
-        if taus.shape[1] == 0: return True  # an empty tensor has no mean; it changes nothing
-        for t in range(len(taus)):
-            self.num[t] += self._term(torch.abs(taus[t], out=buf), numel)
-            self.den[t] += self._term(torch.mul(top, masks[t], out=buf), numel)  # |τ_uni ⊙ M_t| = |τ_uni| ⊙ M_t
+    def add(self, elected: torch.Tensor, top: torch.Tensor, maskf: torch.Tensor, numel: int) -> bool:
+        """Add one chunk of a tensor of `numel` parameters, from `_elect_`'s `elected` (`τ_t · flag`, made `|τ_t|`), `top`
+        (`|τ_uni|`) and `maskf` (overwritten); False if a sum stops being finite (NaN/Inf inputs)."""
+        if elected.shape[1] == 0: return True  # an empty tensor has no mean; it changes nothing
+        num = elected.abs_()  # |τ_t · flag| = |τ_t|
+        if self.mode == "tensor_mean" and elected.shape[1] == numel:  # a whole tensor: the official float32 means, bit for bit
+            self.num += num.mean(1)
+            self.den += maskf.mul_(top).mean(1)  # |τ_uni ⊙ M_t| = |τ_uni| ⊙ M_t
+        else:  # a chunk (or global sums): float32 sums of the chunk, added in the accumulators' precision
+            num, den = num.sum(1).double(), torch.mv(maskf, top).double()
+            if self.mode == "tensor_mean": num, den = (num / numel).float(), (den / numel).float()
+            self.num += num
+            self.den += den
         return bool(torch.isfinite(self.num).all() and torch.isfinite(self.den).all())
 
     def values(self) -> list[float]:
@@ -163,7 +167,7 @@ def _header(path: Path) -> dict:
 class _Files:
     "The tensors of one or more safetensors files: specs from the headers, one tensor (or rows of one) read at a time."
     def __init__(self, paths: list[Path]):
-        self.specs, self.file, self.where = {}, {}, {}
+        self.specs, self.file, self.where, self._open = {}, {}, {}, {}
         for p in paths:
             for k, v in _header(p).items():
                 self.specs[k], self.file[k], self.where[k] = (v["dtype"], tuple(v["shape"])), p, v["data_offsets"]
@@ -173,14 +177,22 @@ class _Files:
         with safe_open(self.file[name], framework="pt") as f:
             return f.get_tensor(name) if rows is None else f.get_slice(name)[rows[0]:rows[1]]
 
-    def prefetch(self, name: str, rows: tuple | None = None):
-        "Ask the kernel to read `name` (`rows`) from disk in the background (posix_fadvise), so reading overlaps compute."
-        if name not in self.file or not hasattr(os, "posix_fadvise"): return
+    def read_into(self, name: str, rows: tuple | None, buf: torch.Tensor) -> torch.Tensor:
+        "Tensor `name` (`rows`) read straight into the uint8 tensor `buf` (the only copy), returned flat in its dtype."
         (a, b), shape = self.where[name], self.specs[name][1]
         if rows is not None: a, b = (a + (b - a) * r // shape[0] for r in rows)
-        fd = os.open(self.file[name], os.O_RDONLY)
-        try: os.posix_fadvise(fd, a, b - a, os.POSIX_FADV_WILLNEED)
-        finally: os.close(fd)
+        if (f := self._open.get(self.file[name])) is None: f = self._open[self.file[name]] = open(self.file[name], "rb", buffering=0)
+        view, got = memoryview(buf[:b - a].numpy()), 0
+        f.seek(a)
+        while got < b - a:
+            if not (n := f.readinto(view[got:])): raise EOFError(f"{self.file[name]}: file ends inside tensor {name!r}")
+            got += n
+        return buf[:b - a].view(_DTYPES[self.specs[name][0]])
+
+    def close(self):
+        "Close the files `read_into` opened."
+        for f in self._open.values(): f.close()
+        self._open.clear()
 
     @classmethod
     def of_folder(cls, folder: Path) -> "_Files":
@@ -197,14 +209,17 @@ class _Files:
         raise FileNotFoundError(f"{folder}: no model.safetensors or model.safetensors.index.json{hint}")
 
 class _Model:
-    "A full model: tensor specs, a reader of one tensor, its config and where it came from."
+    "A full model: tensor specs, a reader of one tensor, its config, where it came from and its files (None in memory)."
     kind = "full"
-    def __init__(self, specs: dict, read: Callable, config: dict | None, origin: dict, folder: Path | None = None):
+    def __init__(self, specs: dict, read: Callable, config: dict | None, origin: dict, folder: Path | None = None,
+                 files: _Files | None = None):
         self.specs, self.read, self.config, self.origin, self.folder, self.own = specs, read, config, origin, folder, set()
+        self.files = files
 
-    def prefetch(self, name: str, rows: tuple | None = None):
-        "Start reading `name` (`rows`) ahead, for models read from files."
-        if isinstance(files := getattr(self.read, "__self__", None), _Files): files.prefetch(name, rows)
+    @classmethod
+    def of_files(cls, files: _Files, config: dict | None, origin: dict, folder: Path) -> "_Model":
+        "The model stored in `files`."
+        return cls(files.specs, files.read, config, origin, folder, files)
 
     def delta(self, name: str, base: torch.Tensor, rows: tuple | None = None, out: torch.Tensor | None = None) -> torch.Tensor:
         "The task vector of `name` (`rows`) in float32, shaped like `base` (the base's in float32), into `out` if given."
@@ -235,8 +250,8 @@ class _LoraModel(_Model):
                              + (f", unsupported: {', '.join(bad)})" if cfg.get("peft_type") == "LORA" else ")"))
         if not (folder / "adapter_model.safetensors").is_file():
             raise FileNotFoundError(f"{folder}: no adapter_model.safetensors (weights only as safetensors)")
-        self.files, self.cfg, self.base, self.pairs, full = _Files([folder / "adapter_model.safetensors"]), cfg, base, {}, {}
-        for key in self.files.specs:
+        self.adapter, self.cfg, self.base, self.pairs, full = _Files([folder / "adapter_model.safetensors"]), cfg, base, {}, {}
+        for key in self.adapter.specs:
             if (m := _LORA_KEY.match(key)): self.pairs.setdefault(m[1] + ".weight", {})[m[2][-1]] = (key, "embedding" in m[2])
             elif key.startswith("base_model.model."): full[key[17:].replace(".base_layer.", ".")] = key
             else: raise ValueError(f"{folder}: unexpected tensor {key!r} in a LoRA adapter")
@@ -244,16 +259,16 @@ class _LoraModel(_Model):
             raise ValueError(f"{folder}: adapter weights without a matching base weight or A/B pair: {lost[:5]} (wrong base?)")
         self.transposed = {n: p["A"][1] or bool(cfg.get("fan_in_fan_out")) for n, p in self.pairs.items()}
         for n, p in self.pairs.items():  # the delta's shape, from the headers: (out, r) @ (r, in), transposed for some layers
-            shape = (self.files.specs[p["B"][0]][1][0], self.files.specs[p["A"][0]][1][1])
+            shape = (self.adapter.specs[p["B"][0]][1][0], self.adapter.specs[p["A"][0]][1][1])
             if (shape[::-1] if self.transposed[n] else shape) != base.specs[n][1]:
                 raise ValueError(f"{folder}: the LoRA delta of {n} would have shape {list(shape)}, the base weight has {list(base.specs[n][1])}")
-        super().__init__({**base.specs, **{n: self.files.specs[k] for n, k in full.items()}},
-                         lambda n, rows=None: self.files.read(full[n], rows), None, origin, folder)
+        super().__init__({**base.specs, **{n: self.adapter.specs[k] for n, k in full.items()}},
+                         lambda n, rows=None: self.adapter.read(full[n], rows), None, origin, folder)
         self.full, self.own = full, {n for n, k in full.items() if ".base_layer." not in k}
 
     def _lora_delta(self, name: str, rows: tuple | None = None) -> torch.Tensor:
         "`scaling · B A` for the base weight `name` (its rows `rows`), in float32 and the base weight's layout."
-        A, B = (self.files.read(self.pairs[name][k][0]).float() for k in "AB")
+        A, B = (self.adapter.read(self.pairs[name][k][0]).float() for k in "AB")
         from peft.utils.other import get_pattern_key
         pats = self.cfg.get("alpha_pattern") or {}
         alpha = pats.get(get_pattern_key(pats, name[:-len(".weight")]), self.cfg["lora_alpha"])
@@ -261,8 +276,6 @@ class _LoraModel(_Model):
         a, b = rows or (None, None)
         if self.transposed[name]: return (B @ A[:, a:b]).T * scaling  # rows of (B A)ᵀ are columns of A
         return (B[a:b] @ A) * scaling
-
-    def prefetch(self, name, rows=None): pass
 
     def delta(self, name, base, rows=None, out=None):
         d = self.read(name, rows).float().reshape(base.shape) - base if name in self.full else torch.zeros_like(base)
@@ -290,16 +303,14 @@ def _open(src, *, base: _Model | None, what: str, endpoint=None, token=None) -> 
     try:
         folder = pull(src, endpoint=endpoint, token=token, allow_patterns=["*.safetensors", "*.json"])
         origin = source_of(folder)
-        if folder.is_file() and folder.suffix == ".safetensors": return _Model(*_files_model(_Files([folder])), None, origin, folder)
+        if folder.is_file() and folder.suffix == ".safetensors": return _Model.of_files(_Files([folder]), None, origin, folder)
         if (folder / "adapter_config.json").is_file():
             if base is None: raise ValueError("it is a LoRA adapter; the base must be a full model")
             return _LoraModel(folder, base, origin)
         cfg = json.loads((folder / "config.json").read_text()) if (folder / "config.json").is_file() else None
-        return _Model(*_files_model(_Files.of_folder(folder)), cfg, origin, folder)
+        return _Model.of_files(_Files.of_folder(folder), cfg, origin, folder)
     except Exception as e:
         raise ValueError(f"{what}: cannot read {str(src)!r}: {e}") from e
-
-def _files_model(files: _Files) -> tuple: return files.specs, files.read
 
 # %% ../nbs/14_emr.ipynb #b8127a62
 def _excluded(name: str, exclude) -> bool:
@@ -355,7 +366,8 @@ def _open_all(pretrained, finetuned, endpoint, token) -> tuple:
     return base, tasks
 
 # %% ../nbs/14_emr.ipynb #7240ddb1
-_CHUNK = 1 << 19  # parameters per chunk of a tensor (2 MiB in float32): bounds the merge's memory, whatever the model
+_CHUNK = 1 << 18  # parameters per chunk of a tensor (1 MiB in float32): bounds the merge's memory, whatever the model; fits the CPU caches
+_WRITES_AHEAD = 4  # chunks whose output may wait for the writer thread
 
 def _chunks(shape: tuple) -> list:
     "Row ranges covering a tensor in chunks of about `_CHUNK` parameters (a multiple of 8 rows: whole mask bytes); [None]: whole."
@@ -367,8 +379,8 @@ def _numel(shape: tuple, rows: tuple | None) -> int: return math.prod(shape) if 
 
 def _buffers(tasks: int, size: int) -> Callable:
     "Buffers for one chunk of every task, allocated once per merge; `views(n)` shapes them for a chunk of n parameters."
-    taus, masks, f = torch.empty(tasks * size), torch.empty(tasks * size, dtype=torch.bool), torch.empty(3, size)
-    return lambda n: (taus[:tasks * n].view(tasks, n), (masks[:tasks * n].view(tasks, n), f[0, :n], f[1, :n], f[2, :n]))
+    taus, maskf, masks, flag = torch.empty(tasks, size), torch.empty(tasks, size), torch.empty(tasks, size, dtype=torch.bool), torch.empty(size)
+    return lambda n: (taus[:, :n], maskf[:, :n], masks[:, :n], flag[:n])
 
 def _finite(t: torch.Tensor, name: str, who: str) -> torch.Tensor:
     "`t`, after checking it has no NaN/Inf (integer tensors always pass)."
@@ -387,13 +399,17 @@ def _writers(tmp: Path, plan: _Plan, base: _Model, tasks: dict, max_bytes: int, 
         w[t, "own"] = _StreamWriter(tmp / "tasks" / t / "own.safetensors", {n: m.specs[n] for n in plan.own[t]})
     return w
 
-def _merge_chunk(name: str, rows, base: _Model, tasks: dict, sums: _Rescalers, views: Callable) -> tuple:
-    "Read one chunk of a tensor from every model once, elect, add to the rescaler sums; a NaN/Inf reaching the sums is named."
-    b = base.read(name, rows)
-    b32, (taus, work) = b.float().reshape(-1), views(b.numel())
-    for i, m in enumerate(tasks.values()): m.delta(name, b32, rows, out=taus[i])
-    uni, masks = emr_elect(taus, work)
-    if not sums.add(taus, work[2], masks, math.prod(base.specs[name][1]), work[3]):  # cheaper than checking every input
+def _merge_chunk(name: str, rows, raw: list, base: _Model, tasks: dict, sums: _Rescalers, views: Callable) -> tuple:
+    "Elect one chunk of a tensor (`raw`: each model's chunk as read ahead, None where it is read here), add to the rescaler sums; a NaN/Inf reaching the sums is named."
+    b = base.read(name, rows) if raw[0] is None else raw[0]
+    b32 = b.float().reshape(-1)
+    taus, maskf, masks, flag = views(b32.numel())
+    for i, (m, x) in enumerate(zip(tasks.values(), raw[1:])):
+        if x is None: m.delta(name, b32, rows, out=taus[i])
+        else: torch.sub(x, b32, out=taus[i])
+    uni, top = _elect_(taus, flag, maskf)
+    masks.copy_(maskf)
+    if not sums.add(taus, top, maskf, math.prod(base.specs[name][1])):  # cheaper than checking every input
         _finite(b, name, "the base")
         for i, t in enumerate(tasks): _finite(taus[i], name, f"task {t!r}")
         raise ValueError(f"tensor {name!r}: values too large for float32 sums")
@@ -404,25 +420,43 @@ def _merge_pass(tmp: Path, plan: _Plan, base: _Model, tasks: dict, rescale: str,
     "Stream every tensor once, chunk by chunk, into the bundle's files in `tmp`; return the rescalers."
     w, names, sums = _writers(tmp, plan, base, tasks, max_bytes, copy_base), list(tasks), _Rescalers(len(tasks), rescale)
     items = [(n, r) for n in plan.merged for r in _chunks(base.specs[n][1])]
-    views = _buffers(len(names), max(_numel(base.specs[n][1], r) for n, r in items))
+    size = max(_numel(base.specs[n][1], r) for n, r in items)
+    views, models = _buffers(len(names), size), [base, *tasks.values()]
+    def buffer(m): return torch.empty(size * max(_DTYPES[m.specs[n][0]].itemsize for n in plan.merged), dtype=torch.uint8)
+    raw = [[buffer(m) if m.files else None for m in models] for _ in range(2)]  # two sets: one read ahead, one computed
+    def read(k):  # in the reader thread: chunk k of every model that is read from files, into buffer set k % 2
+        return [m.files.read_into(*items[k], buf) if buf is not None else None for m, buf in zip(models, raw[k % 2])]
+    def write(jobs):  # in the writer thread, in submission order
+        for writer, name, t in jobs: writer.write(name, t)
     bar = tqdm(total=len(plan.merged) + sum(map(len, plan.own.values())), desc="EMR-Merging", unit="tensor", disable=not progress)
+    reader, writer, pending = ThreadPoolExecutor(1), ThreadPoolExecutor(1), deque()
     try:
+        ahead = reader.submit(read, 0)
         for k, (name, rows) in enumerate(items):
-            for m in (base, *tasks.values()) if k + 1 < len(items) else (): m.prefetch(*items[k + 1])
-            b, uni, masks = _merge_chunk(name, rows, base, tasks, sums, views)
-            w["unified"].write(name, uni.to(_DTYPES[base.specs[name][0]]))
-            if copy_base: w["base"].write(name, b)
-            for i, t in enumerate(names): w[t, "mask"].write(name, pack_mask(masks[i]))
+            got = ahead.result()
+            if k + 1 < len(items): ahead = reader.submit(read, k + 1)
+            b, uni, masks = _merge_chunk(name, rows, got, base, tasks, sums, views)
+            jobs = [(w["unified"], name, uni.to(_DTYPES[base.specs[name][0]]))]
+            if copy_base: jobs.append((w["base"], name, b if got[0] is None else b.clone()))  # the read buffer gets reused
+            jobs += [(w[t, "mask"], name, pack_mask(masks[i])) for i, t in enumerate(names)]
+            pending.append(writer.submit(write, jobs))
+            while len(pending) > _WRITES_AHEAD or (pending and pending[0].done()): pending.popleft().result()
             bar.update(rows is None or rows[1] == base.specs[name][1][0])
+        while pending: pending.popleft().result()
         for t, m in tasks.items():
             for name in plan.own[t]:
                 for rows in _chunks(m.specs[name][1]):
                     w[t, "own"].write(name, _finite(m.tensor(name, lambda: base.read(name, rows), rows), name, f"task {t!r}"))
                 bar.update()
     except BaseException:
+        for pool in (reader, writer): pool.shutdown(cancel_futures=True)
         for x in w.values(): x.close(check=False)
         raise
-    finally: bar.close()
+    finally:
+        bar.close()
+        reader.shutdown(), writer.shutdown()
+        for m in models:
+            if m.files: m.files.close()
     for x in w.values(): x.close()
     return sums.values()
 

@@ -2,8 +2,9 @@
 sizes (~100M and ~400M float32 parameters, random LLM-shaped safetensors shards), against (a) the I/O floor, reading
 every input tensor once with safetensors, and (b) a naive in-memory implementation of the official code; bundle bytes
 against N separate checkpoints and the cost of each added task; time to materialise one task's weights against loading
-a plain checkpoint. Every variant runs in its own subprocess (peak RSS from os.wait4); medians over repeats; ratios
-against the baselines of the same run. Writes benchmarks/results/emr.json.
+a plain checkpoint. Every variant runs in its own subprocess, which reports its own peak memory: VmHWM (resident
+pages, memory-mapped file pages included) and the peak of RssAnon (anonymous memory, what the process allocated),
+sampled every 2 ms; medians over repeats; ratios against the baselines of the same run. Writes benchmarks/results/emr.json.
 
 Run: .venv/bin/python benchmarks/emr_merge.py            (full: ~25 GB of temporary files, tens of minutes)
      .venv/bin/python benchmarks/emr_merge.py --quick    (small sizes, minutes; writes to a temp file unless --out)
@@ -134,16 +135,31 @@ CHILDREN = {"io_floor": child_io_floor, "emr_merge": child_emr, "naive": child_n
             "materialise": child_materialise, "plain_load": child_plain}
 
 
+def status(*keys: str) -> dict:
+    "Fields of /proc/self/status in bytes."
+    return {l.split(":")[0]: int(l.split()[1]) * 1024 for l in open("/proc/self/status") if l.split(":")[0] in keys}
+
+
 def child_main(spec: str):
     args = json.loads(spec)
+    import threading
     import torch  # imported (and warmed up) before the clock starts, like every variant's libraries
     import adaptkit.emr
     if args.get("threads"): torch.set_num_threads(args["threads"])
     adaptkit.emr.emr_elect(torch.randn(4, 1 << 16))
-    start_rss = int(next(l for l in open("/proc/self/status") if l.startswith("VmRSS")).split()[1]) * 1024
+    start = status("VmRSS", "RssAnon")
+    peak_anon, done = [start["RssAnon"]], threading.Event()
+    def sample():  # the kernel keeps no peak of anonymous memory: sample it
+        while not done.wait(0.002): peak_anon[0] = max(peak_anon[0], status("RssAnon")["RssAnon"])
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
     t = time.perf_counter()
     extra = CHILDREN[args["variant"]](Path(args["root"]), n=args.get("n", 0), out=Path(args.get("out", "/nonexistent")))
-    print(json.dumps({"seconds": time.perf_counter() - t, "start_rss": start_rss, **extra}))
+    seconds = time.perf_counter() - t
+    done.set(), sampler.join()
+    end = status("VmHWM", "RssAnon")
+    print(json.dumps({"seconds": seconds, "start_rss": start["VmRSS"], "peak_rss": end["VmHWM"], "start_anon": start["RssAnon"],
+                      "peak_anon": max(peak_anon[0], end["RssAnon"]), **extra}))
 
 
 # ---- the driver ----
@@ -159,19 +175,17 @@ def measured(variant: str, repeats: int, clean: Path | None = None, **kw) -> dic
         runs.append(run_peak(variant, **kw))
     secs = [r["seconds"] for r in runs]
     return {"median_s": statistics.median(secs), "seconds": secs, "peak_rss_bytes": max(r["peak_rss"] for r in runs),
-            "peak_rss_over_start_bytes": max(r["peak_rss"] - r["start_rss"] for r in runs)}
+            "peak_rss_over_start_bytes": max(r["peak_rss"] - r["start_rss"] for r in runs),
+            "peak_anon_over_start_bytes": max(r["peak_anon"] - r["start_anon"] for r in runs)}
 
 
 def run_peak(variant: str, **kw) -> dict:
-    "One run in a child process with its own peak RSS (ru_maxrss from wait4, in KiB on Linux)."
+    """One run in a child process, which measures its own memory: wait4's ru_maxrss would be no use, Linux carries the
+    parent's peak RSS over exec into the child's."""
     spec = {"variant": variant, "threads": THREADS, **{k: str(v) if isinstance(v, Path) else v for k, v in kw.items()}}
-    cmd = [sys.executable, __file__, "--child", json.dumps(spec)]
-    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    out = p.stdout.read().decode()
-    err = p.stderr.read().decode()
-    _, status, usage = os.wait4(p.pid, 0)
-    if status: raise RuntimeError(f"{variant} failed (status {status}):\n{err[-3000:]}")
-    return json.loads(out.strip().splitlines()[-1]) | {"peak_rss": usage.ru_maxrss * 1024}
+    p = subprocess.run([sys.executable, __file__, "--child", json.dumps(spec)], capture_output=True, text=True)
+    if p.returncode: raise RuntimeError(f"{variant} failed (exit {p.returncode}):\n{p.stderr[-3000:]}")
+    return json.loads(p.stdout.strip().splitlines()[-1])
 
 
 def folder_bytes(folder: Path, skip: str | None = None) -> int:
@@ -205,6 +219,7 @@ def bench_size(label: str, dims: tuple, work: Path, repeats: int, ns: list[int])
             r["naive"] = {"skipped": f"needs ~{need / 2**30:.1f} GiB of memory, {mem_available() / 2**30:.1f} GiB available"}
         r["merge_vs_io_floor_time"] = r["emr_merge"]["median_s"] / r["io_floor"]["median_s"]
         r["merge_peak_rss_growth_over_model_bytes"] = r["emr_merge"]["peak_rss_over_start_bytes"] / model_bytes
+        r["merge_peak_anon_growth_over_model_bytes"] = r["emr_merge"]["peak_anon_over_start_bytes"] / model_bytes
         b = root / f"bundle{n}"
         r["bundle_bytes"] = folder_bytes(b)
         r["bundle_bytes_without_base_copy"] = folder_bytes(b, skip="base")
@@ -213,7 +228,8 @@ def bench_size(label: str, dims: tuple, work: Path, repeats: int, ns: list[int])
         r["mask_bytes_per_task"] = folder_bytes(b / "tasks" / "t0")
         res[f"N={n}"] = r
         print(f"  merge {r['emr_merge']['median_s']:.2f}s = {r['merge_vs_io_floor_time']:.2f}x the I/O floor "
-              f"({r['io_floor']['median_s']:.2f}s); peak RSS growth {r['merge_peak_rss_growth_over_model_bytes']:.2f}x one model", flush=True)
+              f"({r['io_floor']['median_s']:.2f}s); peak RSS growth {r['merge_peak_rss_growth_over_model_bytes']:.2f}x one model, "
+              f"anonymous {r['merge_peak_anon_growth_over_model_bytes']:.3f}x", flush=True)
     n0, n1 = min(ns), max(ns)
     res["bytes_per_added_task"] = (res[f"N={n1}"]["bundle_bytes"] - res[f"N={n0}"]["bundle_bytes"]) / (n1 - n0)
     res["bytes_per_added_task_over_params_div_8"] = res["bytes_per_added_task"] / (params / 8)
@@ -247,7 +263,8 @@ def main():
               "machine": platform.processor() or platform.machine(), "cpus": os.cpu_count(),
               "torch_threads": args.threads or torch.get_num_threads(), "memory_bytes": os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"),
               "load_average_at_start": os.getloadavg(),
-              "notes": ["every variant in its own process; peak RSS = ru_maxrss from wait4; start = RSS after imports",
+              "notes": ["every variant in its own process; peak RSS = the child's VmHWM, peak anon = max of RssAnon sampled every 2 ms; "
+                        "start = after imports; growth = peak - start",
                         "the page cache is warm where the files fit in memory (no cache dropping without root)",
                         "I/O floor: safe_open + get_tensor + sum of every input tensor, one at a time",
                         "naive: the official code's structure, all models in memory, masks saved as bool",
@@ -262,6 +279,8 @@ def main():
         "merge_vs_io_floor_time": r[f"N={n}"]["merge_vs_io_floor_time"], "merge_vs_naive_time": r[f"N={n}"].get("merge_vs_naive_time"),
         "merge_peak_rss_growth_MiB": r[f"N={n}"]["emr_merge"]["peak_rss_over_start_bytes"] / 2**20,
         "naive_peak_rss_growth_MiB": r[f"N={n}"]["naive"].get("peak_rss_over_start_bytes", float("nan")) / 2**20,
+        "merge_peak_anon_growth_MiB": r[f"N={n}"]["emr_merge"]["peak_anon_over_start_bytes"] / 2**20,
+        "naive_peak_anon_growth_MiB": r[f"N={n}"]["naive"].get("peak_anon_over_start_bytes", float("nan")) / 2**20,
         "merge_peak_rss_growth_over_model_bytes": r[f"N={n}"]["merge_peak_rss_growth_over_model_bytes"],
         "bundle_vs_separate_checkpoints": r[f"N={n}"]["bundle_vs_separate_checkpoints"],
         "bytes_per_added_task_over_params_div_8": r["bytes_per_added_task_over_params_div_8"],
