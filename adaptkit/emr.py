@@ -8,6 +8,7 @@ from __future__ import annotations
 import fnmatch
 import json
 import math
+import os
 import re
 import shutil
 import struct
@@ -156,12 +157,15 @@ def _parse_size(size: int | str) -> int:
 
 # %% ../nbs/14_emr.ipynb #84ece2f4
 def _header(path: Path) -> dict:
-    "The JSON header of a safetensors file, data offsets made absolute."
+    "The JSON header of a safetensors file, data offsets made absolute and checked against the file's size."
     with open(path, "rb") as f:
         n = struct.unpack("<Q", f.read(8))[0]
         if n > 100_000_000: raise ValueError(f"{path}: not a safetensors file (header of {n} bytes)")
         header = json.loads(f.read(n))
     header.pop("__metadata__", None)
+    size = path.stat().st_size
+    if (cut := [k for k, v in header.items() if 8 + n + v["data_offsets"][1] > size]):
+        raise ValueError(f"{path}: truncated: tensor {cut[0]!r} ends past the file's {size} bytes")
     return {k: {**v, "data_offsets": [8 + n + o for o in v["data_offsets"]]} for k, v in header.items()}
 
 class _Files:
@@ -177,11 +181,27 @@ class _Files:
         with safe_open(self.file[name], framework="pt") as f:
             return f.get_tensor(self.key[name]) if rows is None else f.get_slice(self.key[name])[rows[0]:rows[1]]
 
+    def _range(self, name: str, rows: tuple | None) -> tuple[int, int]:
+        "The byte range of `name` (its rows `rows`) in its file."
+        (a, b), shape = self.where[name], self.specs[name][1]
+        return (a, b) if rows is None else tuple(a + (b - a) * r // shape[0] for r in rows)
+
+    def _file(self, name: str):
+        "The file holding `name`, opened once for `read_into` and `prefetch` (unbuffered: reads go straight into the caller's buffer)."
+        if (f := self._open.get(self.file[name])) is None:
+            f = self._open[self.file[name]] = open(self.file[name], "rb", buffering=0)
+            if hasattr(os, "posix_fadvise"): os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_SEQUENTIAL)  # a larger readahead
+        return f
+
+    def prefetch(self, name: str, rows: tuple | None = None):
+        "Ask the kernel to start reading `name` (`rows`) from disk in the background (reads of several files then overlap)."
+        if hasattr(os, "posix_fadvise"):
+            a, b = self._range(name, rows)
+            os.posix_fadvise(self._file(name).fileno(), a, b - a, os.POSIX_FADV_WILLNEED)
+
     def read_into(self, name: str, rows: tuple | None, buf: torch.Tensor) -> torch.Tensor:
         "Tensor `name` (`rows`) read straight into the uint8 tensor `buf` (the only copy), returned flat in its dtype."
-        (a, b), shape = self.where[name], self.specs[name][1]
-        if rows is not None: a, b = (a + (b - a) * r // shape[0] for r in rows)
-        if (f := self._open.get(self.file[name])) is None: f = self._open[self.file[name]] = open(self.file[name], "rb", buffering=0)
+        (a, b), f = self._range(name, rows), self._file(name)
         view, got = memoryview(buf[:b - a].numpy()), 0
         f.seek(a)
         while got < b - a:
@@ -393,6 +413,8 @@ def _open_all(pretrained, finetuned, endpoint, token) -> tuple:
 
 # %% ../nbs/14_emr.ipynb #7240ddb1
 _CHUNK = 1 << 18  # parameters per chunk of a tensor (1 MiB in float32): bounds the merge's memory, whatever the model; fits the CPU caches
+_READS_AHEAD = 2  # chunks read into buffers ahead of the one being computed
+_PREFETCH = 8  # chunks ahead of the reader that the kernel is asked to fetch from disk (posix_fadvise)
 _WRITES_AHEAD = 4  # chunks whose output may wait for the writer thread
 
 def _chunks(shape: tuple) -> list:
@@ -449,18 +471,21 @@ def _merge_pass(tmp: Path, plan: _Plan, base: _Model, tasks: dict, rescale: str,
     size = max(_numel(base.specs[n][1], r) for n, r in items)
     views, models = _buffers(len(names), size), [base, *tasks.values()]
     def buffer(m): return torch.empty(size * max(_DTYPES[m.specs[n][0]].itemsize for n in plan.merged), dtype=torch.uint8)
-    raw = [[buffer(m) if m.files else None for m in models] for _ in range(2)]  # two sets: one read ahead, one computed
-    def read(k):  # in the reader thread: chunk k of every model that is read from files, into buffer set k % 2
-        return [m.files.read_into(*items[k], buf) if buf is not None else None for m, buf in zip(models, raw[k % 2])]
+    sets = _READS_AHEAD + 1  # one buffer set being computed, the others being read
+    raw = [[buffer(m) if m.files else None for m in models] for _ in range(sets)]
+    def read(k):  # in the reader thread: chunk k of every model that is read from files, into buffer set k % sets
+        for m in models if k + _PREFETCH < len(items) else ():
+            if m.files: m.files.prefetch(*items[k + _PREFETCH])
+        return [m.files.read_into(*items[k], buf) if buf is not None else None for m, buf in zip(models, raw[k % sets])]
     def write(jobs):  # in the writer thread, in submission order
         for writer, name, t in jobs: writer.write(name, t)
     bar = tqdm(total=len(plan.merged) + sum(map(len, plan.own.values())), desc="EMR-Merging", unit="tensor", disable=not progress)
     reader, writer, pending = ThreadPoolExecutor(1), ThreadPoolExecutor(1), deque()
     try:
-        ahead = reader.submit(read, 0)
+        ahead = deque(reader.submit(read, k) for k in range(min(_READS_AHEAD, len(items))))
         for k, (name, rows) in enumerate(items):
-            got = ahead.result()
-            if k + 1 < len(items): ahead = reader.submit(read, k + 1)
+            got = ahead.popleft().result()
+            if k + _READS_AHEAD < len(items): ahead.append(reader.submit(read, k + _READS_AHEAD))  # into chunk k-1's buffers
             b, uni, masks = _merge_chunk(name, rows, got, base, tasks, sums, views)
             jobs = [(w["unified"], name, uni.to(_DTYPES[base.specs[name][0]]))]
             if copy_base: jobs.append((w["base"], name, b if got[0] is None else b.clone()))  # the read buffer gets reused

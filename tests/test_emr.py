@@ -212,6 +212,12 @@ def test_errors_name_the_problem(tmp_path):
         emr_merge(tmp_path / "llama", {"a": tmp_path / "ft", "b": tmp_path / "dora"}, progress=False)
     with pytest.raises(ValueError, match="the base model: .*it is a LoRA adapter"):
         emr_merge(tmp_path / "dora", {"a": tmp_path / "ft", "b": tmp_path / "ft"}, progress=False)
+    finetune(base, 2, seed=2).save_pretrained(tmp_path / "cut")
+    weights = tmp_path / "cut" / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:-100])  # an interrupted download: caught from the header, before any work
+    with pytest.raises(ValueError, match="task 'b': cannot read .*truncated: tensor '.*' ends past the file's"):
+        emr_merge(tmp_path / "llama", {"a": tmp_path / "ft", "b": tmp_path / "cut"}, out_dir=tmp_path / "never", progress=False)
+    assert not (tmp_path / "never").exists()
 
 
 CHILD = """
