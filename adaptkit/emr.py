@@ -56,21 +56,19 @@ class _Rescalers:
         self.mode = mode
         self.num, self.den = (torch.zeros(n, dtype=torch.float32 if mode == "tensor_mean" else torch.float64) for _ in "nd")
 
-    def terms(self, elected: torch.Tensor, top: torch.Tensor, maskf: torch.Tensor, numel: int) -> tuple | None:
-        """One chunk's shares of the sums, for a tensor of `numel` parameters, from `_elect_`'s `elected` (`τ_t · flag`,
-        made `|τ_t|`), `top` (`|τ_uni|`) and `maskf` (overwritten); None for an empty tensor (it has no mean)."""
-        if elected.shape[1] == 0: return None
+    def add(self, elected: torch.Tensor, top: torch.Tensor, maskf: torch.Tensor, numel: int) -> bool:
+        """Add one chunk of a tensor of `numel` parameters, from `_elect_`'s `elected` (`τ_t · flag`, made `|τ_t|`), `top`
+        (`|τ_uni|`) and `maskf` (overwritten); False if a sum stops being finite (NaN/Inf inputs)."""
+        if elected.shape[1] == 0: return True  # an empty tensor has no mean; it changes nothing
         num = elected.abs_()  # |τ_t · flag| = |τ_t|
         if self.mode == "tensor_mean" and elected.shape[1] == numel:  # a whole tensor: the official float32 means, bit for bit
-            return num.mean(1), maskf.mul_(top).mean(1)  # |τ_uni ⊙ M_t| = |τ_uni| ⊙ M_t
-        num, den = num.sum(1).double(), torch.mv(maskf, top).double()  # a chunk (or global sums): float32 sums of the chunk
-        return ((num / numel).float(), (den / numel).float()) if self.mode == "tensor_mean" else (num, den)
-
-    def add(self, terms: tuple | None) -> bool:
-        "Add one chunk's `terms` (in the tensors' order: float sums depend on it); False if a sum stops being finite."
-        if terms is not None:
-            self.num += terms[0]
-            self.den += terms[1]
+            self.num += num.mean(1)
+            self.den += maskf.mul_(top).mean(1)  # |τ_uni ⊙ M_t| = |τ_uni| ⊙ M_t
+        else:  # a chunk (or global sums): float32 sums of the chunk, added in the accumulators' precision
+            num, den = num.sum(1).double(), torch.mv(maskf, top).double()
+            if self.mode == "tensor_mean": num, den = (num / numel).float(), (den / numel).float()
+            self.num += num
+            self.den += den
         return bool(torch.isfinite(self.num).all() and torch.isfinite(self.den).all())
 
     def values(self) -> list[float]:
@@ -415,8 +413,7 @@ def _open_all(pretrained, finetuned, endpoint, token) -> tuple:
 
 # %% ../nbs/14_emr.ipynb #7240ddb1
 _CHUNK = 1 << 18  # parameters per chunk of a tensor (1 MiB in float32): bounds the merge's memory, whatever the model; fits the CPU caches
-_WORKERS = 2  # chunks elected at the same time, each in its own buffers (torch's ops may use more threads each)
-_READS_AHEAD = 2  # chunks read into buffers ahead of the ones being computed
+_READS_AHEAD = 2  # chunks read into buffers ahead of the one being computed
 _PREFETCH = 8  # chunks ahead of the reader that the kernel is asked to fetch from disk (posix_fadvise)
 _WRITES_AHEAD = 4  # chunks whose output may wait for the writer thread
 
@@ -450,9 +447,8 @@ def _writers(tmp: Path, plan: _Plan, base: _Model, tasks: dict, max_bytes: int, 
         w[t, "own"] = _StreamWriter(tmp / "tasks" / t / "own.safetensors", {n: m.specs[n] for n in plan.own[t]})
     return w
 
-def _merge_chunk(name: str, rows, raw: list, base: _Model, tasks: dict, sums: _Rescalers, views: Callable, keep_base: bool) -> tuple:
-    """Elect one chunk of a tensor, in a worker thread (`raw`: each model's chunk as read ahead, None where it is read
-    here): the base's chunk (a copy, if `keep_base`), `τ_uni`, the packed masks and the rescaler terms; a NaN/Inf is named."""
+def _merge_chunk(name: str, rows, raw: list, base: _Model, tasks: dict, sums: _Rescalers, views: Callable) -> tuple:
+    "Elect one chunk of a tensor (`raw`: each model's chunk as read ahead, None where it is read here), add to the rescaler sums; a NaN/Inf reaching the sums is named."
     b = base.read(name, rows) if raw[0] is None else raw[0]
     b32 = b.float().reshape(-1)
     taus, maskf, masks, flag = views(b32.numel())
@@ -460,23 +456,22 @@ def _merge_chunk(name: str, rows, raw: list, base: _Model, tasks: dict, sums: _R
         if x is None: m.delta(name, b32, rows, out=taus[i])
         else: torch.sub(x, b32, out=taus[i])
     uni, top = _elect_(taus, flag, maskf)
-    packed = [pack_mask(m) for m in masks.copy_(maskf)]
-    terms = sums.terms(taus, top, maskf, math.prod(base.specs[name][1]))
-    if terms is not None and not all(torch.isfinite(t).all() for t in terms):  # cheaper than checking every input
+    masks.copy_(maskf)
+    if not sums.add(taus, top, maskf, math.prod(base.specs[name][1])):  # cheaper than checking every input
         _finite(b, name, "the base")
         for i, t in enumerate(tasks): _finite(taus[i], name, f"task {t!r}")
         raise ValueError(f"tensor {name!r}: values too large for float32 sums")
-    return (b.clone() if keep_base and raw[0] is not None else b), uni, packed, terms  # (the read buffer gets reused)
+    return b, uni, masks
 
 def _merge_pass(tmp: Path, plan: _Plan, base: _Model, tasks: dict, rescale: str, max_bytes: int, copy_base: bool,
                 progress: bool = True) -> list[float]:
     "Stream every tensor once, chunk by chunk, into the bundle's files in `tmp`; return the rescalers."
     w, names, sums = _writers(tmp, plan, base, tasks, max_bytes, copy_base), list(tasks), _Rescalers(len(tasks), rescale)
     items = [(n, r) for n in plan.merged for r in _chunks(base.specs[n][1])]
-    size, models = max(_numel(base.specs[n][1], r) for n, r in items), [base, *tasks.values()]
-    views = [_buffers(len(names), size) for _ in range(_WORKERS)]  # chunk k is elected in views[k % _WORKERS]
+    size = max(_numel(base.specs[n][1], r) for n, r in items)
+    views, models = _buffers(len(names), size), [base, *tasks.values()]
     def buffer(m): return torch.empty(size * max(_DTYPES[m.specs[n][0]].itemsize for n in plan.merged), dtype=torch.uint8)
-    sets = _READS_AHEAD + _WORKERS  # read buffer sets: chunks being read or elected
+    sets = _READS_AHEAD + 1  # one buffer set being computed, the others being read
     raw = [[buffer(m) if m.files else None for m in models] for _ in range(sets)]
     def read(k):  # in the reader thread: chunk k of every model that is read from files, into buffer set k % sets
         for m in models if k + _PREFETCH < len(items) else ():
@@ -485,22 +480,18 @@ def _merge_pass(tmp: Path, plan: _Plan, base: _Model, tasks: dict, rescale: str,
     def write(jobs):  # in the writer thread, in submission order
         for writer, name, t in jobs: writer.write(name, t)
     bar = tqdm(total=len(plan.merged) + sum(map(len, plan.own.values())), desc="EMR-Merging", unit="tensor", disable=not progress)
-    reader, workers, writer = ThreadPoolExecutor(1), ThreadPoolExecutor(_WORKERS), ThreadPoolExecutor(1)
-    reads, elected, pending, started = deque(), deque(), deque(), [0, 0]  # chunks whose read / election was started
-    def schedule(done: int):  # chunk j is read once chunk j - sets is done with its buffers, elected once j - _WORKERS is
-        while started[0] < min(len(items), done + sets): reads.append(reader.submit(read, started[0])); started[0] += 1
-        while (j := started[1]) < min(len(items), done + _WORKERS):
-            elected.append(workers.submit(_merge_chunk, *items[j], reads.popleft().result(), base, tasks, sums, views[j % _WORKERS], copy_base))
-            started[1] += 1
+    reader, writer, pending = ThreadPoolExecutor(1), ThreadPoolExecutor(1), deque()
     try:
-        schedule(0)
+        ahead = deque(reader.submit(read, k) for k in range(min(_READS_AHEAD, len(items))))
         for k, (name, rows) in enumerate(items):
-            b, uni, packed, terms = elected.popleft().result()
-            if not sums.add(terms): raise ValueError(f"tensor {name!r}: the rescaler sums overflow float32")
-            jobs = [(w["unified"], name, uni.to(_DTYPES[base.specs[name][0]]))] + ([(w["base"], name, b)] if copy_base else [])
-            pending.append(writer.submit(write, jobs + [(w[t, "mask"], name, p) for t, p in zip(names, packed)]))
+            got = ahead.popleft().result()
+            if k + _READS_AHEAD < len(items): ahead.append(reader.submit(read, k + _READS_AHEAD))  # into chunk k-1's buffers
+            b, uni, masks = _merge_chunk(name, rows, got, base, tasks, sums, views)
+            jobs = [(w["unified"], name, uni.to(_DTYPES[base.specs[name][0]]))]
+            if copy_base: jobs.append((w["base"], name, b if got[0] is None else b.clone()))  # the read buffer gets reused
+            jobs += [(w[t, "mask"], name, pack_mask(masks[i])) for i, t in enumerate(names)]
+            pending.append(writer.submit(write, jobs))
             while len(pending) > _WRITES_AHEAD or (pending and pending[0].done()): pending.popleft().result()
-            schedule(k + 1)
             bar.update(rows is None or rows[1] == base.specs[name][1][0])
         while pending: pending.popleft().result()
         for t, m in tasks.items():
@@ -509,12 +500,12 @@ def _merge_pass(tmp: Path, plan: _Plan, base: _Model, tasks: dict, rescale: str,
                     w[t, "own"].write(name, _finite(m.tensor(name, lambda: base.read(name, rows), rows), name, f"task {t!r}"))
                 bar.update()
     except BaseException:
-        for pool in (reader, workers, writer): pool.shutdown(cancel_futures=True)
+        for pool in (reader, writer): pool.shutdown(cancel_futures=True)
         for x in w.values(): x.close(check=False)
         raise
     finally:
         bar.close()
-        reader.shutdown(), workers.shutdown(), writer.shutdown()
+        reader.shutdown(), writer.shutdown()
         for m in models:
             if m.files: m.files.close()
     for x in w.values(): x.close()
@@ -621,7 +612,7 @@ def _read_meta(folder: Path) -> dict:
         _expect(_Files([folder / "tasks" / t / "own.safetensors"]), own, f"tasks/{t}/own.safetensors")
     if meta["base"].get("path") == "base": _expect(_Files.of_folder(folder / "base"), specs, "base/")
     elif not (is_repo_id(meta["base"].get("repo_id", "")) and re.fullmatch(r"[0-9a-f]{40}", meta["base"].get("revision") or "")
-              and re.fullmatch(r"([A-Za-z0-9_]+\.)*", str(meta["base"].get("prefix", "")))):
+              and re.fullmatch(r"([A-Za-z0-9_]+\.)*", meta["base"].get("prefix", ""))):
         raise ValueError(f"{folder}: emr.json's base must be 'base/' or a repo id with a 40-hex revision (and a name prefix such as 'bert.')")
     return meta
 
