@@ -612,7 +612,7 @@ def _read_meta(folder: Path) -> dict:
         _expect(_Files([folder / "tasks" / t / "own.safetensors"]), own, f"tasks/{t}/own.safetensors")
     if meta["base"].get("path") == "base": _expect(_Files.of_folder(folder / "base"), specs, "base/")
     elif not (is_repo_id(meta["base"].get("repo_id", "")) and re.fullmatch(r"[0-9a-f]{40}", meta["base"].get("revision") or "")
-              and re.fullmatch(r"([A-Za-z0-9_]+\.)*", meta["base"].get("prefix", ""))):
+              and re.fullmatch(r"([A-Za-z0-9_]+\.)*", str(meta["base"].get("prefix", "")))):
         raise ValueError(f"{folder}: emr.json's base must be 'base/' or a repo id with a 40-hex revision (and a name prefix such as 'bert.')")
     return meta
 
