@@ -8,10 +8,8 @@ from __future__ import annotations
 import fnmatch
 import json
 import math
-import os
 import re
 import shutil
-import struct
 import tempfile
 import weakref
 from collections import deque
@@ -22,9 +20,9 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from safetensors import safe_open
 from tqdm.auto import tqdm
 
+from .tensorfiles import DTYPE_NAMES, DTYPES, ShardWriter, StreamWriter, TensorFiles, nbytes, parse_size
 from .hub import is_repo_id, model_card, pull, push_folder, source_of, write_folder, write_metadata
 
 # %% auto #0
@@ -88,163 +86,19 @@ def unpack_mask(
     n = math.prod(shape)
     return torch.from_numpy(np.unpackbits(packed.numpy(), count=n, bitorder="little").view(np.bool_)).reshape(tuple(shape))
 
-# %% ../nbs/14_emr.ipynb #6a5c0980
-_DTYPES = {"F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
-           "F8_E4M3": torch.float8_e4m3fn, "F8_E5M2": torch.float8_e5m2, "I64": torch.int64, "I32": torch.int32,
-           "I16": torch.int16, "I8": torch.int8, "U64": torch.uint64, "U32": torch.uint32, "U16": torch.uint16,
-           "U8": torch.uint8, "BOOL": torch.bool}
-_NAMES = {v: k for k, v in _DTYPES.items()}
-_MERGEABLE = {"F64", "F32", "F16", "BF16"}  # float8 and integer/bool tensors are copied per task, never merged
-
-def _nbytes(spec: tuple) -> int: return math.prod(spec[1]) * _DTYPES[spec[0]].itemsize
-
-class _StreamWriter:
-    "A safetensors file written tensor by tensor (each whole or in chunks of rows), in the order of `specs`, header first."
-    def __init__(self, path: Path, specs: dict):
-        header, offset = {"__metadata__": {"format": "pt"}}, 0
-        for name, (dtype, shape) in specs.items():
-            header[name] = {"dtype": dtype, "shape": list(shape), "data_offsets": [offset, offset + _nbytes((dtype, shape))]}
-            offset += _nbytes((dtype, shape))
-        raw = json.dumps(header, separators=(",", ":")).encode()
-        raw += b" " * (-len(raw) % 8)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self.path, self.todo, self.f = path, list(specs.items())[::-1], open(path, "wb")
-        self.f.write(struct.pack("<Q", len(raw)) + raw)
-        self.cur, self.dtype, self.left = None, None, 0
-
-    def write(self, name: str, chunk: torch.Tensor):
-        "Append `chunk`: tensor `name` whole, or its next rows."
-        if name != self.cur:
-            want, (dtype, shape) = self.todo.pop() if self.todo and not self.left else (self.cur, (None, ()))
-            if name != want: raise ValueError(f"{self.path.name}: expected tensor {want}, got {name}")
-            self.cur, self.dtype, self.left = name, dtype, _nbytes((dtype, shape))
-        data = chunk.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy()
-        if _NAMES.get(chunk.dtype) != self.dtype or data.nbytes > self.left:
-            raise ValueError(f"{self.path.name}: {name} takes {self.left} more bytes of {self.dtype}, got {data.nbytes} of {chunk.dtype}")
-        self.f.write(data.data)
-        self.left -= data.nbytes
-
-    def close(self, check: bool = True):
-        self.f.close()
-        if check and (self.todo or self.left): raise RuntimeError(f"{self.path}: {len(self.todo)} tensors were never written")
-
-class _ShardWriter:
-    "Tensors written in order into shards of at most `max_bytes` (`model.safetensors` when one is enough) plus the index."
-    def __init__(self, folder: Path, specs: dict, max_bytes: int):
-        shards, size = [{}], 0
-        for name, spec in specs.items():
-            if shards[-1] and size + _nbytes(spec) > max_bytes: shards, size = shards + [{}], 0
-            shards[-1][name], size = spec, size + _nbytes(spec)
-        files = (["model.safetensors"] if len(shards) == 1 else
-                 [f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors" for i in range(len(shards))])
-        self.writers = [_StreamWriter(folder / f, s) for f, s in zip(files, shards)]
-        self.where = {name: w for w, s in zip(self.writers, shards) for name in s}
-        if len(shards) > 1:
-            index = {"metadata": {"total_size": sum(map(_nbytes, specs.values()))},
-                     "weight_map": {name: f for f, s in zip(files, shards) for name in s}}
-            (folder / "model.safetensors.index.json").write_text(json.dumps(index, indent=2) + "\n")
-
-    def write(self, name: str, tensor: torch.Tensor): self.where[name].write(name, tensor)
-    def close(self, check: bool = True):
-        for w in self.writers: w.close(check)
-
-def _parse_size(size: int | str) -> int:
-    "Bytes from an int or a string such as '5GB', '500MB', '2GiB'."
-    if isinstance(size, int): return size
-    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(i?)B\s*", str(size), re.I)
-    if not m: raise ValueError(f"max_shard_size {size!r}: expected bytes as an int or a string like '5GB'")
-    return int(float(m[1]) * (1024 if m[3] else 1000) ** "_KMGT".index(m[2].upper() or "_"))
-
 # %% ../nbs/14_emr.ipynb #84ece2f4
-def _header(path: Path) -> dict:
-    "The JSON header of a safetensors file, data offsets made absolute and checked against the file's size."
-    with open(path, "rb") as f:
-        n = struct.unpack("<Q", f.read(8))[0]
-        if n > 100_000_000: raise ValueError(f"{path}: not a safetensors file (header of {n} bytes)")
-        header = json.loads(f.read(n))
-    header.pop("__metadata__", None)
-    size = path.stat().st_size
-    if (cut := [k for k, v in header.items() if 8 + n + v["data_offsets"][1] > size]):
-        raise ValueError(f"{path}: truncated: tensor {cut[0]!r} ends past the file's {size} bytes")
-    return {k: {**v, "data_offsets": [8 + n + o for o in v["data_offsets"]]} for k, v in header.items()}
-
-class _Files:
-    "The tensors of one or more safetensors files: specs from the headers, one tensor (or rows of one) read at a time."
-    def __init__(self, paths: list[Path]):
-        self.specs, self.file, self.where, self.key, self._open = {}, {}, {}, {}, {}
-        for p in paths:
-            for k, v in _header(p).items():
-                self.specs[k], self.file[k], self.where[k], self.key[k] = (v["dtype"], tuple(v["shape"])), p, v["data_offsets"], k
-
-    def read(self, name: str, rows: tuple | None = None) -> torch.Tensor:
-        "Tensor `name` or its rows `rows[0]:rows[1]`, its file open for this read only (an open file keeps the pages read in RSS)."
-        with safe_open(self.file[name], framework="pt") as f:
-            return f.get_tensor(self.key[name]) if rows is None else f.get_slice(self.key[name])[rows[0]:rows[1]]
-
-    def _range(self, name: str, rows: tuple | None) -> tuple[int, int]:
-        "The byte range of `name` (its rows `rows`) in its file."
-        (a, b), shape = self.where[name], self.specs[name][1]
-        return (a, b) if rows is None else tuple(a + (b - a) * r // shape[0] for r in rows)
-
-    def _file(self, name: str):
-        "The file holding `name`, opened once for `read_into` and `prefetch` (unbuffered: reads go straight into the caller's buffer)."
-        if (f := self._open.get(self.file[name])) is None:
-            f = self._open[self.file[name]] = open(self.file[name], "rb", buffering=0)
-            if hasattr(os, "posix_fadvise"): os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_SEQUENTIAL)  # a larger readahead
-        return f
-
-    def prefetch(self, name: str, rows: tuple | None = None):
-        "Ask the kernel to start reading `name` (`rows`) from disk in the background (reads of several files then overlap)."
-        if hasattr(os, "posix_fadvise"):
-            a, b = self._range(name, rows)
-            os.posix_fadvise(self._file(name).fileno(), a, b - a, os.POSIX_FADV_WILLNEED)
-
-    def read_into(self, name: str, rows: tuple | None, buf: torch.Tensor) -> torch.Tensor:
-        "Tensor `name` (`rows`) read straight into the uint8 tensor `buf` (the only copy), returned flat in its dtype."
-        (a, b), f = self._range(name, rows), self._file(name)
-        view, got = memoryview(buf[:b - a].numpy()), 0
-        f.seek(a)
-        while got < b - a:
-            if not (n := f.readinto(view[got:])): raise EOFError(f"{self.file[name]}: file ends inside tensor {name!r}")
-            got += n
-        return buf[:b - a].view(_DTYPES[self.specs[name][0]])
-
-    def prefixed(self, prefix: str) -> "_Files":
-        "The same tensors, each name with `prefix` in front."
-        new = _Files([])
-        for mine, theirs in zip((new.specs, new.file, new.where, new.key), (self.specs, self.file, self.where, self.key)):
-            mine.update({prefix + k: v for k, v in theirs.items()})
-        return new
-
-    def close(self):
-        "Close the files `read_into` opened."
-        for f in self._open.values(): f.close()
-        self._open.clear()
-
-    @classmethod
-    def of_folder(cls, folder: Path) -> "_Files":
-        "The weights of a model folder: `model.safetensors`, or the shards its index names (checked to stay inside it)."
-        if (index := folder / "model.safetensors.index.json").is_file():
-            wmap = json.loads(index.read_text())["weight_map"]
-            if (bad := sorted({f for f in wmap.values() if Path(f).name != f or f.startswith(".")})):
-                raise ValueError(f"{index}: shard names must be plain file names in the folder, got {bad[:3]}")
-            files = cls([folder / f for f in sorted(set(wmap.values()))])
-            if (lost := sorted(set(wmap) - set(files.specs))): raise ValueError(f"{index}: tensors missing from the shards: {lost[:5]}")
-            return files
-        if (folder / "model.safetensors").is_file(): return cls([folder / "model.safetensors"])
-        hint = " (pytorch_model.bin is not read: weights only as safetensors)" if (folder / "pytorch_model.bin").exists() else ""
-        raise FileNotFoundError(f"{folder}: no model.safetensors or model.safetensors.index.json{hint}")
+_MERGEABLE = {"F64", "F32", "F16", "BF16"}  # float8 and integer/bool tensors are copied per task, never merged
 
 class _Model:
     "A full model: tensor specs, a reader of one tensor, its config, where it came from and its files (None in memory)."
     kind = "full"
     def __init__(self, specs: dict, read: Callable, config: dict | None, origin: dict, folder: Path | None = None,
-                 files: _Files | None = None):
+                 files: TensorFiles | None = None):
         self.specs, self.read, self.config, self.origin, self.folder, self.own = specs, read, config, origin, folder, set()
         self.files, self.prefix = files, ""
 
     @classmethod
-    def of_files(cls, files: _Files, config: dict | None, origin: dict, folder: Path) -> "_Model":
+    def of_files(cls, files: TensorFiles, config: dict | None, origin: dict, folder: Path) -> "_Model":
         "The model stored in `files`."
         return cls(files.specs, files.read, config, origin, folder, files)
 
@@ -266,9 +120,9 @@ class _Model:
 
 def _state_dict_model(sd: Mapping, config: dict | None = None) -> _Model:
     "A `_Model` over an in-memory state dict."
-    if (bad := [k for k, v in sd.items() if not isinstance(v, torch.Tensor) or v.dtype not in _NAMES]):
+    if (bad := [k for k, v in sd.items() if not isinstance(v, torch.Tensor) or v.dtype not in DTYPE_NAMES]):
         raise TypeError(f"state dict entries that are not tensors of a safetensors dtype: {bad[:5]}")
-    specs = {k: (_NAMES[v.dtype], tuple(v.shape)) for k, v in sd.items()}
+    specs = {k: (DTYPE_NAMES[v.dtype], tuple(v.shape)) for k, v in sd.items()}
     return _Model(specs, lambda k, rows=None: (sd[k] if rows is None else sd[k][rows[0]:rows[1]]).detach().cpu(), config, {"state_dict": True})
 
 # %% ../nbs/14_emr.ipynb #2f37ba3e
@@ -285,7 +139,7 @@ class _LoraModel(_Model):
                              + (f", unsupported: {', '.join(bad)})" if cfg.get("peft_type") == "LORA" else ")"))
         if not (folder / "adapter_model.safetensors").is_file():
             raise FileNotFoundError(f"{folder}: no adapter_model.safetensors (weights only as safetensors)")
-        self.adapter, self.cfg, self.base, self.pairs, full = _Files([folder / "adapter_model.safetensors"]), cfg, base, {}, {}
+        self.adapter, self.cfg, self.base, self.pairs, full = TensorFiles([folder / "adapter_model.safetensors"]), cfg, base, {}, {}
         for key in self.adapter.specs:
             if (m := _LORA_KEY.match(key)): self.pairs.setdefault(m[1] + ".weight", {})[m[2][-1]] = (key, "embedding" in m[2])
             elif key.startswith("base_model.model."): full[key[17:].replace(".base_layer.", ".")] = key
@@ -338,12 +192,12 @@ def _open(src, *, base: _Model | None, what: str, endpoint=None, token=None) -> 
     try:
         folder = pull(src, endpoint=endpoint, token=token, allow_patterns=["*.safetensors", "*.json"])
         origin = source_of(folder)
-        if folder.is_file() and folder.suffix == ".safetensors": return _Model.of_files(_Files([folder]), None, origin, folder)
+        if folder.is_file() and folder.suffix == ".safetensors": return _Model.of_files(TensorFiles([folder]), None, origin, folder)
         if (folder / "adapter_config.json").is_file():
             if base is None: raise ValueError("it is a LoRA adapter; the base must be a full model")
             return _LoraModel(folder, base, origin)
         cfg = json.loads((folder / "config.json").read_text()) if (folder / "config.json").is_file() else None
-        return _Model.of_files(_Files.of_folder(folder), cfg, origin, folder)
+        return _Model.of_files(TensorFiles.of_folder(folder), cfg, origin, folder)
     except Exception as e:
         raise ValueError(f"{what}: cannot read {str(src)!r}: {e}") from e
 
@@ -440,11 +294,11 @@ def _writers(tmp: Path, plan: _Plan, base: _Model, tasks: dict, max_bytes: int, 
     "The bundle's writers, their headers written: unified shards, base copy, each task's mask and own files."
     spec = {n: base.specs[n] for n in plan.merged}
     masks = {n: ("U8", (math.ceil(math.prod(base.specs[n][1]) / 8),)) for n in plan.merged}
-    w = {"unified": _ShardWriter(tmp / "unified", spec, max_bytes)}
-    if copy_base: w["base"] = _ShardWriter(tmp / "base", spec, max_bytes)
+    w = {"unified": ShardWriter(tmp / "unified", spec, max_bytes)}
+    if copy_base: w["base"] = ShardWriter(tmp / "base", spec, max_bytes)
     for t, m in tasks.items():
-        w[t, "mask"] = _StreamWriter(tmp / "tasks" / t / "mask.safetensors", masks)
-        w[t, "own"] = _StreamWriter(tmp / "tasks" / t / "own.safetensors", {n: m.specs[n] for n in plan.own[t]})
+        w[t, "mask"] = StreamWriter(tmp / "tasks" / t / "mask.safetensors", masks)
+        w[t, "own"] = StreamWriter(tmp / "tasks" / t / "own.safetensors", {n: m.specs[n] for n in plan.own[t]})
     return w
 
 def _merge_chunk(name: str, rows, raw: list, base: _Model, tasks: dict, sums: _Rescalers, views: Callable) -> tuple:
@@ -470,7 +324,7 @@ def _merge_pass(tmp: Path, plan: _Plan, base: _Model, tasks: dict, rescale: str,
     items = [(n, r) for n in plan.merged for r in _chunks(base.specs[n][1])]
     size = max(_numel(base.specs[n][1], r) for n, r in items)
     views, models = _buffers(len(names), size), [base, *tasks.values()]
-    def buffer(m): return torch.empty(size * max(_DTYPES[m.specs[n][0]].itemsize for n in plan.merged), dtype=torch.uint8)
+    def buffer(m): return torch.empty(size * max(DTYPES[m.specs[n][0]].itemsize for n in plan.merged), dtype=torch.uint8)
     sets = _READS_AHEAD + 1  # one buffer set being computed, the others being read
     raw = [[buffer(m) if m.files else None for m in models] for _ in range(sets)]
     def read(k):  # in the reader thread: chunk k of every model that is read from files, into buffer set k % sets
@@ -487,7 +341,7 @@ def _merge_pass(tmp: Path, plan: _Plan, base: _Model, tasks: dict, rescale: str,
             got = ahead.popleft().result()
             if k + _READS_AHEAD < len(items): ahead.append(reader.submit(read, k + _READS_AHEAD))  # into chunk k-1's buffers
             b, uni, masks = _merge_chunk(name, rows, got, base, tasks, sums, views)
-            jobs = [(w["unified"], name, uni.to(_DTYPES[base.specs[name][0]]))]
+            jobs = [(w["unified"], name, uni.to(DTYPES[base.specs[name][0]]))]
             if copy_base: jobs.append((w["base"], name, b if got[0] is None else b.clone()))  # the read buffer gets reused
             jobs += [(w[t, "mask"], name, pack_mask(masks[i])) for i, t in enumerate(names)]
             pending.append(writer.submit(write, jobs))
@@ -565,7 +419,7 @@ def emr_merge(
 ) -> "EMRBundle":
     "Merge fine-tuned models of one base with EMR-Merging into a bundle of unified weights, 1-bit task masks and rescalers."
     if rescale not in ("tensor_mean", "global"): raise ValueError(f"rescale must be 'tensor_mean' or 'global', got {rescale!r}")
-    max_bytes = _parse_size(max_shard_size)
+    max_bytes = parse_size(max_shard_size)
     base, tasks = _open_all(pretrained, finetuned, endpoint, token)
     plan, ref = _plan(base, tasks, exclude), _base_ref(base)
     temporary = out_dir is None
@@ -583,7 +437,7 @@ def emr_merge(
     return bundle
 
 # %% ../nbs/14_emr.ipynb #c9402484
-def _expect(files: _Files, specs: dict, what: str):
+def _expect(files: TensorFiles, specs: dict, what: str):
     "Raise unless the headers of `files` hold exactly `specs` ({name: (dtype, shape)})."
     got = {n: (d, tuple(s)) for n, (d, s) in files.specs.items()}
     want = {n: (d, tuple(s)) for n, (d, s) in specs.items()}
@@ -604,13 +458,13 @@ def _read_meta(folder: Path) -> dict:
         raise ValueError(f"{folder}: rescalers must be finite numbers")
     specs = {n: (s["dtype"], tuple(s["shape"])) for n, s in meta["tensors"].items()}
     if any(d not in _MERGEABLE for d, _ in specs.values()): raise ValueError(f"{folder}: merged tensors must be float")
-    _expect(_Files.of_folder(folder / "unified"), specs, "unified/")
+    _expect(TensorFiles.of_folder(folder / "unified"), specs, "unified/")
     packed = {n: ("U8", (math.ceil(math.prod(s) / 8),)) for n, (_, s) in specs.items()}
     for t in tasks:
-        _expect(_Files([folder / "tasks" / t / "mask.safetensors"]), packed, f"tasks/{t}/mask.safetensors")
+        _expect(TensorFiles([folder / "tasks" / t / "mask.safetensors"]), packed, f"tasks/{t}/mask.safetensors")
         own = {n: (s["dtype"], tuple(s["shape"])) for n, s in meta["own"][t].items()}
-        _expect(_Files([folder / "tasks" / t / "own.safetensors"]), own, f"tasks/{t}/own.safetensors")
-    if meta["base"].get("path") == "base": _expect(_Files.of_folder(folder / "base"), specs, "base/")
+        _expect(TensorFiles([folder / "tasks" / t / "own.safetensors"]), own, f"tasks/{t}/own.safetensors")
+    if meta["base"].get("path") == "base": _expect(TensorFiles.of_folder(folder / "base"), specs, "base/")
     elif not (is_repo_id(meta["base"].get("repo_id", "")) and re.fullmatch(r"[0-9a-f]{40}", meta["base"].get("revision") or "")
               and re.fullmatch(r"([A-Za-z0-9_]+\.)*", str(meta["base"].get("prefix", "")))):
         raise ValueError(f"{folder}: emr.json's base must be 'base/' or a repo id with a 40-hex revision (and a name prefix such as 'bert.')")
@@ -684,13 +538,13 @@ class EMRBundle:
         if task not in self.meta["tasks"]: raise KeyError(f"no task {task!r} in this bundle; its tasks: {', '.join(self.tasks)}")
         return task
 
-    def _base_files(self) -> _Files:
+    def _base_files(self) -> TensorFiles:
         "The base's weights: the bundle's `base/`, or the referenced repo at its commit (pulled once), checked."
         if self._base is None:
             b = self.meta["base"]
             folder = self.folder / "base" if b.get("path") == "base" else pull(
                 b["repo_id"], revision=b["revision"], endpoint=self._endpoint, token=self._token, allow_patterns=["*.safetensors", "*.json"])
-            files = _Files.of_folder(folder).prefixed(b.get("prefix", ""))  # a bare encoder, read as its task models name it
+            files = TensorFiles.of_folder(folder).prefixed(b.get("prefix", ""))  # a bare encoder, read as its task models name it
             spec = {n: (s["dtype"], tuple(s["shape"])) for n, s in self.meta["tensors"].items()}
             if (bad := [n for n in spec if files.specs.get(n) != spec[n]]):
                 raise ValueError(f"base {b.get('repo_id', 'base/')}: tensors missing or of another dtype/shape: {bad[:5]}")
@@ -699,13 +553,13 @@ class EMRBundle:
 
     def task_state_dict(self, task: str) -> dict[str, torch.Tensor]:
         "The weights of `task`'s model: base + rescaler · mask · unified for merged tensors, its own tensors for the rest."
-        base, uni = self._base_files(), _Files.of_folder(self.folder / "unified")
-        masks = _Files([self.folder / "tasks" / self._task(task) / "mask.safetensors"])
+        base, uni = self._base_files(), TensorFiles.of_folder(self.folder / "unified")
+        masks = TensorFiles([self.folder / "tasks" / self._task(task) / "mask.safetensors"])
         lam, out = self.meta["rescalers"][task], {}
         for name, s in self.meta["tensors"].items():
             m = unpack_mask(masks.read(name), s["shape"]).view(torch.uint8).float()  # (from uint8: a faster conversion than bool's)
-            out[name] = torch.addcmul(base.read(name).float(), uni.read(name).float(), m, value=lam).to(_DTYPES[s["dtype"]])
-        own = _Files([self.folder / "tasks" / task / "own.safetensors"])
+            out[name] = torch.addcmul(base.read(name).float(), uni.read(name).float(), m, value=lam).to(DTYPES[s["dtype"]])
+        own = TensorFiles([self.folder / "tasks" / task / "own.safetensors"])
         return out | {n: own.read(n) for n in own.specs}
 
     def task_config(self, task: str) -> dict | None:
@@ -722,7 +576,7 @@ class EMRBundle:
         **kwargs,  # passed to the architecture's `from_pretrained`
     ):
         "The transformers model of `task` (its own config and head), loaded strictly from `task_state_dict(task)`."
-        dtype = dtype or _DTYPES[next(iter(self.meta["tensors"].values()))["dtype"]]
+        dtype = dtype or DTYPES[next(iter(self.meta["tensors"].values()))["dtype"]]
         return _build_model(self.task_config(task), self.task_state_dict(task), dtype, f"task {task!r}", **kwargs)
 
     def model_card(self, repo_id: str | None = None, results: list[dict] | None = None):

@@ -17,6 +17,7 @@ from transformers.utils import logging as hf_logging
 import adaptkit.emr as emr
 from adaptkit.emr import EMRBundle, emr_merge, task_arithmetic, ties_merge
 from adaptkit.hub import push_folder
+from adaptkit.tensorfiles import TensorFiles
 
 hf_logging.disable_progress_bar()
 
@@ -168,9 +169,9 @@ def test_each_input_tensor_is_read_once(tmp_path, monkeypatch):
     base.save_pretrained(tmp_path / "base")
     for i in range(3): finetune(base, 2 + i, seed=i + 1).save_pretrained(tmp_path / f"ft{i}", max_shard_size="8KB")
     reads = []
-    read, read_into = emr._Files.read, emr._Files.read_into
-    monkeypatch.setattr(emr._Files, "read", lambda self, name, rows=None: reads.append((self.file[name], name, rows)) or read(self, name, rows))
-    monkeypatch.setattr(emr._Files, "read_into", lambda self, name, rows, buf: reads.append((self.file[name], name, rows)) or read_into(self, name, rows, buf))
+    read, read_into = TensorFiles.read, TensorFiles.read_into
+    monkeypatch.setattr(TensorFiles, "read", lambda self, name, rows=None: reads.append((self.file[name], name, rows)) or read(self, name, rows))
+    monkeypatch.setattr(TensorFiles, "read_into", lambda self, name, rows, buf: reads.append((self.file[name], name, rows)) or read_into(self, name, rows, buf))
     emr_merge(tmp_path / "base", {f"t{i}": tmp_path / f"ft{i}" for i in range(3)}, out_dir=tmp_path / "b", progress=False)
     assert len(reads) == len(set(reads))  # nothing read twice
     assert {f.parent.name for f, *_ in reads} == {"base", "ft0", "ft1", "ft2"}
