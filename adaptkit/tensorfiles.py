@@ -56,6 +56,7 @@ class StreamWriter:
         self.left -= data.nbytes
 
     def close(self, check: bool = True):
+        "Close the file; with `check`, raise if some tensor was not (fully) written."
         self.f.close()
         if check and (self.todo or self.left): raise RuntimeError(f"{self.path}: {len(self.todo)} tensors were never written")
 
@@ -75,8 +76,12 @@ class ShardWriter:
                      "weight_map": {name: f for f, s in zip(files, shards) for name in s}}
             (folder / "model.safetensors.index.json").write_text(json.dumps(index, indent=2) + "\n")
 
-    def write(self, name: str, tensor: torch.Tensor): self.where[name].write(name, tensor)
+    def write(self, name: str, tensor: torch.Tensor):
+        "Append `tensor` (whole, or its next rows) to the shard that holds `name`."
+        self.where[name].write(name, tensor)
+
     def close(self, check: bool = True):
+        "Close every shard (`check` as `StreamWriter.close`)."
         for w in self.writers: w.close(check)
 
 def parse_size(size: int | str) -> int:
