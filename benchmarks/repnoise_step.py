@@ -1,12 +1,12 @@
 """RepNoise training step vs a plain SFT step on the same batch (SmolLM2-135M, fp32, CPU): time per step and peak
 memory; then the hook-leak check: RSS after 200 vs 20 RepNoiseTrainer steps (a tiny Llama, so 200 steps fit in a
 minute on 2 cores; the per-step hook code is the same for any model).
-Each variant runs in its own process, so peak RSS (ru_maxrss) belongs to that variant alone.
+Each variant runs in its own process and reads its own peak RSS (VmHWM, which starts afresh at exec; ru_maxrss would
+include the parent's peak).
 Writes benchmarks/results/repnoise.json. Run: .venv/bin/python benchmarks/repnoise_step.py"""
 import json
 import os
 import platform
-import resource
 import statistics
 import subprocess
 import sys
@@ -38,8 +38,8 @@ def rss_mb():
 
 
 def peak_mb():
-    "Peak resident set size of this process so far, in MiB (Linux ru_maxrss is in KiB)."
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    "Peak resident set size of this process since it started, in MiB."
+    with open("/proc/self/status") as f: return next(int(l.split()[1]) for l in f if l.startswith("VmHWM")) / 1024
 
 
 def step_variant(variant):
