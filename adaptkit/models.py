@@ -17,7 +17,8 @@ from .hub import pull, source_of, write_folder
 
 # %% auto #0
 __all__ = ['CHATML_TEMPLATE', 'SMOLLM2_REPO', 'load_causal_lm', 'load_tokenizer', 'load_base', 'load_adapter', 'tiny_tokenizer',
-           'tiny_causal_lm', 'from_gguf', 'cache_dir', 'packaged_file', 'smollm2']
+           'tiny_causal_lm', 'default_bf16', 'merged', 'generate_batched', 'encode_completion', 'completion_collator',
+           'from_gguf', 'cache_dir', 'packaged_file', 'smollm2']
 
 # %% ../nbs/03_models.ipynb #798be5b5
 def load_causal_lm(
@@ -121,6 +122,82 @@ def tiny_causal_lm(
     with torch.random.fork_rng():
         torch.manual_seed(seed)
         return AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+
+# %% ../nbs/03_models.ipynb #49c6c830
+def default_bf16() -> bool:
+    "Whether to train in bf16: only on a CUDA GPU that supports it (bf16 autocast on a CPU is slow and lossy)."
+    return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+
+def merged(
+    model,  # a transformers model, possibly wrapped in a PEFT adapter
+):
+    "The plain transformers model with any PEFT adapter merged into its weights (a plain model as is)."
+    return model.merge_and_unload() if hasattr(model, "merge_and_unload") else model
+
+# %% ../nbs/03_models.ipynb #9792cac6
+def _new_text(tok, prompt_ids: torch.Tensor, ids: torch.Tensor, strip: bool) -> list[str]:
+    "The text `ids` adds to `prompt_ids`; unstripped, it is cut from the decoded whole so a leading space survives."
+    new = tok.batch_decode(ids[:, prompt_ids.shape[1]:], skip_special_tokens=True)
+    if strip: return [t.strip() for t in new]
+    full, pre = tok.batch_decode(ids, skip_special_tokens=True), tok.batch_decode(prompt_ids, skip_special_tokens=True)
+    return [f[len(p):] if f.startswith(p) else n for f, p, n in zip(full, pre, new)]
+
+@torch.no_grad()
+def generate_batched(
+    model,  # a causal LM
+    tokenizer,  # its tokenizer (a pad token is needed)
+    prompts,  # the texts to continue
+    *,
+    batch_size: int = 8,  # prompts per `generate` call
+    max_new_tokens: int = 256,  # tokens per continuation
+    desc: str = "generating",  # progress bar label
+    progress: bool = True,  # show a progress bar (only when there is more than one batch)
+    strip: bool = True,  # strip whitespace around each continuation
+    add_special_tokens: bool = False,  # let the tokenizer add its special tokens (prompts usually carry them already)
+    **generate_kwargs,  # passed to `generate` (do_sample, temperature, top_p, stop_strings, ...)
+) -> list[str]:
+    "The continuation of each prompt (new text only), generated in left-padded batches; greedy by default."
+    from tqdm.auto import tqdm
+    kw = {"do_sample": False, "pad_token_id": tokenizer.pad_token_id, **generate_kwargs}
+    if not kw["do_sample"]: kw = {k: v for k, v in kw.items() if k not in ("temperature", "top_p", "top_k")}
+    if "stop_strings" in kw: kw["tokenizer"] = tokenizer
+    side, training, out = tokenizer.padding_side, model.training, []
+    tokenizer.padding_side = "left"; model.eval()
+    try:
+        for i in tqdm(range(0, len(prompts), batch_size), desc=desc, disable=not progress or len(prompts) <= batch_size):
+            enc = tokenizer(list(prompts[i:i + batch_size]), return_tensors="pt", padding=True,
+                            add_special_tokens=add_special_tokens).to(model.device)
+            ids = model.generate(**enc, max_new_tokens=max_new_tokens, **kw)
+            out += _new_text(tokenizer, enc["input_ids"], ids, strip)
+    finally: tokenizer.padding_side = side; model.train(training)
+    return out
+
+# %% ../nbs/03_models.ipynb #4402e5b1
+def encode_completion(
+    tokenizer,  # the model's tokenizer
+    prompt: str,  # the prompt text, already formatted (chat template applied if wanted)
+    completion: str,  # the text to train on or score
+    max_length: int,  # longest sequence kept
+    row: int | str = "?",  # row number for error messages
+    add_eos: bool = True,  # end the completion with the tokenizer's EOS token
+) -> dict:
+    "`input_ids` of prompt + completion (+ EOS) tokenised apart, and `labels` that are -100 on the prompt."
+    p = tokenizer(prompt, add_special_tokens=False)["input_ids"]
+    c = tokenizer(completion, add_special_tokens=False)["input_ids"]
+    if add_eos and tokenizer.eos_token_id is not None: c = c + [tokenizer.eos_token_id]
+    if len(p) >= max_length:
+        raise ValueError(f"row {row}: the prompt takes {len(p)} tokens, leaving no room for the answer in max_length={max_length}")
+    return {"input_ids": (p + c)[:max_length], "labels": ([-100] * len(p) + c)[:max_length]}
+
+def completion_collator(
+    tokenizer,  # gives the pad token id
+):
+    "A collator that right-pads `encode_completion` rows: input ids with the pad token, labels with -100, an attention mask."
+    from transformers import DataCollatorForSeq2Seq
+    pad = tokenizer if tokenizer.pad_token_id is not None else None
+    if pad is None: raise ValueError("the tokenizer has no pad token: set tokenizer.pad_token (e.g. to its eos token) first")
+    collate = DataCollatorForSeq2Seq(tokenizer, padding=True, label_pad_token_id=-100, return_tensors="pt")
+    return lambda rows: collate([{k: r[k] for k in ("input_ids", "labels")} for r in rows])
 
 # %% ../nbs/03_models.ipynb #ae1c69cf
 def from_gguf(
