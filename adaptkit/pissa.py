@@ -5,9 +5,11 @@
 # %% ../nbs/10_pissa.ipynb #61f56e2c
 from __future__ import annotations
 
+import copy
 import json
 import math
 import shutil
+import tempfile
 import warnings
 from pathlib import Path
 
@@ -19,8 +21,8 @@ from .hub import read_metadata, write_folder, write_metadata
 
 # %% auto #0
 __all__ = ['NF4_LEVELS', 'PISSA_RECIPE', 'pissa_config', 'init_pissa', 'save_pissa_as_lora', 'save_pissa_residual',
-           'load_pissa_adapter', 'nf4_roundtrip', 'qpissa_error', 'quantization_error', 'pissa_sft_config',
-           'PiSSATrainer']
+           'load_pissa_adapter', 'nf4_roundtrip', 'qpissa_error', 'quantization_error', 'PiSSAConfig',
+           'pissa_sft_config', 'PiSSAAdapter', 'PiSSATrainer']
 
 # %% ../nbs/10_pissa.ipynb #9c24dc3c
 def pissa_config(
@@ -51,6 +53,13 @@ def _fingerprint(peft_model: PeftModel, n: int = 4) -> dict[str, list[float]]:
             out[name] = [w.sum().item(), w.square().sum().item()]
     return out
 
+def _save_as_plain_lora_init(peft_model: PeftModel, folder: str | Path):
+    "Save `peft_model`'s adapter marked as a plain LoRA (loading it must not decompose the weights again)."
+    cfg = peft_model.peft_config["default"]
+    init, cfg.init_lora_weights = cfg.init_lora_weights, True
+    try: peft_model.save_pretrained(folder)
+    finally: cfg.init_lora_weights = init
+
 def _fingerprint_matches(saved: dict, current: dict, rtol: float = 1e-4) -> bool:
     return saved.keys() == current.keys() and all(
         math.isclose(a, b, rel_tol=rtol, abs_tol=1e-6) for k in saved for a, b in zip(saved[k], current[k]))
@@ -68,10 +77,8 @@ def init_pissa(
     if _is_quantized(model):
         raise TypeError("PiSSA cannot be initialised on quantized weights: load the model in float32/bf16, run init_pissa, "
                         "then quantize the residual model (QPiSSA; see `quantization_error`)")
-    peft_model = get_peft_model(model, config)
-    peft_model.peft_config["default"].init_lora_weights = True  # saved as a plain LoRA: loading must not decompose again
-    try: peft_model.save_pretrained(init_dir)
-    finally: peft_model.peft_config["default"].init_lora_weights = config.init_lora_weights
+    peft_model = get_peft_model(model, copy.deepcopy(config))  # the caller's config stays as it was given
+    _save_as_plain_lora_init(peft_model, init_dir)
     write_metadata(init_dir, pissa={"role": "initial adapter", "init_lora_weights": config.init_lora_weights,
                                     "residual_fingerprint": _fingerprint(peft_model)})
     warnings.warn("init_pissa replaced the base model's adapted weights by their residuals W - B0 A0: the model object "
@@ -79,6 +86,28 @@ def init_pissa(
     return peft_model
 
 # %% ../nbs/10_pissa.ipynb #a1e3dbcc
+def _check_init_dir(peft_model: PeftModel, init_dir: Path) -> dict:
+    "The initial adapter's record, after checking it is the one `peft_model` started from."
+    meta = read_metadata(init_dir).get("pissa", {})
+    if not (init_dir / "adapter_config.json").is_file() or meta.get("role") != "initial adapter":
+        raise FileNotFoundError(f"{init_dir}: no initial PiSSA adapter here; conversion needs the folder that "
+                                "init_pissa(..., init_dir=...) wrote before training")
+    if not _fingerprint_matches(meta["residual_fingerprint"], _fingerprint(peft_model)):
+        raise ValueError(f"{init_dir} is the initial adapter of another model: its residual weights do not match this one's")
+    return meta
+
+def _write_plain_lora(peft_model: PeftModel, folder: Path, init_dir: Path) -> None:
+    "Write `peft_model`'s PiSSA adapter into `folder` as a plain LoRA (rank and alpha doubled) for the untouched base."
+    meta = _check_init_dir(peft_model, Path(init_dir))
+    # peft rewrites the initial adapter's config while converting: it gets a private copy, removed afterwards
+    private = Path(tempfile.mkdtemp(prefix="_pissa_conversion-", dir=folder)) / "init"
+    shutil.copytree(init_dir, private)
+    try: peft_model.save_pretrained(folder, path_initial_model_for_weight_conversion=str(private))
+    finally: shutil.rmtree(private.parent, ignore_errors=True)
+    cfg = peft_model.peft_config["default"]
+    write_metadata(folder, pissa={"role": "plain lora", "pissa_rank": cfg.r, "lora_rank": 2 * cfg.r,
+                                  "init_lora_weights": meta["init_lora_weights"]})
+
 def save_pissa_as_lora(
     peft_model: PeftModel,  # a PiSSA model from `init_pissa` (trained or not)
     out_dir: str | Path,  # where the plain LoRA goes (replaced if it exists)
@@ -86,23 +115,8 @@ def save_pissa_as_lora(
     init_dir: str | Path,  # the initial adapter saved by `init_pissa`
 ) -> Path:
     "Save `peft_model`'s PiSSA adapter as a plain LoRA (rank and alpha doubled) that loads on the untouched base."
-    init_dir, out_dir = Path(init_dir), Path(out_dir)
-    meta = read_metadata(init_dir).get("pissa", {})
-    if not (init_dir / "adapter_config.json").is_file() or meta.get("role") != "initial adapter":
-        raise FileNotFoundError(f"{init_dir}: no initial PiSSA adapter here; conversion needs the folder that "
-                                "init_pissa(..., init_dir=...) wrote before training")
-    if not _fingerprint_matches(meta["residual_fingerprint"], _fingerprint(peft_model)):
-        raise ValueError(f"{init_dir} is the initial adapter of another model: its residual weights do not match this one's")
-    cfg = peft_model.peft_config["default"]
-    def write(tmp):
-        # peft loads the initial adapter as a sibling of the output: give it a private copy inside the new folder
-        shutil.copytree(init_dir, tmp / "pissa_init")
-        peft_model.save_pretrained(tmp, path_initial_model_for_weight_conversion=str(tmp / "pissa_init"))
-        shutil.rmtree(tmp / "pissa_init")
-        write_metadata(tmp, pissa={"role": "plain lora", "pissa_rank": cfg.r, "lora_rank": 2 * cfg.r,
-                                   "init_lora_weights": meta["init_lora_weights"]})
-    write_folder(out_dir, write)
-    return out_dir
+    _check_init_dir(peft_model, Path(init_dir))  # before anything is written
+    return write_folder(out_dir, lambda tmp: _write_plain_lora(peft_model, tmp, Path(init_dir)))
 
 # %% ../nbs/10_pissa.ipynb #40b9ac8f
 def save_pissa_residual(
@@ -114,10 +128,8 @@ def save_pissa_residual(
     base = peft_model.get_base_model()
     state = {k.replace(".base_layer.", "."): v for k, v in base.state_dict().items() if "lora_" not in k}
     base.save_pretrained(out_dir / "residual_model", state_dict=state)
-    cfg = peft_model.peft_config["default"]
-    init, cfg.init_lora_weights = cfg.init_lora_weights, True
-    try: peft_model.save_pretrained(out_dir / "pissa_adapter")
-    finally: cfg.init_lora_weights = init
+    _save_as_plain_lora_init(peft_model, out_dir / "pissa_adapter")
+    init = peft_model.peft_config["default"].init_lora_weights
     write_metadata(out_dir / "pissa_adapter", pissa={"role": "residual adapter", "init_lora_weights": init,
                                                      "residual_fingerprint": _fingerprint(peft_model)})
     return out_dir
@@ -201,79 +213,135 @@ def quantization_error(
     return {"r": r, "iters": iters, "layers": layers, "qlora": qlora, "qpissa": qpissa, "reduction": 1 - qpissa / qlora,
             "mean_layer_reduction": sum(v["reduction"] for v in layers.values()) / len(layers)}
 
-# %% ../nbs/10_pissa.ipynb #90f1bfb2
+# %% ../nbs/10_pissa.ipynb #4c83b913
+from dataclasses import dataclass, field
+
+from fastcore.basics import patch
 from trl import SFTConfig, SFTTrainer
 
-from .hub import model_card, push_folder
-from .models import load_base
+from .artifacts import AdapterArtifact, ArtifactTrainerMixin, fingerprint
+from .hub import PAPERS
+from .models import default_bf16, load_base
 
-# the paper's recipe; bf16 only on a GPU that has it: TRL's default bf16 autocast is slow and lossy on CPUs
+@dataclass
+class PiSSAConfig(SFTConfig):
+    "`SFTConfig` with PiSSA's recipe (lr 2e-5, cosine, 3% warm-up) and the adapter's settings, the one place for both."
+    pissa_r: int = field(default=16, metadata={"help": "Adapter rank r (the shared plain LoRA has rank 2r)."})
+    pissa_alpha: int | None = field(default=None, metadata={"help": "lora_alpha; default r (the paper's scaling 1)."})
+    pissa_niter: int | None = field(default=16, metadata={"help": "Subspace iterations of the randomised SVD (official: 16); 0 or None: exact SVD."})
+    pissa_target_modules: list[str] | str = field(default="all-linear", metadata={"help": "Linear layers that get the adapter."})
+    learning_rate: float = field(default=2e-5, metadata={"help": "Peak learning rate (paper: 2e-5)."})
+    lr_scheduler_type: str = field(default="cosine", metadata={"help": "Learning-rate schedule (paper: cosine)."})
+    warmup_steps: float = field(default=0.03, metadata={"help": "Warm-up steps, or a ratio of all steps when below 1 (paper: 3 percent)."})
+    weight_decay: float = field(default=0.0, metadata={"help": "AdamW weight decay (paper: none)."})
+    report_to: str | list[str] = field(default="none", metadata={"help": "Where to report metrics."})
+
+    def __post_init__(self):
+        if self.bf16 is None: self.bf16 = default_bf16()
+        if self.pissa_r < 1: raise ValueError(f"pissa_r must be at least 1, got {self.pissa_r}")
+        super().__post_init__()
+
+    def lora_config(self) -> LoraConfig:
+        "The `peft.LoraConfig` with PiSSA initialisation these settings describe."
+        return pissa_config(self.pissa_r, niter=self.pissa_niter or None, target_modules=self.pissa_target_modules,
+                            lora_alpha=self.pissa_alpha or self.pissa_r)
+
 PISSA_RECIPE = {"learning_rate": 2e-5, "lr_scheduler_type": "cosine", "warmup_steps": 0.03, "weight_decay": 0.0,
-                "bf16": torch.cuda.is_available() and torch.cuda.is_bf16_supported(), "report_to": "none"}
+                "bf16": default_bf16(), "report_to": "none"}  # PiSSAConfig's defaults, for the CLI's recipe
 
 def pissa_sft_config(
-    output_dir: str | Path,  # where checkpoints and the initial adapter go
-    **kwargs,  # any other `SFTConfig` field (overrides the recipe)
-) -> SFTConfig:
-    "An `SFTConfig` with the PiSSA recipe: lr 2e-5, cosine schedule, 3% warm-up; bf16 only on a GPU that has it."
-    return SFTConfig(**{"output_dir": str(output_dir), **PISSA_RECIPE, **kwargs})
+    output_dir: str | Path,  # where checkpoints go
+    **kwargs,  # any other `PiSSAConfig` field
+) -> PiSSAConfig:
+    "A `PiSSAConfig` (kept for older code: `PiSSAConfig(output_dir, ...)` is the same)."
+    return PiSSAConfig(output_dir=str(output_dir), **kwargs)
 
-# %% ../nbs/10_pissa.ipynb #d4dc2165
-class PiSSATrainer(SFTTrainer):
-    "TRL's `SFTTrainer` with a PiSSA adapter, saved and pushed as a plain LoRA with an adaptkit model card."
+# %% ../nbs/10_pissa.ipynb #fe637f87
+class PiSSAAdapter(AdapterArtifact):
+    "A PiSSA adapter shared as a plain LoRA (rank and alpha doubled) that loads on the untouched base."
+    kind, method, commit_message = "pissa-lora", "pissa", "PiSSA adapter as a plain LoRA"
+
+    def __init__(self,
+                 model: PeftModel,  # a PiSSA model from `init_pissa` (converted on save), or a loaded plain LoRA
+                 tokenizer=None,  # its tokenizer
+                 init_dir: str | Path | None = None):  # the initial adapter of a PiSSA model (None: already plain)
+        super().__init__(model, tokenizer)
+        self.init_dir = None if init_dir is None else Path(init_dir)
+
+    def _write(self, folder: Path) -> None:
+        if self.init_dir is None: self.model.save_pretrained(folder)
+        else: _write_plain_lora(self.model, folder, self.init_dir)
+        if self.tokenizer is not None: self.tokenizer.save_pretrained(folder)
+
+    def _card_fields(self) -> dict:
+        s = self.settings or {}
+        r, alpha = s.get("pissa_rank", "r"), s.get("pissa_alpha", "alpha")
+        summary = (f"A LoRA adapter trained with PiSSA (rank {r}, alpha {alpha}, init `{s.get('init_lora_weights')}`) and "
+                   f"converted to a plain LoRA of **rank {s.get('lora_rank')} and alpha {s.get('lora_alpha')}** that loads on "
+                   "the untouched base model. The doubling is expected: the trained change is `B A - B0 A0 = [B, -B0] [A; A0]`, "
+                   "so the scaling (alpha / r) is unchanged and the outputs equal the trained PiSSA model's.")
+        base, rev = self.base_model or "BASE_MODEL", f", revision={self.base_revision!r}" if self.base_revision else ""
+        usage = (f"from transformers import AutoModelForCausalLM\nfrom peft import PeftModel\n\n"
+                 f"base = AutoModelForCausalLM.from_pretrained({base!r}{rev})\nmodel = PeftModel.from_pretrained(base, REPO_ID)\n"
+                 "# or, with the base checked against its fingerprint:\n"
+                 "from adaptkit import PiSSAAdapter\nmodel = PiSSAAdapter.from_pretrained(REPO_ID).model")
+        return {"summary": summary, "usage": usage}
+
+# %% ../nbs/10_pissa.ipynb #21b8c48c
+class PiSSATrainer(ArtifactTrainerMixin, SFTTrainer):
+    "TRL's `SFTTrainer` with a PiSSA adapter; its artifact is the adapter as a plain LoRA with adaptkit's card."
+    _tag_names, _name = ["adaptkit", "pissa"], "PiSSA"
+    _paper = {"title": PAPERS["pissa"][0], "id": PAPERS["pissa"][1]}
+
     def __init__(self,
                  model,  # a transformers model, or a folder / repo id loaded with `adaptkit.models.load_causal_lm`
-                 args: SFTConfig | None = None,  # training settings; default `pissa_sft_config("pissa-out")`
+                 args: PiSSAConfig | SFTConfig | None = None,  # training settings; default `PiSSAConfig("pissa-out")`
                  *,
-                 peft_config: LoraConfig | None = None,  # default `pissa_config()`
-                 base_model: str | None = None,  # Hub repo id of the base, for the card (found from `model` when it is a path/repo)
+                 peft_config: LoraConfig | None = None,  # default: `args.lora_config()` (or `pissa_config()` for an SFTConfig)
+                 base_model: str | None = None,  # Hub repo id of the base, for the card (found from `model` when a path/repo)
                  base_revision: str | None = None,  # its commit
                  hub_endpoint: str | None = None,  # where a repo id `model` is pulled from
                  hub_token: str | None = None,  # token for that Hub
                  **kwargs):  # the rest of `SFTTrainer`'s arguments (train_dataset, processing_class, ...)
-        args = args or pissa_sft_config("pissa-out")
+        args = args or PiSSAConfig("pissa-out")
         model, src = load_base(model, revision=base_revision, endpoint=hub_endpoint, token=hub_token)
-        base_model, base_revision = base_model or src.get("repo_id"), base_revision or src.get("revision")
-        self.base_model, self.base_revision = base_model, base_revision
-        self.init_dir = Path(args.output_dir) / "pissa_init"
-        self.pissa = peft_config or pissa_config()
+        self.base_model, self.base_revision = base_model or src.get("repo_id"), base_revision or src.get("revision")
+        self.base_fingerprint = fingerprint(model)  # of the untouched base, before init turns it into the residual
+        self.init_dir = Path(args.output_dir) / "_pissa_init"
+        self.pissa = peft_config or (args.lora_config() if isinstance(args, PiSSAConfig) else pissa_config())
         with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message="init_pissa replaced")  # the trainer owns the mutated copy
+            warnings.filterwarnings("ignore", message="init_pissa replaced")  # the trainer owns the changed model
             model = init_pissa(model, self.pissa, init_dir=self.init_dir)
         super().__init__(model=model, args=args, **kwargs)
 
-    def lora_card(self, repo_id: str, results: list[dict] | None = None, datasets: list[str] | None = None):
-        "The model card of the converted LoRA."
-        r, cfg = self.pissa.r, self.pissa
-        summary = (f"A LoRA adapter trained with PiSSA (rank {r}, alpha {cfg.lora_alpha}, `{cfg.init_lora_weights}`) and "
-                   f"converted to a plain LoRA of **rank {2 * r} and alpha {2 * cfg.lora_alpha}** that loads on the "
-                   "untouched base model. The doubling is expected: the trained change is `B A - B0 A0 = [B, -B0] [A; A0]`, "
-                   "so the scaling (alpha / r) is unchanged and the outputs equal the trained PiSSA model's.")
-        base = self.base_model or "BASE_MODEL"
-        usage = (f"from transformers import AutoModelForCausalLM\nfrom peft import PeftModel\n\n"
-                 f"base = AutoModelForCausalLM.from_pretrained({base!r}"
-                 + (f", revision={self.base_revision!r}" if self.base_revision else "") + f")\nmodel = PeftModel.from_pretrained(base, {repo_id!r})")
-        a = self.args
-        settings = {"pissa_rank": r, "lora_rank": 2 * r, "lora_alpha": 2 * cfg.lora_alpha, "init_lora_weights": cfg.init_lora_weights,
-                    "target_modules": sorted(cfg.target_modules) if isinstance(cfg.target_modules, set) else cfg.target_modules,
-                    "learning_rate": a.learning_rate, "lr_scheduler_type": str(a.lr_scheduler_type), "warmup_steps": a.warmup_steps,
-                    "max_steps": a.max_steps, "num_train_epochs": a.num_train_epochs, "per_device_train_batch_size": a.per_device_train_batch_size,
-                    "seed": a.seed, "global_step": self.state.global_step}
-        return model_card("pissa", model_name=repo_id.split("/")[-1], base_model=self.base_model, base_revision=self.base_revision,
-                          summary=summary, usage=usage, settings=settings, results=results, datasets=datasets, library_name="peft")
+# %% ../nbs/10_pissa.ipynb #27cf5817
+@patch
+def artifact(self: PiSSATrainer) -> PiSSAAdapter:
+    "The trained adapter as a `PiSSAAdapter` (converted to a plain LoRA when saved), with its base and settings."
+    cfg, a = self.pissa, self.args
+    adapter = PiSSAAdapter(self.model, self.processing_class, init_dir=self.init_dir)
+    adapter.base_model, adapter.base_revision, adapter.base_fingerprint = self.base_model, self.base_revision, self.base_fingerprint
+    targets = sorted(cfg.target_modules) if isinstance(cfg.target_modules, set) else cfg.target_modules
+    adapter.settings = {"pissa_rank": cfg.r, "pissa_alpha": cfg.lora_alpha, "lora_rank": 2 * cfg.r, "lora_alpha": 2 * cfg.lora_alpha,
+                        "init_lora_weights": cfg.init_lora_weights, "target_modules": targets, "learning_rate": a.learning_rate,
+                        "lr_scheduler_type": str(getattr(a.lr_scheduler_type, "value", a.lr_scheduler_type)),
+                        "warmup_steps": a.warmup_steps, "max_steps": a.max_steps, "num_train_epochs": a.num_train_epochs,
+                        "per_device_train_batch_size": a.per_device_train_batch_size, "seed": a.seed,
+                        "global_step": self.state.global_step}
+    return adapter
 
-    def save_lora(self, out_dir: str | Path | None = None, *, repo_id: str | None = None, results: list[dict] | None = None,
-                  datasets: list[str] | None = None) -> Path:
-        "Save the trained adapter as a plain LoRA with its model card (default: `output_dir/lora`)."
-        out = save_pissa_as_lora(self.model, out_dir or Path(self.args.output_dir) / "lora", init_dir=self.init_dir)
-        repo_id = repo_id or f"adaptkit/{out.name}"
-        (out / "README.md").write_text(str(self.lora_card(repo_id, results, datasets)), encoding="utf-8")
-        write_metadata(out, source={"base_model": self.base_model, "base_revision": self.base_revision})
-        return out
+@patch
+def save_lora(self: PiSSATrainer, out_dir: str | Path | None = None, *, repo_id: str | None = None,
+              results: list[dict] | None = None, datasets: list[str] | None = None) -> Path:
+    "Deprecated: `trainer.artifact().save_pretrained(out_dir)` (set `.results`/`.datasets` on the artifact first)."
+    warnings.warn("PiSSATrainer.save_lora is deprecated: use trainer.artifact().save_pretrained(...)", FutureWarning, stacklevel=2)
+    adapter = self.artifact(); adapter.results, adapter.datasets = results, datasets
+    return adapter._save(Path(out_dir or Path(self.args.output_dir) / "lora"), repo_id=repo_id)
 
-    def push_lora(self, repo_id: str, *, endpoint: str | None = None, token: str | None = None, private: bool = False,
-                  results: list[dict] | None = None, datasets: list[str] | None = None) -> str:
-        "Push the converted plain LoRA with its card to `repo_id`; return the commit id."
-        out = self.save_lora(repo_id=repo_id, results=results, datasets=datasets)
-        return push_folder(out, repo_id, endpoint=endpoint, token=token, private=private,
-                           commit_message=f"PiSSA adapter (r={self.pissa.r}) as a plain LoRA (r={2 * self.pissa.r})")
+@patch
+def push_lora(self: PiSSATrainer, repo_id: str, *, endpoint: str | None = None, token: str | None = None, private: bool = False,
+              results: list[dict] | None = None, datasets: list[str] | None = None) -> str:
+    "Deprecated: `trainer.artifact().push_to_hub(repo_id, ...)`."
+    warnings.warn("PiSSATrainer.push_lora is deprecated: use trainer.artifact().push_to_hub(...)", FutureWarning, stacklevel=2)
+    adapter = self.artifact(); adapter.results, adapter.datasets = results, datasets
+    return adapter.push_to_hub(repo_id, endpoint=endpoint, token=token, private=private)
