@@ -6,25 +6,53 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import shutil
 import tempfile
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
+import httpx2
 from huggingface_hub import CommitOperationAdd, CommitOperationDelete, EvalResult, HfApi, ModelCard, ModelCardData
 from huggingface_hub import constants, snapshot_download
+from huggingface_hub.errors import HfHubHTTPError, OfflineModeIsEnabled
+from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+_log = logging.getLogger(__name__)
 
 # %% auto #0
-__all__ = ['METADATA_FILE', 'PAPERS', 'is_repo_id', 'read_metadata', 'write_metadata', 'write_folder', 'pull', 'source_of',
-           'model_card', 'push_folder']
+__all__ = ['METADATA_FILE', 'PAPERS', 'is_repo_id', 'looks_like_path', 'read_metadata', 'write_metadata', 'write_folder', 'pull',
+           'source_of', 'model_card', 'PushConflictError', 'push_folder']
 
 # %% ../nbs/01_hub.ipynb #6d2b5f6a
-_REPO_ID = re.compile(r"^(?:[A-Za-z0-9][A-Za-z0-9._-]{0,95}/)?[A-Za-z0-9][A-Za-z0-9._-]{0,95}$")
+_PATH_SUFFIXES = (".jsonl", ".json", ".csv", ".tsv", ".txt", ".parquet", ".arrow", ".safetensors", ".gguf", ".bin",
+                  ".pt", ".pth", ".ckpt", ".npz", ".zip", ".gz", ".tar")
 
-def is_repo_id(name: str) -> bool:
-    "Whether `name` has the shape of a Hub repo id (`namespace/name` or `name`)."
-    return bool(_REPO_ID.match(str(name))) and ".." not in str(name) and "--" not in str(name)
+def is_repo_id(
+    name: str,  # the name to check
+) -> bool:
+    "Whether `name` is a valid Hub repo id (`namespace/name` or `name`), by `huggingface_hub.utils.validate_repo_id`."
+    if not isinstance(name, str): return False
+    try: validate_repo_id(name)
+    except HFValidationError: return False
+    return True
+
+def looks_like_path(
+    name: str | os.PathLike,  # a repo id or a local path
+) -> bool:
+    "Whether `name` can only be a local path: a `Path`, existing, a file suffix, `./` `../` `/` `~`, `\\`, or 2+ `/`."
+    if isinstance(name, os.PathLike): return True
+    s = str(name)
+    return (s in (".", "..") or s.startswith(("./", "../", "/", "~")) or "\\" in s or s.count("/") > 1
+            or s.lower().endswith(_PATH_SUFFIXES) or os.path.lexists(os.path.expanduser(s)))
+
+def _public_endpoint(endpoint: str | None) -> str | None:
+    "`endpoint` without user, password, query or fragment: the form that may be written to disk."
+    if endpoint is None: return None
+    url = urlsplit(endpoint)
+    return urlunsplit((url.scheme, url.netloc.rpartition("@")[2], url.path, "", ""))
 
 def _is_default(endpoint: str | None) -> bool:
     return endpoint is None or endpoint.rstrip("/") == constants.ENDPOINT.rstrip("/")
@@ -32,7 +60,7 @@ def _is_default(endpoint: str | None) -> bool:
 def _cache_dir(endpoint: str | None) -> Path | None:
     "The cache folder for `endpoint`: the default HF cache for huggingface.co, a per-endpoint one otherwise."
     if _is_default(endpoint): return None
-    slug = re.sub(r"[^A-Za-z0-9]+", "_", endpoint.split("://", 1)[-1]).strip("_")
+    slug = re.sub(r"[^A-Za-z0-9]+", "_", _public_endpoint(endpoint).split("://", 1)[-1]).strip("_")
     return Path(constants.HF_HUB_CACHE) / "endpoints" / slug
 
 # %% ../nbs/01_hub.ipynb #a078854f
@@ -56,7 +84,7 @@ def write_folder(
     out_dir: str | Path,  # the folder to create or replace
     write,  # a function filling the folder it is given
 ) -> Path:
-    "Call `write(tmp)` on a fresh folder beside `out_dir`, then move it to `out_dir` (replacing it); nothing is left on failure."
+    "Call `write(tmp)` on a fresh folder beside `out_dir`, then move it to `out_dir` (replacing it); all or nothing."
     out_dir = Path(out_dir)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
@@ -69,8 +97,27 @@ def write_folder(
     return out_dir
 
 # %% ../nbs/01_hub.ipynb #f79b1a0e
+def _local_path(repo_id_or_path: str | Path) -> Path | None:
+    "The local path `repo_id_or_path` names, None for a repo id; `FileNotFoundError` for a missing path (no request)."
+    path = Path(repo_id_or_path).expanduser()
+    if path.exists(): return path
+    if looks_like_path(repo_id_or_path):
+        raise FileNotFoundError(f"{str(repo_id_or_path)!r}: no such local file or folder ({path.absolute()}); "
+                                "it is a path, not a Hub repo id, so no Hub was asked")
+    if not is_repo_id(repo_id_or_path):
+        raise FileNotFoundError(f"{str(repo_id_or_path)!r} is neither an existing local path "
+                                "nor a Hub repo id ('namespace/name' or 'name')")
+    return None
+
+def _check_access(api: HfApi, repo_id: str, repo_type: str, revision: str | None):
+    "Raise the client's 4xx error when the Hub refuses `repo_id`@`revision`; an unreachable Hub leaves it to the cache."
+    try: api.repo_info(repo_id, repo_type=repo_type, revision=revision)
+    except (httpx2.TransportError, OfflineModeIsEnabled): return
+    except HfHubHTTPError as e:
+        if e.response is None or e.response.status_code < 500: raise
+
 def pull(
-    repo_id_or_path: str | Path,  # a local folder (returned as is) or a Hub repo id
+    repo_id_or_path: str | Path,  # a local folder or file (returned as is) or a Hub repo id
     *,
     revision: str | None = None,  # branch, tag or commit id; default: the repo's main branch
     token: str | None = None,  # token for private repos; never logged
@@ -79,11 +126,9 @@ def pull(
     repo_type: str = "model",  # "model" or "dataset"
 ) -> Path:
     "A local folder holding `repo_id_or_path`: a local path passes through, a repo id is downloaded."
-    path = Path(repo_id_or_path).expanduser()
-    if path.exists(): return path
-    if not is_repo_id(str(repo_id_or_path)):
-        raise FileNotFoundError(f"{str(repo_id_or_path)!r} is neither an existing local path nor a Hub repo id")
-    folder = snapshot_download(str(repo_id_or_path), repo_type=repo_type, revision=revision, token=token,
+    if (path := _local_path(repo_id_or_path)) is not None: return path
+    _check_access(HfApi(endpoint=endpoint, token=token), repo_id_or_path, repo_type, revision)
+    folder = snapshot_download(repo_id_or_path, repo_type=repo_type, revision=revision, token=token,
                                endpoint=endpoint, allow_patterns=allow_patterns, cache_dir=_cache_dir(endpoint))
     return Path(folder)
 
@@ -94,7 +139,8 @@ def source_of(folder: str | Path) -> dict:
     parts = folder.parts
     if len(parts) >= 3 and parts[-2] == "snapshots" and re.fullmatch(r"[0-9a-f]{40}", parts[-1]):
         kind, _, name = parts[-3].partition("--")
-        if kind in ("models", "datasets", "spaces") and name: return {"repo_id": name.replace("--", "/"), "revision": parts[-1]}
+        if kind in ("models", "datasets", "spaces") and name:
+            return {"repo_id": name.replace("--", "/"), "revision": parts[-1]}
     meta = read_metadata(folder)
     if (pushed := meta.get("hub")): return {"repo_id": pushed["repo_id"], "revision": pushed["commit"]}
     if (base := meta.get("source", {}).get("base_model")): return {"repo_id": base, "revision": None}
@@ -122,7 +168,7 @@ def _table(rows: list[list], header: list[str]) -> str:
 
 # %% ../nbs/01_hub.ipynb #24ecd368
 def model_card(
-    method: str | None,  # one of PAPERS (aligner, pissa, repnoise, translora, emr); None for a converted/base checkpoint
+    method: str | None,  # one of PAPERS (aligner, pissa, repnoise, translora, emr); None for a converted/base model
     *,
     model_name: str,  # the artifact's name, shown as the title and in model-index
     base_model: str | list[str] | None = None,  # Hub repo id(s) of the base model(s), never a local path
@@ -138,7 +184,8 @@ def model_card(
     tags: list[str] | None = None,  # extra tags
 ) -> ModelCard:
     "An adaptkit model card whose metadata the Hub indexes and `model_info().card_data` returns."
-    if method is not None and method not in PAPERS: raise ValueError(f"unknown method {method!r}; expected one of {', '.join(PAPERS)}")
+    if method is not None and method not in PAPERS:
+        raise ValueError(f"unknown method {method!r}; expected one of {', '.join(PAPERS)}")
     bases = [base_model] if isinstance(base_model, str) else list(base_model or [])
     if (bad := [b for b in bases if not is_repo_id(b)]):
         raise ValueError(f"base_model must be a Hub repo id, not a local path: {', '.join(map(repr, bad))} "
@@ -157,43 +204,123 @@ def model_card(
     if bases: body.append("Base model: " + ", ".join(f"[{b}](https://huggingface.co/{b})" for b in bases)
                           + (f" at revision `{base_revision}`." if base_revision else "."))
     if usage: body += ["## Usage", f"```python\n{usage.strip()}\n```"]
-    if settings: body += ["## Settings", _table([[f"`{k}`", f"`{v}`"] for k, v in settings.items()], ["setting", "value"])]
-    body += ["## Results", _table([[r["task"], r.get("dataset_name", r["dataset"]), r.get("split", ""), r["metric"], r["value"]]
-                                   for r in results], ["task", "dataset", "split", "metric", "value"])
+    if settings:
+        body += ["## Settings", _table([[f"`{k}`", f"`{v}`"] for k, v in settings.items()], ["setting", "value"])]
+    body += ["## Results", _table([[r["task"], r.get("dataset_name", r["dataset"]), r.get("split", ""), r["metric"],
+                                    r["value"]] for r in results], ["task", "dataset", "split", "metric", "value"])
              if results else "No evaluation results were recorded for this artifact."]
     return ModelCard(f"---\n{data.to_yaml()}\n---\n\n" + "\n\n".join(p for p in body if p) + "\n")
 
 # %% ../nbs/01_hub.ipynb #a338ebb4
+def _hidden(name: str) -> bool: return name.startswith(".") or name == "__pycache__"
+
+def _cache_blobs(root: Path) -> Path | None:
+    "The `blobs` folder of the HF cache repo that `root` is (part of) a snapshot of, else None."
+    parts = root.parts
+    for i in range(1, len(parts) - 1):
+        if parts[i] == "snapshots" and parts[i - 1].split("--")[0] in ("models", "datasets", "spaces"):
+            return Path(*parts[:i]) / "blobs"
+    return None
+
+def _link_target(link: Path, root: Path, blobs: Path | None) -> Path:
+    "Where the symlink `link` points, when inside `root` (or the cache blobs of snapshot `root`); else an error."
+    target = link.resolve()
+    if not target.exists(): raise FileNotFoundError(f"{link}: a symlink to {os.readlink(link)!r}, which does not exist")
+    if not (target.is_relative_to(root) or (blobs is not None and target.parent == blobs)):
+        raise ValueError(f"{link}: a symlink to {target}, outside the folder being pushed; only links inside it are "
+                         "uploaded (copy the file in, or remove the link)")
+    return target
+
 def _folder_files(folder: Path) -> dict[str, Path]:
-    "The files of `folder` to upload, by their path in the repo; hidden files and folders are skipped."
-    return {p.relative_to(folder).as_posix(): p for p in sorted(folder.rglob("*"))
-            if p.is_file() and not any(part.startswith(".") or part == "__pycache__" for part in p.relative_to(folder).parts)}
+    "The files of `folder` to upload, by their path in the repo; hidden ones skipped, symlinks only inside the folder."
+    root, files = folder.resolve(), {}
+    blobs = _cache_blobs(root)
+    def walk(here: Path, prefix: str, seen: tuple):
+        for entry in sorted(os.scandir(here), key=lambda e: e.name):
+            if _hidden(entry.name): continue
+            path = Path(entry.path)
+            real = _link_target(path, root, blobs) if entry.is_symlink() else path.resolve()
+            if real.is_dir():
+                if real in seen: raise ValueError(f"{path}: a symlink loop (it points to {real}, which holds it)")
+                walk(path, f"{prefix}{entry.name}/", seen + (real,))
+            elif real.is_file(): files[prefix + entry.name] = path
+    walk(folder, "", (root,))
+    return files
+
+# %% ../nbs/01_hub.ipynb #0b1e7c2d
+class PushConflictError(RuntimeError):
+    "The branch moved between listing its files and committing: another push landed first; nothing was merged."
+
+def _metadata_upload(folder: Path) -> bytes | None:
+    "The folder's `adaptkit.json` as uploaded: without the local push record `hub`; None when nothing else is left."
+    try: meta = read_metadata(folder)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ValueError(f"{folder / METADATA_FILE}: not valid JSON ({e}); fix or remove it before pushing") from None
+    if not isinstance(meta, dict): raise ValueError(f"{folder / METADATA_FILE}: expected a JSON object")
+    meta.pop("hub", None)
+    return (json.dumps(meta, indent=2, sort_keys=True) + "\n").encode("utf-8") if meta else None
+
+def _upload_ops(folder: Path, card) -> list[CommitOperationAdd]:
+    "The additions of a push: the folder's files, its `adaptkit.json` without the push record, the card."
+    files = _folder_files(folder)
+    if card is not None: files.pop("README.md", None)
+    meta = _metadata_upload(folder) if files.pop(METADATA_FILE, None) else None
+    ops = [CommitOperationAdd(path_in_repo=name, path_or_fileobj=str(p)) for name, p in files.items()]
+    if meta: ops.append(CommitOperationAdd(METADATA_FILE, meta))
+    if card is not None: ops.append(CommitOperationAdd("README.md", str(card).encode("utf-8")))
+    if not ops: raise ValueError(f"{folder}: nothing to push (the folder is empty)")
+    return ops
+
+def _record_push(folder: Path, record: dict):
+    "Write the push record into `folder`'s `adaptkit.json`; a folder that cannot be written keeps none (debug log)."
+    try: write_metadata(folder, hub=record)
+    except OSError as e:
+        _log.debug("pushed %s as %s@%s; no record written (%s)", folder, record["repo_id"], record["commit"], e)
+
+# %% ../nbs/01_hub.ipynb #1c5d3a9e
+def _commit(api: HfApi, repo_id: str, ops: list, *, repo_type: str, revision: str | None, message: str) -> str:
+    "Commit `ops` plus the deletion of every other file on top of the head they were listed from; return the commit id."
+    head = api.repo_info(repo_id, repo_type=repo_type, revision=revision).sha
+    keep = {op.path_in_repo for op in ops} | {".gitattributes"}
+    old = api.list_repo_files(repo_id, repo_type=repo_type, revision=head) if head else []
+    ops = ops + [CommitOperationDelete(path_in_repo=f) for f in old if f not in keep]
+    try:
+        return api.create_commit(repo_id, ops, repo_type=repo_type, revision=revision, parent_commit=head,
+                                 commit_message=message).oid
+    except HfHubHTTPError as e:
+        if e.response is None or e.response.status_code != 412: raise
+        branch = revision or constants.DEFAULT_REVISION
+        raise PushConflictError(f"{repo_id}@{branch}: another commit landed while pushing (the branch is no longer "
+                                f"at {head}); nothing was committed, push again") from e
 
 def push_folder(
     folder: str | Path,  # the artifact folder to upload
-    repo_id: str,  # target repo, created if missing
+    repo_id: str,  # target repo ('namespace/name'), created if missing
     *,
     card: ModelCard | str | None = None,  # written as README.md (replacing the folder's own)
     token: str | None = None,  # Hub token with write access; never logged
     endpoint: str | None = None,  # Hub endpoint; default huggingface.co
     private: bool = False,  # create the repo private
+    revision: str | None = None,  # branch to commit to, created from main's head when missing; default main
     commit_message: str | None = None,  # default: "Upload {folder name} with adaptkit"
     repo_type: str = "model",  # "model" or "dataset"
 ) -> str:
-    "Upload `folder` as the whole content of `repo_id` in one commit; return the commit id."
+    "Upload `folder` as the whole content of `repo_id` (at branch `revision`) in one commit; return the commit id."
     folder = Path(folder)
     if not folder.is_dir(): raise NotADirectoryError(f"{folder}: not a folder to push")
-    if not is_repo_id(repo_id) or "/" not in repo_id: raise ValueError(f"{repo_id!r} is not a Hub repo id of the form 'namespace/name'")
-    files = _folder_files(folder)
-    if card is not None: files.pop("README.md", None)
-    if not files and card is None: raise ValueError(f"{folder}: nothing to push (the folder is empty)")
+    if not is_repo_id(repo_id) or "/" not in repo_id:
+        raise ValueError(f"{repo_id!r} is not a Hub repo id of the form 'namespace/name'")
+    if revision is not None and (not revision.strip() or re.fullmatch(r"[0-9a-f]{40}", revision)):
+        raise ValueError(f"revision={revision!r}: push to a branch name (it is created when missing), not a commit id")
+    ops = _upload_ops(folder, card)
     api = HfApi(endpoint=endpoint, token=token)
     api.create_repo(repo_id, repo_type=repo_type, private=private, exist_ok=True)
-    ops = [CommitOperationAdd(path_in_repo=name, path_or_fileobj=str(p)) for name, p in files.items()]
-    if card is not None: ops.append(CommitOperationAdd("README.md", str(card).encode("utf-8")))
-    keep = {op.path_in_repo for op in ops} | {".gitattributes"}
-    ops += [CommitOperationDelete(path_in_repo=f) for f in api.list_repo_files(repo_id, repo_type=repo_type) if f not in keep]
-    info = api.create_commit(repo_id, ops, repo_type=repo_type, commit_message=commit_message or f"Upload {folder.name} with adaptkit")
-    record = {"repo_id": repo_id, "commit": info.oid, **({} if _is_default(endpoint) else {"endpoint": endpoint})}
-    write_metadata(folder, hub=record)
-    return info.oid
+    if revision not in (None, constants.DEFAULT_REVISION):
+        api.create_branch(repo_id, branch=revision, repo_type=repo_type, exist_ok=True)
+    commit = _commit(api, repo_id, ops, repo_type=repo_type, revision=revision,
+                     message=commit_message or f"Upload {folder.name} with adaptkit")
+    record = {"repo_id": repo_id, "commit": commit, **({"revision": revision} if revision else {}),
+              **({} if repo_type == "model" else {"repo_type": repo_type}),
+              **({} if _is_default(endpoint) else {"endpoint": _public_endpoint(endpoint)})}
+    _record_push(folder, record)
+    return commit

@@ -1,14 +1,19 @@
 """adaptkit.hub against a LocalHub on loopback: push/pull, cards through the stock client, tokens, datasets, adapters."""
+import http.server
 import json
 import logging
+import os
+import threading
+from pathlib import Path
 
 import pytest
 import torch
 from huggingface_hub import HfApi
-from huggingface_hub.errors import HfHubHTTPError
+from huggingface_hub.errors import HfHubHTTPError, RepositoryNotFoundError
 
 from adaptkit.data import QAC, DataError, load_rows
-from adaptkit.hub import model_card, pull, push_folder, read_metadata, source_of
+import adaptkit.hub
+from adaptkit.hub import PushConflictError, is_repo_id, model_card, pull, push_folder, read_metadata, source_of
 from adaptkit.localhub import LocalHub
 from adaptkit.models import load_adapter, load_causal_lm, load_tokenizer
 
@@ -58,7 +63,8 @@ def test_push_mirrors_the_folder(hub, tmp_path):
     second = push_folder(art, "team/mirror", endpoint=hub.endpoint, token=TOKEN, commit_message="drop old")
     api = HfApi(endpoint=hub.endpoint, token=TOKEN)
     assert first != second
-    assert set(api.list_repo_files("team/mirror")) - {".gitattributes"} == {"a.txt", "adaptkit.json"}
+    # the only content of adaptkit.json was the first push's record, which describes the folder and is not uploaded
+    assert set(api.list_repo_files("team/mirror")) - {".gitattributes"} == {"a.txt"}
     assert "old.txt" in api.list_repo_files("team/mirror", revision=first)
 
 
@@ -103,9 +109,258 @@ def test_load_rows_from_a_hub_dataset_repo(hub, tmp_path):
 
 def test_adapter_from_the_hub(hub, tiny_model_dir, tmp_path):
     from peft import LoraConfig, get_peft_model
-    peft_model = get_peft_model(load_causal_lm(tiny_model_dir), LoraConfig(r=4, target_modules="all-linear", init_lora_weights=False))
+    config = LoraConfig(r=4, target_modules="all-linear", init_lora_weights=False)
+    peft_model = get_peft_model(load_causal_lm(tiny_model_dir), config)
     peft_model.save_pretrained(tmp_path / "lora")
     commit = push_folder(tmp_path / "lora", "team/lora", endpoint=hub.endpoint, token=TOKEN, card=_card())
-    again = load_adapter(load_causal_lm(tiny_model_dir), "team/lora", endpoint=hub.endpoint, token=TOKEN, revision=commit)
+    again = load_adapter(load_causal_lm(tiny_model_dir), "team/lora", endpoint=hub.endpoint, token=TOKEN,
+                         revision=commit)
     ids = load_tokenizer(tiny_model_dir)(["one two"], return_tensors="pt")
     assert torch.allclose(peft_model(**ids).logits, again(**ids).logits)
+
+
+# --- issue 13 item 3: what push_folder uploads, concurrent pushes, refused tokens --------------------------------
+
+def _folder(tmp_path, name="art", **files):
+    folder = tmp_path / name
+    folder.mkdir()
+    for rel, text in (files or {"a.txt": "a"}).items():
+        (folder / rel).parent.mkdir(parents=True, exist_ok=True)
+        (folder / rel).write_text(text)
+    return folder
+
+
+def _tree(api, repo_id, revision=None):
+    "{path: text} of every file of `repo_id` at `revision` but .gitattributes."
+    files = [f for f in api.list_repo_files(repo_id, revision=revision) if f != ".gitattributes"]
+    return {f: Path(api.hf_hub_download(repo_id, f, revision=revision)).read_text() for f in files}
+
+
+def test_push_refuses_a_concurrent_push_instead_of_merging(hub, tmp_path, monkeypatch):
+    api = HfApi(endpoint=hub.endpoint, token=TOKEN)
+    push_folder(_folder(tmp_path, "v1", **{"v1.txt": "1"}), "team/race", endpoint=hub.endpoint, token=TOKEN)
+    listed = HfApi.list_repo_files
+
+    def list_then_someone_else_pushes(self, *a, **kw):
+        files = listed(self, *a, **kw)
+        monkeypatch.setattr(HfApi, "list_repo_files", listed)  # the other writer is a plain client
+        api.upload_file(path_or_fileobj=b"theirs", path_in_repo="theirs.txt", repo_id="team/race")
+        return files
+
+    monkeypatch.setattr(HfApi, "list_repo_files", list_then_someone_else_pushes)
+    with pytest.raises(PushConflictError, match=r"team/race@main: another commit landed while pushing"):
+        push_folder(_folder(tmp_path, "v2", **{"v2.txt": "2"}), "team/race", endpoint=hub.endpoint, token=TOKEN)
+    assert set(api.list_repo_files("team/race")) - {".gitattributes"} == {"v1.txt", "theirs.txt"}  # not merged with v2
+    assert "hub" not in read_metadata(tmp_path / "v2")
+
+
+def test_eight_concurrent_pushes_give_commits_or_clean_refusals(hub, tmp_path):
+    folders = [_folder(tmp_path, f"f{i}", **{f"f{i}.txt": str(i)}) for i in range(8)]
+    outcomes = [None] * 8
+
+    def push(i):
+        try: outcomes[i] = push_folder(folders[i], "team/eight", endpoint=hub.endpoint, token=TOKEN)
+        except PushConflictError as e: outcomes[i] = e
+
+    HfApi(endpoint=hub.endpoint, token=TOKEN).create_repo("team/eight")
+    threads = [threading.Thread(target=push, args=(i,)) for i in range(8)]
+    for t in threads: t.start()
+    for t in threads: t.join(60)
+    commits = {i: c for i, c in enumerate(outcomes) if isinstance(c, str)}
+    assert commits and all(isinstance(c, (str, PushConflictError)) for c in outcomes), outcomes
+    api = HfApi(endpoint=hub.endpoint, token=TOKEN)
+    for i, commit in commits.items():  # every landed commit holds exactly its own folder
+        assert set(api.list_repo_files("team/eight", revision=commit)) - {".gitattributes"} == {f"f{i}.txt"}
+
+
+def _has_branches(endpoint) -> bool:
+    "Whether this LocalHub serves create_branch yet (issue 13 item 1, being added to adaptkit/localhub.py)."
+    api = HfApi(endpoint=endpoint, token=TOKEN)
+    api.create_repo("probe/branches", exist_ok=True)
+    try:
+        api.create_branch("probe/branches", branch="probe", exist_ok=True)
+    except HfHubHTTPError:
+        return False
+    return True
+
+
+def test_push_to_a_branch_creates_it_from_main(hub, tmp_path):
+    if not _has_branches(hub.endpoint):
+        pytest.skip("NEEDS LocalHub branches (issue 13 item 1): create_branch is not served yet")
+    api = HfApi(endpoint=hub.endpoint, token=TOKEN)
+    hub_kw = {"endpoint": hub.endpoint, "token": TOKEN}
+    main = push_folder(_folder(tmp_path, "r1", **{"model.txt": "round 1"}), "team/dpo", **hub_kw)
+    r2 = _folder(tmp_path, "r2", **{"model.txt": "round 2"})
+    commit = push_folder(r2, "team/dpo", **hub_kw, revision="round-2", commit_message="round 2")
+    assert api.model_info("team/dpo").sha == main  # main untouched
+    assert api.model_info("team/dpo", revision="round-2").sha == commit
+    assert api.list_repo_commits("team/dpo", revision="round-2")[1].commit_id == main  # branched from main's head
+    assert (pull("team/dpo", **hub_kw, revision="round-2") / "model.txt").read_text() == "round 2"
+    assert read_metadata(r2)["hub"] == {"repo_id": "team/dpo", "commit": commit, "revision": "round-2",
+                                        "endpoint": hub.endpoint}
+    again = push_folder(r2, "team/dpo", endpoint=hub.endpoint, token=TOKEN, revision="round-2")  # existing branch
+    assert api.model_info("team/dpo", revision="round-2").sha == again != commit
+
+
+def test_push_to_a_commit_id_is_refused(tmp_path):
+    with pytest.raises(ValueError, match="push to a branch name"):
+        push_folder(_folder(tmp_path), "team/x", endpoint="http://127.0.0.1:9", revision="a" * 40)
+
+
+def test_symlinks_inside_are_uploaded_outside_refused_before_any_request(hub, tmp_path):
+    art = _folder(tmp_path, **{"weights.txt": "w", "sub/inner.txt": "i"})
+    (art / "alias.txt").symlink_to("weights.txt")
+    (art / "linked").symlink_to("sub", target_is_directory=True)
+    push_folder(art, "team/links", endpoint=hub.endpoint, token=TOKEN)
+    api = HfApi(endpoint=hub.endpoint, token=TOKEN)
+    expected = {"weights.txt": "w", "alias.txt": "w", "sub/inner.txt": "i", "linked/inner.txt": "i"}
+    assert _tree(api, "team/links") == expected
+    secret = tmp_path / "token"
+    secret.write_text(TOKEN)
+    (art / "leak.txt").symlink_to(secret)
+    dead = "http://127.0.0.1:9"  # a closed port: any request would fail with a connection error, not these
+    with pytest.raises(ValueError, match=r"leak.txt: a symlink to .*outside the folder being pushed"):
+        push_folder(art, "team/links", endpoint=dead)
+    (art / "leak.txt").unlink()
+    (art / "up").symlink_to(tmp_path, target_is_directory=True)
+    with pytest.raises(ValueError, match=r"up: a symlink to .*outside"):
+        push_folder(art, "team/links", endpoint=dead)
+    (art / "up").unlink()
+    (art / "sub" / "loop").symlink_to(art, target_is_directory=True)
+    with pytest.raises(ValueError, match=r"loop: a symlink loop"):
+        push_folder(art, "team/links", endpoint=dead)
+    (art / "sub" / "loop").unlink()
+    (art / "dangling.txt").symlink_to(art / "gone.txt")
+    with pytest.raises(FileNotFoundError, match=r"dangling.txt: a symlink to .*which does not exist"):
+        push_folder(art, "team/links", endpoint=dead)
+    assert TOKEN not in "".join(_tree(api, "team/links").values())
+
+
+def test_a_pulled_snapshot_can_be_pushed_on(hub, tmp_path):
+    push_folder(_folder(tmp_path, **{"w.txt": "w", "d/x.txt": "x"}), "team/src", endpoint=hub.endpoint, token=TOKEN)
+    snap = pull("team/src", endpoint=hub.endpoint, token=TOKEN)
+    assert (snap / "w.txt").is_symlink()  # files of the HF cache link into ../../blobs, outside the snapshot folder
+    push_folder(snap, "team/copy", endpoint=hub.endpoint, token=TOKEN)
+    api = HfApi(endpoint=hub.endpoint, token=TOKEN)
+    assert _tree(api, "team/copy") == {"w.txt": "w", "d/x.txt": "x"}
+
+
+def test_read_only_folder_is_pushed_and_its_commit_returned(hub, tmp_path, monkeypatch, caplog):
+    art = _folder(tmp_path, **{"a.txt": "a"})
+    os.chmod(art, 0o555)
+    if os.geteuid() == 0:  # root writes anyway: make the write fail as it does for other users
+        def read_only(folder, **_): raise PermissionError(13, "Permission denied", str(folder))
+        monkeypatch.setattr(adaptkit.hub, "write_metadata", read_only)
+    try:
+        with caplog.at_level(logging.DEBUG, logger="adaptkit.hub"):
+            commit = push_folder(art, "team/ro", endpoint=hub.endpoint, token=TOKEN)
+    finally:
+        os.chmod(art, 0o755)
+    assert HfApi(endpoint=hub.endpoint, token=TOKEN).model_info("team/ro").sha == commit
+    assert not (art / "adaptkit.json").exists()
+    assert f"pushed {art} as team/ro@{commit}; no record written" in caplog.text
+
+
+def test_push_record_names_only_its_own_repo(hub, tmp_path):
+    art = _folder(tmp_path, **{"a.txt": "a"})
+    adaptkit.hub.write_metadata(art, source={"base_model": "org/base"})
+    first = push_folder(art, "me/first", endpoint=hub.endpoint, token=TOKEN)
+    assert read_metadata(art)["hub"]["commit"] == first
+    second = push_folder(art, "me/second", endpoint=hub.endpoint, token=TOKEN)
+    pulled = pull("me/second", endpoint=hub.endpoint, token=TOKEN)
+    assert read_metadata(pulled) == {"source": {"base_model": "org/base"}}
+    assert "me/first" not in (pulled / "adaptkit.json").read_text()
+    assert source_of(pulled) == {"repo_id": "me/second", "revision": second}
+    assert read_metadata(art)["hub"] == {"repo_id": "me/second", "commit": second, "endpoint": hub.endpoint}
+
+
+def test_endpoint_credentials_are_written_nowhere(tmp_path):
+    with LocalHub(tmp_path / "open-hub") as open_hub:  # no token: basic auth in the URL is ignored by the server
+        endpoint = open_hub.endpoint.replace("http://", "http://alice:s3cret-pw@")
+        art = _folder(tmp_path, **{"a.txt": "a"})
+        commit = push_folder(art, "me/creds", endpoint=endpoint)
+        assert read_metadata(art)["hub"] == {"repo_id": "me/creds", "commit": commit, "endpoint": open_hub.endpoint}
+        pulled = pull("me/creds", endpoint=endpoint)
+        assert (pulled / "a.txt").read_text() == "a"
+        written = [str(p) for p in Path(os.environ["HF_HOME"]).rglob("*")] + [str(p) for p in tmp_path.rglob("*")]
+        texts = [p.read_text(errors="ignore") for p in [*art.rglob("*"), *tmp_path.joinpath("open-hub").rglob("*")]
+                 if p.is_file()]
+        assert not [w for w in written + texts if "s3cret-pw" in w or "alice" in w]
+
+
+def test_pull_with_a_refused_token_raises_instead_of_using_the_cache(hub, tiny_model_dir, tmp_path):
+    commit = push_folder(_folder(tmp_path), "team/priv", endpoint=hub.endpoint, token=TOKEN, private=True)
+    assert (pull("team/priv", endpoint=hub.endpoint, token=TOKEN) / "a.txt").read_text() == "a"  # now cached
+    wrong = TOKEN[:-1] + "X"
+    for revision in [None, "main", commit]:
+        with pytest.raises(HfHubHTTPError) as refused:
+            pull("team/priv", endpoint=hub.endpoint, token=wrong, revision=revision)
+        assert refused.value.response.status_code in (401, 403) and wrong not in str(refused.value)
+    with pytest.raises(RepositoryNotFoundError):  # anonymous: a private repo does not exist for you
+        pull("team/priv", endpoint=hub.endpoint, revision=commit)
+
+
+def test_pull_falls_back_to_the_cache_when_the_hub_is_down(tmp_path):
+    with LocalHub(tmp_path / "h", token=TOKEN) as h:
+        endpoint = h.endpoint
+        commit = push_folder(_folder(tmp_path, **{"a.txt": "a"}), "team/cached", endpoint=endpoint, token=TOKEN)
+        first = pull("team/cached", endpoint=endpoint, token=TOKEN)
+    assert pull("team/cached", endpoint=endpoint, token=TOKEN) == first  # server gone: the cached snapshot answers
+    assert first.name == commit
+
+
+# --- issue 14 item 2 / issue 15 item 4: a path is a path, only a repo id goes to a Hub ----------------------------
+
+class _CountingServer(http.server.ThreadingHTTPServer):
+    "A loopback HTTP server that answers 404 to everything and counts the requests it got."
+    def __init__(self):
+        self.requests = []
+        server = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def _any(self):
+                server.requests.append(f"{self.command} {self.path}")
+                self.send_response(404); self.send_header("Content-Length", "0"); self.end_headers()
+            do_GET = do_HEAD = do_POST = do_PUT = _any
+            def log_message(self, *a): pass
+        super().__init__(("127.0.0.1", 0), Handler)
+
+    @property
+    def endpoint(self): return f"http://127.0.0.1:{self.server_address[1]}"
+
+
+@pytest.fixture
+def counting_server():
+    server = _CountingServer()
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server
+    server.shutdown(); server.server_close()
+
+
+@pytest.mark.parametrize("name", ["data/train.jsonl", "train.jsonl", "rows.csv", "x.parquet", "rows.json",
+                                  "model.safetensors", "m.gguf", "./model", "../model", "/no/such/model",
+                                  "~/no-such-adaptkit-model", "a/b/c", "a\\b"])
+def test_a_missing_local_path_never_reaches_a_hub(counting_server, name, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(FileNotFoundError, match="no such local file or folder"):
+        pull(name, endpoint=counting_server.endpoint)
+    with pytest.raises(FileNotFoundError, match="no such local file or folder"):
+        pull(Path(name), endpoint=counting_server.endpoint)
+    with pytest.raises(FileNotFoundError, match="no such local file or folder"):
+        load_rows(name, QAC, endpoint=counting_server.endpoint)
+    assert counting_server.requests == []
+
+
+def test_a_repo_id_does_reach_the_hub(counting_server, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # the control: the counter sees requests when a name is a repo id
+    with pytest.raises(HfHubHTTPError):
+        pull("org/model", endpoint=counting_server.endpoint)
+    assert counting_server.requests and counting_server.requests[0].startswith("GET /api/models/org/model")
+    (tmp_path / "org").mkdir(); (tmp_path / "org" / "model").mkdir()
+    assert pull("org/model", endpoint=counting_server.endpoint) == Path("org/model")  # an existing folder wins
+
+
+def test_is_repo_id_follows_huggingface_hub():
+    assert all(map(is_repo_id, ["gpt2", "org/model", "HuggingFaceTB/SmolLM2-135M-Instruct", "a/b.c-d_e"]))
+    assert not any(map(is_repo_id, ["", "a/b/c", "../x", "a--b", "a..b", "x.git", "-x", "a b", "x" * 97, None, 3]))
