@@ -55,8 +55,9 @@ def folder(tmp_path_factory):
 
 
 def _files(root: Path) -> dict:
+    "The files under `root` by relative path (a repo's initial `.gitattributes` left out: folders have none)."
     return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*"))
-            if p.is_file() and ".cache" not in p.parts}
+            if p.is_file() and ".cache" not in p.parts and p.name != ".gitattributes"}
 
 
 def _http(method, url, body=None, headers=None):
@@ -162,7 +163,7 @@ def test_lfs_hub_refuses_default_client_clearly(tmp_path):
     with LocalHub(tmp_path / "hub", lfs=True) as hub:
         api = HfApi(endpoint=hub.endpoint, token="any")
         api.create_repo("team/x")
-        with pytest.raises(Exception, match="xet-write-token"):
+        with pytest.raises(ConnectionError, match="xet-write-token"):  # raised by hf_xet
             api.upload_file(path_or_fileobj=b"\0binary" * 100, path_in_repo="w.bin", repo_id="team/x")
         assert hub.counts["commit"] == 0
 
@@ -217,7 +218,7 @@ def test_private_repos_and_tokens(hub, api, tmp_path):
     anon, wrong = HfApi(endpoint=hub.endpoint, token=False), HfApi(endpoint=hub.endpoint, token="hf_wrong")
     with pytest.raises(RepositoryNotFoundError): anon.model_info("team/secret")
     with pytest.raises(RepositoryNotFoundError): anon.list_repo_files("team/secret")
-    with pytest.raises(Exception):
+    with pytest.raises(RepositoryNotFoundError):
         hf_hub_download("team/secret", "s.txt", endpoint=hub.endpoint, token=False, cache_dir=tmp_path / "c")
     assert _http("GET", hf_hub_url("team/secret", "s.txt", endpoint=hub.endpoint))[0] == 404
     assert anon.model_info("team/open").id == "team/open"  # public reads need no token
@@ -257,7 +258,7 @@ def test_restart_keeps_everything(tmp_path, folder):
         assert _files(Path(snap)) == _files(folder)
         c2 = api.upload_file(path_or_fileobj=b"more", path_in_repo="more.txt", repo_id="team/art").oid
         assert [c.commit_id for c in api.list_repo_commits("team/art")][:2] == [c2, c1]
-        assert api.list_repo_files("team/art", revision=c1) == sorted(_files(folder))
+        assert api.list_repo_files("team/art", revision=c1) == sorted([".gitattributes", *_files(folder)])
 
 
 def test_corrupted_blob_is_not_served(hub, api, tmp_path):
@@ -290,7 +291,7 @@ def test_traversal_and_malformed_ids_are_refused(hub, api, tmp_path):
     assert _http("POST", f"{hub.endpoint}/api/models/team/t/preupload/main", pre,
                  {"Content-Type": "application/json", "Authorization": f"Bearer {TOKEN}"})[0] == 400
     assert _http("GET", f"{hub.endpoint}/team/t/resolve/main/%2E%2E/%2E%2E/etc/passwd")[0] == 400
-    assert api.list_repo_files("team/t") == [] and not (tmp_path / "x").exists() and not (hub.root.parent / "x").exists()
+    assert api.list_repo_files("team/t") == [".gitattributes"] and not (tmp_path / "x").exists() and not (hub.root.parent / "x").exists()
     for org, name in [("team", "bad--name"), ("team", "bad..name"), ("team", "-x"), ("team", "a/b"), ("", "x"),
                       ("api", "x"), ("team", "x" * 97), ("team", "x.git"), ("tëam", "x")]:
         body = json.dumps({"name": name, "organization": org, "type": "model"}).encode()
@@ -307,10 +308,10 @@ def test_delete_file_and_folder_commits(hub, api, folder):
     first = api.upload_folder(folder_path=folder, repo_id="team/d").oid
     api.delete_file("config.json", repo_id="team/d")
     api.delete_folder("sub", repo_id="team/d")
-    assert api.list_repo_files("team/d") == ["README.md", "model.safetensors"]
+    assert api.list_repo_files("team/d") == [".gitattributes", "README.md", "model.safetensors"]
     with pytest.raises(EntryNotFoundError): api.delete_file("nope.txt", repo_id="team/d")
     with pytest.raises(EntryNotFoundError): api.delete_folder("nope", repo_id="team/d")
-    assert api.list_repo_files("team/d", revision=first) == sorted(_files(folder))  # history is kept
+    assert api.list_repo_files("team/d", revision=first) == sorted([".gitattributes", *_files(folder)])  # history is kept
     with pytest.raises(RevisionNotFoundError): api.list_repo_files("team/d", revision="no-such-branch")
     assert [c.title for c in api.list_repo_commits("team/d")] == [
         "Delete folder sub with huggingface_hub", "Delete config.json with huggingface_hub",
@@ -338,7 +339,7 @@ def test_repo_delete_create_conflict_and_datasets(hub, api, tmp_path):
     with pytest.raises(RepositoryNotFoundError): api.delete_repo("team/ds", repo_type="dataset")
     api.delete_repo("team/ds", repo_type="dataset", missing_ok=True)
     api.create_repo("team/ds", repo_type="dataset")
-    assert api.list_repo_files("team/ds", repo_type="dataset") == []
+    assert api.list_repo_files("team/ds", repo_type="dataset") == [".gitattributes"]
 
 
 def test_concurrent_commits_are_serialised(hub, api):
@@ -346,4 +347,4 @@ def test_concurrent_commits_are_serialised(hub, api):
     def push(i): return api.upload_file(path_or_fileobj=f"{i}".encode(), path_in_repo=f"f{i}.txt", repo_id="team/busy").oid
     with ThreadPoolExecutor(8) as pool: oids = list(pool.map(push, range(16)))
     assert len(set(oids)) == 16 and len(api.list_repo_commits("team/busy")) == 17
-    assert api.list_repo_files("team/busy") == sorted(f"f{i}.txt" for i in range(16))
+    assert api.list_repo_files("team/busy") == [".gitattributes"] + sorted(f"f{i}.txt" for i in range(16))
