@@ -15,19 +15,20 @@ from pathlib import Path
 
 import datasets
 import torch
-from tqdm.auto import tqdm
+from fastcore.basics import patch
 from trl import DPOConfig, DPOTrainer, SFTConfig, SFTTrainer
 
+from .artifacts import ArtifactTrainerMixin, ModelArtifact
 from .data import QAC, load_rows
-from .hub import model_card, pull, push_folder, read_metadata, write_metadata
-from .models import load_base, load_causal_lm, load_tokenizer
+from .hub import PAPERS, write_metadata
+from .models import default_bf16, generate_batched, load_base
 
 logger = logging.getLogger(__name__)
 
 # %% auto #0
 __all__ = ['logger', 'ALIGNER_V1_TEMPLATE', 'ALIGNER_QAC_TEMPLATE', 'format_aligner_prompt', 'AlignerConfig', 'aligner_rows',
-           'AlignerTrainer', 'aligner_card', 'save_aligner', 'chat_answers', 'Aligner', 'preference_pairs',
-           'dpo_rounds']
+           'AlignerTrainer', 'Aligner', 'chat_answers', 'save_aligner', 'preference_pairs', 'dpo_rounds',
+           'AlignedPolicy']
 
 # %% ../nbs/11_aligner.ipynb #fe6812e8
 ALIGNER_V1_TEMPLATE = ("BEGINNING OF CONVERSATION: USER: Edit the following Question-Answer pair to make it more helpful "
@@ -56,7 +57,7 @@ class AlignerConfig(SFTConfig):
     report_to: str | list[str] = field(default="none", metadata={"help": "Where to report metrics."})
 
     def __post_init__(self):
-        if self.bf16 is None: self.bf16 = torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+        if self.bf16 is None: self.bf16 = default_bf16()
         if not 0 <= self.identity_warmup_ratio < 1: raise ValueError(f"identity_warmup_ratio must be in [0, 1), got {self.identity_warmup_ratio}")
         if "{question}" not in self.template or "{answer}" not in self.template:
             raise ValueError("template must contain {question} and {answer}")
@@ -74,8 +75,11 @@ def aligner_rows(
     return rows.map(fmt, remove_columns=rows.column_names)
 
 # %% ../nbs/11_aligner.ipynb #4feca762
-class AlignerTrainer(SFTTrainer):
+class AlignerTrainer(ArtifactTrainerMixin, SFTTrainer):
     "TRL's `SFTTrainer` for an aligner: validates Q-A-C rows, runs the identity warm-up, then trains on corrections."
+    _tag_names, _name = ["adaptkit", "aligner"], "Aligner"
+    _paper = {"title": PAPERS["aligner"][0], "id": PAPERS["aligner"][1]}
+
     def __init__(self,
                  model,  # a causal LM (object, folder or repo id)
                  args: AlignerConfig | None = None,  # training settings
@@ -88,7 +92,7 @@ class AlignerTrainer(SFTTrainer):
         args = args or AlignerConfig("aligner-out")
         self.qac = load_rows(train_dataset, QAC)
         model, src = load_base(model, endpoint=hub_endpoint, token=hub_token)
-        self.base_model = base_model or src.get("repo_id")
+        self.base_model, self.base_revision = base_model or src.get("repo_id"), src.get("revision")
         n_warm = math.ceil(len(self.qac) * args.identity_warmup_ratio)
         self.warmup = aligner_rows(self.qac.shuffle(seed=args.seed).select(range(n_warm)), args.template, identity=True)
         super().__init__(model=model, args=args, train_dataset=aligner_rows(self.qac, args.template), **kwargs)
@@ -105,105 +109,92 @@ class AlignerTrainer(SFTTrainer):
     def _warmup_args(self) -> AlignerConfig:
         "This trainer's settings for the one-epoch warm-up pass, with no saving, evaluating or pushing."
         return dataclasses.replace(self.args, num_train_epochs=1, max_steps=-1, save_strategy="no", push_to_hub=False,
-                                   eval_strategy="no", output_dir=str(Path(self.args.output_dir) / "identity-warmup"))
+                                   eval_strategy="no", output_dir=str(Path(self.args.output_dir) / "_identity-warmup"))
 
-# %% ../nbs/11_aligner.ipynb #c55c209b
-def aligner_card(name: str, *, base_model: str | None, template: str, identity_warmup_ratio: float, settings: dict | None = None,
-                 datasets: list[str] | None = None, results: list[dict] | None = None):
-    "The model card of an aligner."
-    usage = (f"from adaptkit.aligner import Aligner\n\naligner = Aligner.from_pretrained({name!r})\n"
-             "aligner.correct([\"What is 2 + 2?\"], [\"5\"])  # or: aligner.stack(any_model_or_callable)")
-    summary = ("An Aligner: a correction model that rewrites an upstream model's answer to a question into a more helpful "
-               f"and harmless one. Trained with an identity warm-up on {identity_warmup_ratio:.0%} of the rows, then on "
-               f"question/answer/correction rows, with the prompt template:\n\n```\n{template}\n```")
-    return model_card("aligner", model_name=name, base_model=base_model, summary=summary, usage=usage, datasets=datasets,
-                      settings={"template": template, "identity_warmup_ratio": identity_warmup_ratio, **(settings or {})},
-                      results=results)
+# %% ../nbs/11_aligner.ipynb #1a571f4a
+class Aligner(ModelArtifact):
+    "A trained aligner: corrects answers of any upstream model, with the prompt template it was trained with."
+    kind, method, commit_message = "aligner", "aligner", "Aligner correction model"
 
-def save_aligner(
-    trainer: AlignerTrainer,  # a trained AlignerTrainer
-    out_dir: str | Path,  # where the aligner goes
-    *,
-    name: str | None = None,  # name on the card (default: the folder's name)
-    results: list[dict] | None = None,  # measured results for the card
-    datasets: list[str] | None = None,  # training data names for the card
-) -> Path:
-    "Save a trained aligner (LoRA merged into the weights) with its template, tokenizer and model card."
-    out_dir, a = Path(out_dir), trainer.args
-    model = trainer.model.merge_and_unload() if hasattr(trainer.model, "merge_and_unload") else trainer.model
-    model.config.aligner_template = a.template
-    model.save_pretrained(out_dir); trainer.processing_class.save_pretrained(out_dir)
-    write_metadata(out_dir, aligner={"template": a.template, "identity_warmup_ratio": a.identity_warmup_ratio},
-                   source={"base_model": trainer.base_model})
-    settings = {"learning_rate": a.learning_rate, "num_train_epochs": a.num_train_epochs, "max_steps": a.max_steps,
-                "rows": len(trainer.qac), "warmup_rows": len(trainer.warmup), "seed": a.seed}
-    card = aligner_card(name or out_dir.name, base_model=trainer.base_model, template=a.template,
-                        identity_warmup_ratio=a.identity_warmup_ratio, settings=settings, datasets=datasets, results=results)
-    (out_dir / "README.md").write_text(str(card), encoding="utf-8")
-    return out_dir
+    def __init__(self,
+                 model,  # the correction model (a causal LM; a PEFT model is saved merged)
+                 tokenizer,  # its tokenizer
+                 template: str = ALIGNER_V1_TEMPLATE):  # the prompt template it was trained with
+        super().__init__(model.eval(), tokenizer)
+        self.template = template
 
-# %% ../nbs/11_aligner.ipynb #215240fd
-def _generate(model, tok, prompts: list[str], batch_size: int, desc: str, **generate_kwargs) -> list[str]:
-    "Greedy (by default) batched generation of `prompts`, left-padded, returning only the new text."
-    kw = {"max_new_tokens": 256, "do_sample": False, "pad_token_id": tok.pad_token_id, **generate_kwargs}
-    side, tok.padding_side = tok.padding_side, "left"
-    out = []
-    try:
-        for i in tqdm(range(0, len(prompts), batch_size), desc=desc, disable=len(prompts) <= batch_size):
-            enc = tok(prompts[i:i + batch_size], return_tensors="pt", padding=True, add_special_tokens=False).to(model.device)
-            with torch.no_grad(): ids = model.generate(**enc, **kw)
-            out += [t.strip() for t in tok.batch_decode(ids[:, enc["input_ids"].shape[1]:], skip_special_tokens=True)]
-    finally: tok.padding_side = side
-    return out
+    def _write(self, folder: Path) -> None:
+        self.model.config.aligner_template = self.template
+        super()._write(folder)
+        write_metadata(folder, aligner={"template": self.template})
+
+    @classmethod
+    def _accepts(cls, record: dict) -> bool: return record.get("artifact") in (cls.kind, None)  # None: trained elsewhere
+
+    @classmethod
+    def _from_parts(cls, model, tokenizer, record: dict):
+        template = (record.get("aligner") or {}).get("template") or getattr(model.config, "aligner_template", None)
+        if template is None:
+            logger.warning("this aligner records no template: assuming ALIGNER_V1_TEMPLATE (aligner-7b-v1.0)")
+        return cls(model, tokenizer, template or ALIGNER_V1_TEMPLATE)
+
+    def _card_fields(self) -> dict:
+        ratio = (self.settings or {}).get("identity_warmup_ratio")
+        summary = ("An Aligner: a correction model that rewrites an upstream model's answer to a question into a more helpful "
+                   "and harmless one" + (f", trained with an identity warm-up on {ratio:.0%} of the rows." if ratio is not None else "."))
+        usage = ("from adaptkit import Aligner\n\naligner = Aligner.from_pretrained(REPO_ID)\n"
+                 "aligner.correct([\"What is 2 + 2?\"], [\"5\"])  # or: aligner.stack(any_model_or_callable)")
+        return {"summary": summary, "usage": usage, "template": self.template}
+
+# %% ../nbs/11_aligner.ipynb #9bc621fe
+@patch
+def correct(self: Aligner,
+            questions: Sequence[str],  # the questions
+            answers: Sequence[str],  # the upstream answers to correct, one per question
+            *,
+            batch_size: int = 8,  # pairs per generate call
+            **generate_kwargs) -> list[str]:  # passed to `generate` (default: greedy, 256 new tokens)
+    "The aligner's corrections of `answers`."
+    if len(questions) != len(answers): raise ValueError(f"{len(questions)} questions but {len(answers)} answers")
+    prompts = [format_aligner_prompt(q, a, self.template) for q, a in zip(questions, answers)]
+    return generate_batched(self.model, self.tokenizer, prompts, batch_size=batch_size, desc="correcting", **generate_kwargs)
 
 def chat_answers(model, tok, questions: Sequence[str], *, batch_size: int = 8, **generate_kwargs) -> list[str]:
     "A chat model's answers to `questions` (one user turn each, its chat template, batched)."
     prompts = [tok.apply_chat_template([{"role": "user", "content": q}], tokenize=False, add_generation_prompt=True) for q in questions]
-    return _generate(model, tok, prompts, batch_size, "answering", **generate_kwargs)
+    return generate_batched(model, tok, prompts, batch_size=batch_size, desc="answering", **generate_kwargs)
 
-# %% ../nbs/11_aligner.ipynb #855a83bc
-class Aligner:
-    "A trained aligner: corrects answers of any upstream model."
-    def __init__(self, model, tokenizer, template: str = ALIGNER_V1_TEMPLATE):
-        self.model, self.tokenizer, self.template = model.eval(), tokenizer, template
+@patch
+def stack(self: Aligner,
+          upstream,  # a transformers chat model, or any callable `list[str] -> list[str]` (an API model)
+          tokenizer=None,  # the upstream's tokenizer, when it is a transformers model
+          **generate_kwargs) -> Callable[[Sequence[str]], list[str]]:  # for the aligner's corrections
+    "A callable `questions -> corrected answers`: the upstream answers, the aligner corrects."
+    if not callable(upstream) or isinstance(upstream, torch.nn.Module):
+        if tokenizer is None: raise ValueError("stacking on a transformers model needs its tokenizer")
+        model = upstream
+        upstream = lambda qs: chat_answers(model, tokenizer, qs)
+    return lambda questions: self.correct(list(questions), upstream(list(questions)), **generate_kwargs)
 
-    @classmethod
-    def from_pretrained(cls,
-                        repo_or_path: str | Path,  # folder or Hub repo id of an aligner
-                        *,
-                        revision: str | None = None,  # branch, tag or commit id
-                        token: str | None = None,  # Hub token
-                        endpoint: str | None = None,  # Hub endpoint
-                        **kwargs):  # passed to `load_causal_lm`
-        "Load an aligner and the template it was trained with."
-        folder = pull(repo_or_path, revision=revision, token=token, endpoint=endpoint)
-        model = load_causal_lm(folder, **kwargs)
-        template = read_metadata(folder).get("aligner", {}).get("template") or getattr(model.config, "aligner_template", None)
-        if template is None:
-            logger.warning("%s records no aligner template: assuming ALIGNER_V1_TEMPLATE (aligner-7b-v1.0)", repo_or_path)
-        return cls(model, load_tokenizer(folder), template or ALIGNER_V1_TEMPLATE)
+# %% ../nbs/11_aligner.ipynb #ec3e1003
+@patch
+def artifact(self: AlignerTrainer) -> Aligner:
+    "The trained aligner, with its base, template and settings."
+    a = self.args
+    aligner = Aligner(self.model, self.processing_class, a.template)
+    aligner.base_model, aligner.base_revision = self.base_model, self.base_revision
+    aligner.settings = {"identity_warmup_ratio": a.identity_warmup_ratio, "learning_rate": a.learning_rate,
+                        "num_train_epochs": a.num_train_epochs, "max_steps": a.max_steps, "rows": len(self.qac),
+                        "warmup_rows": len(self.warmup), "seed": a.seed, "global_step": self.state.global_step}
+    return aligner
 
-    def correct(self,
-                questions: Sequence[str],  # the questions
-                answers: Sequence[str],  # the upstream answers to correct, one per question
-                *,
-                batch_size: int = 8,  # pairs per generate call
-                **generate_kwargs) -> list[str]:  # passed to `generate` (default: greedy, 256 new tokens)
-        "The aligner's corrections of `answers`."
-        if len(questions) != len(answers): raise ValueError(f"{len(questions)} questions but {len(answers)} answers")
-        prompts = [format_aligner_prompt(q, a, self.template) for q, a in zip(questions, answers)]
-        return _generate(self.model, self.tokenizer, prompts, batch_size, "correcting", **generate_kwargs)
-
-    def stack(self,
-              upstream,  # a transformers chat model, or any callable `list[str] -> list[str]` (an API model)
-              tokenizer=None,  # the upstream's tokenizer, when it is a transformers model
-              **generate_kwargs) -> Callable[[Sequence[str]], list[str]]:  # for the aligner's corrections
-        "A callable `questions -> corrected answers`: the upstream answers, the aligner corrects."
-        if not callable(upstream) or isinstance(upstream, torch.nn.Module):
-            if tokenizer is None: raise ValueError("stacking on a transformers model needs its tokenizer")
-            model = upstream
-            upstream = lambda qs: chat_answers(model, tokenizer, qs)
-        return lambda questions: self.correct(list(questions), upstream(list(questions)), **generate_kwargs)
+def save_aligner(trainer: AlignerTrainer, out_dir: str | Path, *, name: str | None = None, results: list[dict] | None = None,
+                 datasets: list[str] | None = None) -> Path:
+    "Deprecated: `trainer.artifact().save_pretrained(out_dir)` (set `.results`/`.datasets` on it first)."
+    import warnings
+    warnings.warn("save_aligner is deprecated: use trainer.artifact().save_pretrained(...)", FutureWarning, stacklevel=2)
+    aligner = trainer.artifact(); aligner.results, aligner.datasets = results, datasets
+    return aligner._save(Path(out_dir), repo_id=name)
 
 # %% ../nbs/11_aligner.ipynb #cdf3fdd1
 def preference_pairs(
@@ -233,7 +224,7 @@ def dpo_rounds(
     rounds: int = 2,  # alignment rounds
     args: DPOConfig | None = None,  # DPO settings (default: beta 0.02, lr 2e-5 as the official code)
     peft_config=None,  # train a LoRA each round (merged into the policy after the round)
-    push_to: str | None = None,  # repo id: push each round's policy as a revision of it
+    push_to: str | None = None,  # repo id: push each round's policy to it, tagged `round-N`
     hub_endpoint: str | None = None,  # Hub endpoint for pushing
     hub_token: str | None = None,  # Hub token for pushing
     base_model: str | None = None,  # the policy's Hub repo id, for the cards
@@ -259,12 +250,22 @@ def dpo_rounds(
         metrics.append(m)
     return metrics
 
+class AlignedPolicy(ModelArtifact):
+    "A policy after rounds of Aligner-guided DPO (a plain causal LM checkpoint)."
+    kind, method = "aligner-dpo-policy", "aligner"
+    def _card_fields(self) -> dict:
+        rounds = (self.settings or {}).get("round")
+        return {"summary": f"A policy aligned by {rounds} round(s) of DPO on Aligner corrections (chosen = the aligner's "
+                           "correction, rejected = the policy's own answer).",
+                "usage": "from transformers import AutoModelForCausalLM\n\nmodel = AutoModelForCausalLM.from_pretrained(REPO_ID)",
+                "template": "(the aligner's own template: see its card)"}
+
 def _push_policy(policy, tok, repo_id, round_, m, args, base_model, endpoint, token) -> str:
-    "Push one round's policy with its card; the commit id."
-    import tempfile
-    with tempfile.TemporaryDirectory() as d:
-        policy.save_pretrained(d); tok.save_pretrained(d)
-        card = model_card("aligner", model_name=repo_id.split("/")[-1], base_model=base_model,
-                          summary=f"A policy aligned by {round_} round(s) of DPO on Aligner corrections (chosen = correction, rejected = own answer).",
-                          settings={"round": round_, "beta": args.beta, "learning_rate": args.learning_rate, "pairs": m["pairs"], "dropped": m["dropped"]})
-        return push_folder(d, repo_id, card=card, endpoint=endpoint, token=token, commit_message=f"Aligner DPO round {round_}")
+    "Push one round's policy with its card and tag the commit `round-N`; the commit id."
+    from huggingface_hub import HfApi
+    art = AlignedPolicy(policy, tok)
+    art.base_model, art.settings = base_model, {"round": round_, "beta": args.beta, "learning_rate": args.learning_rate,
+                                                "pairs": m["pairs"], "dropped": m["dropped"]}
+    commit = art.push_to_hub(repo_id, endpoint=endpoint, token=token, commit_message=f"Aligner DPO round {round_}")
+    HfApi(endpoint=endpoint, token=token).create_tag(repo_id, tag=f"round-{round_}", revision=commit, exist_ok=True)
+    return commit

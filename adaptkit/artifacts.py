@@ -5,6 +5,7 @@
 # %% ../nbs/06_artifacts.ipynb #db92a8a0
 from __future__ import annotations
 
+import copy
 import importlib.resources
 import logging
 import math
@@ -20,8 +21,8 @@ from .hub import PAPERS, is_repo_id, pull, push_folder, read_metadata, write_fol
 logger = logging.getLogger(__name__)
 
 # %% auto #0
-__all__ = ['logger', 'TEMPLATES', 'render_card', 'BaseMismatchError', 'fingerprint', 'check_base', 'Artifact', 'AdapterArtifact',
-           'ArtifactTrainerMixin']
+__all__ = ['logger', 'TEMPLATES', 'render_card', 'BaseMismatchError', 'fingerprint', 'check_base', 'Artifact', 'ModelArtifact',
+           'AdapterArtifact', 'ArtifactTrainerMixin']
 
 # %% ../nbs/06_artifacts.ipynb #bbd778d9
 TEMPLATES = Path(str(importlib.resources.files("adaptkit"))) / "templates"  # shipped as package data
@@ -230,6 +231,30 @@ def push_to_hub(
         folder = self._save(Path(d) / repo_id.split("/")[-1], repo_id=repo_id)
         return push_folder(folder, repo_id, endpoint=endpoint, token=token, private=private, revision=revision,
                            commit_message=commit_message or self.commit_message)
+
+# %% ../nbs/06_artifacts.ipynb #ebea6240
+class ModelArtifact(Artifact):
+    "A causal LM and its tokenizer, saved as a plain transformers checkpoint (a PEFT adapter merged in, from a copy)."
+    def __init__(self,
+                 model,  # a transformers causal LM (or a PEFT model: saved merged)
+                 tokenizer):  # its tokenizer
+        self.model, self.tokenizer = model, tokenizer
+
+    def _write(self, folder: Path) -> None:
+        from adaptkit.models import merged
+        model = merged(copy.deepcopy(self.model)) if hasattr(self.model, "merge_and_unload") else self.model
+        model.save_pretrained(folder); self.tokenizer.save_pretrained(folder)
+
+    @classmethod
+    def _read(cls, folder: Path, record: dict, *, endpoint=None, token=None, **load_kwargs):
+        "The model and tokenizer of `folder` (`load_kwargs` go to `from_pretrained`, e.g. `dtype=`)."
+        from adaptkit.models import load_causal_lm, load_tokenizer
+        return cls._from_parts(load_causal_lm(folder, **load_kwargs), load_tokenizer(folder), record)
+
+    @classmethod
+    def _from_parts(cls, model, tokenizer, record: dict):
+        "The object from a loaded model and its record (subclasses restore their own fields)."
+        return cls(model, tokenizer)
 
 # %% ../nbs/06_artifacts.ipynb #8cb7b5a6
 def _load_base_for(record: dict, base, what: str, endpoint=None, token=None, **load_kwargs):
