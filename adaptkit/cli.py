@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import sys
 from dataclasses import dataclass, field
@@ -13,7 +14,7 @@ from pathlib import Path
 from typing import Callable
 
 # %% auto #0
-__all__ = ['COMMANDS', 'HubArguments', 'PushArguments', 'Command', 'command', 'PiSSAArguments', 'run_pissa', 'run_aligner',
+__all__ = ['COMMANDS', 'HubArguments', 'PushArguments', 'Command', 'command', 'ModelArguments', 'run_pissa', 'run_aligner',
            'run_repnoise', 'TransLoRAArguments', 'run_translora', 'EMRArguments', 'run_emr', 'ServeArguments',
            'TransferArguments', 'run_serve', 'run_push', 'run_pull', 'parser_for', 'main']
 
@@ -30,34 +31,40 @@ class PushArguments(HubArguments):
     hub_model_id: str | None = field(default=None, metadata={"help": "Repo id to push to (namespace/name)."})
     hub_token: str | None = field(default=None, metadata={"help": "Hub token with write access (default: the stored login); never printed."})
     hub_private_repo: bool = field(default=False, metadata={"help": "Create the repo private."})
+    hub_revision: str | None = field(default=None, metadata={"help": "Branch to push to (created from main when missing); default main."})
 
 @dataclass
 class Command:
-    "A subcommand: its dataclasses, what it runs with them, and its one-line help."
-    name: str
-    dataclasses: list
-    run: Callable
-    help: str
-    defaults: dict = field(default_factory=dict)  # recipe defaults, below a --config file and flags
+    "A subcommand: its dataclasses (imported on use), what it runs with them, and its one-line help."
+    name: str  # the words after `adaptkit`
+    dataclasses: Callable[[], list]  # returns the dataclasses `TrlParser` parses (heavy imports happen here)
+    run: Callable  # called with the parsed dataclasses
+    help: str  # one line for `adaptkit --help`
+    defaults: Callable[[], dict] | None = None  # recipe defaults, below a --config file and flags
 
 COMMANDS: dict[str, Command] = {}
 
-def command(name: str, dataclasses: list, help: str, defaults: dict | None = None):
+def command(
+    name: str,  # the words after `adaptkit`, e.g. "hub pull"
+    dataclasses: Callable[[], list],  # returns the command's dataclasses
+    help: str,  # its one-line help
+    defaults: Callable[[], dict] | None = None,  # returns its recipe defaults
+):
     "Register the decorated function as `adaptkit <name>`."
     def register(run):
-        COMMANDS[name] = Command(name, dataclasses, run, help, defaults or {})
+        COMMANDS[name] = Command(name, dataclasses, run, help, defaults)
         return run
     return register
 
 # %% ../nbs/20_cli.ipynb #57180376
 def _push_target(args, hub: HubArguments) -> dict | None:
-    "`{repo_id, endpoint, token, private}` when `args` asks for a push (validated up front), else None."
+    "`{repo_id, endpoint, token, private, revision}` when `args` asks for a push (validated up front), else None."
     if not getattr(args, "push_to_hub", False): return None
     if not args.hub_model_id: raise ValueError("--push_to_hub needs --hub_model_id (namespace/name)")
     return {"repo_id": args.hub_model_id, "endpoint": hub.hub_endpoint, "token": args.hub_token,
-            "private": bool(getattr(args, "hub_private_repo", False))}
+            "private": bool(getattr(args, "hub_private_repo", False)), "revision": getattr(args, "hub_revision", None)}
 
-def _no_trainer_push(args) -> dict:
+def _no_trainer_push(args):
     "Switch off the Trainer's own push (it would go to the default endpoint); adaptkit pushes the artifact instead."
     args.push_to_hub = False
     return args
@@ -78,89 +85,92 @@ def _rows(script, schema, hub: HubArguments, token: str | None):
     from adaptkit.data import load_rows
     return load_rows(script.dataset_name, schema, split=script.dataset_train_split, endpoint=hub.hub_endpoint, token=token)
 
-def _push_folder(folder: Path, push: dict | None, message: str) -> str | None:
-    "Push `folder` (its README.md is the card) when the command was asked to; the commit id."
-    from adaptkit.hub import push_folder
-    return push and push_folder(folder, push["repo_id"], endpoint=push["endpoint"], token=push["token"], private=push["private"],
-                                commit_message=message)
+def _datasets(script) -> list[str] | None:
+    "The training data's name for the card: a Hub dataset's repo id (a local file is not named)."
+    return None if Path(script.dataset_name).exists() else [script.dataset_name]
+
+def _save_or_push(artifact, out_dir: Path, push: dict | None) -> tuple:
+    "Save `artifact` to `out_dir`, and push it when asked (one push verb for every method); `(out_dir, commit)`."
+    artifact.save_pretrained(out_dir)
+    commit = push and artifact.push_to_hub(push["repo_id"], endpoint=push["endpoint"], token=push["token"],
+                                           private=push["private"], revision=push["revision"])
+    return out_dir, commit
 
 # %% ../nbs/20_cli.ipynb #ef63f32f
-from trl import ModelConfig, ScriptArguments, SFTConfig
-from trl.trainer.utils import get_peft_config
-
 @dataclass
-class PiSSAArguments:
-    "PiSSA's own settings beyond `ModelConfig`'s LoRA fields."
-    pissa_niter: int | None = field(default=16, metadata={"help": "Subspace iterations of the fast SVD (pissa_niter_N); 0 for the exact SVD."})
+class ModelArguments:
+    "The base model a command starts from."
+    model_name_or_path: str = field(default=None, metadata={"help": "The base model: a folder or a Hub repo id."})
+    model_revision: str = field(default="main", metadata={"help": "Branch, tag or commit of the base model."})
 
-def _pissa_defaults() -> dict:
-    from adaptkit.pissa import PISSA_RECIPE
-    return {**PISSA_RECIPE, "lora_r": 16, "lora_alpha": 16, "lora_dropout": 0.0}
-
-@command("pissa", [ScriptArguments, SFTConfig, ModelConfig, PiSSAArguments, HubArguments],
-         "fine-tune with PiSSA (SFT) and save/push the adapter as a plain LoRA", _pissa_defaults)
-def run_pissa(script: ScriptArguments, sft: SFTConfig, model: ModelConfig, extra: PiSSAArguments, hub: HubArguments) -> dict:
+@command("pissa", lambda: [_trl().ScriptArguments, _pissa().PiSSAConfig, ModelArguments, HubArguments],
+         "fine-tune with PiSSA (SFT) and save/push the adapter as a plain LoRA")
+def run_pissa(script, cfg, model: ModelArguments, hub: HubArguments) -> dict:
     "Train a PiSSA adapter on `--dataset_name` rows (prompt/completion) and save it as a plain LoRA."
     from adaptkit.data import PROMPT_COMPLETION
-    from adaptkit.pissa import PiSSATrainer, pissa_config
-    push = _push_target(sft, hub)
-    rows = _rows(script, PROMPT_COMPLETION, hub, sft.hub_token)
-    peft_config = pissa_config(model.lora_r, niter=extra.pissa_niter or None, target_modules=model.lora_target_modules or "all-linear",
-                               lora_alpha=model.lora_alpha, lora_dropout=model.lora_dropout)
-    trainer = PiSSATrainer(model.model_name_or_path, _no_trainer_push(sft), peft_config=peft_config, train_dataset=rows,
-                           base_revision=_revision(model), hub_endpoint=hub.hub_endpoint, hub_token=sft.hub_token)
+    push = _push_target(cfg, hub)
+    rows = _rows(script, PROMPT_COMPLETION, hub, cfg.hub_token)
+    trainer = _pissa().PiSSATrainer(model.model_name_or_path, _no_trainer_push(cfg), train_dataset=rows, base_revision=_revision(model),
+                                    hub_endpoint=hub.hub_endpoint, hub_token=cfg.hub_token)
     metrics = trainer.train().metrics
     if not trainer.is_world_process_zero(): return {}  # under accelerate launch, one process saves and pushes
-    data = None if Path(script.dataset_name).exists() else [script.dataset_name]  # a Hub dataset is named on the card
-    out, commit = Path(sft.output_dir) / "lora", None
-    if push: commit = trainer.push_lora(push["repo_id"], endpoint=push["endpoint"], token=push["token"], private=push["private"], datasets=data)
-    else: trainer.save_lora(out, datasets=data)
+    adapter = trainer.artifact(); adapter.datasets = _datasets(script)
+    out, commit = _save_or_push(adapter, Path(cfg.output_dir) / "adapter", push)
     return _report(push, commit, adapter=out, train_loss=metrics.get("train_loss"), steps=trainer.state.global_step)
 
-# %% ../nbs/20_cli.ipynb #64243dac
-from .aligner import AlignerConfig
+def _trl():
+    import trl
+    return trl
 
-@command("aligner", [ScriptArguments, AlignerConfig, ModelConfig, HubArguments],
+def _pissa():
+    import adaptkit.pissa
+    return adaptkit.pissa
+
+# %% ../nbs/20_cli.ipynb #64243dac
+@command("aligner", lambda: [_trl().ScriptArguments, _aligner().AlignerConfig, _trl().ModelConfig, HubArguments],
          "train an Aligner (identity warm-up, then Q-A-C corrections) and save/push it")
-def run_aligner(script: ScriptArguments, cfg: AlignerConfig, model: ModelConfig, hub: HubArguments) -> dict:
+def run_aligner(script, cfg, model, hub: HubArguments) -> dict:
     "Train an aligner on `--dataset_name` rows (question/answer/correction)."
-    from adaptkit.aligner import AlignerTrainer, save_aligner
+    from trl.trainer.utils import get_peft_config
     from adaptkit.data import QAC
     push = _push_target(cfg, hub)
     rows = _rows(script, QAC, hub, cfg.hub_token)
-    trainer = AlignerTrainer(model.model_name_or_path, _no_trainer_push(cfg), rows, peft_config=get_peft_config(model),
-                             hub_endpoint=hub.hub_endpoint, hub_token=cfg.hub_token)
+    trainer = _aligner().AlignerTrainer(model.model_name_or_path, _no_trainer_push(cfg), rows, peft_config=get_peft_config(model),
+                                        hub_endpoint=hub.hub_endpoint, hub_token=cfg.hub_token)
     metrics = trainer.train().metrics
     if not trainer.is_world_process_zero(): return {}
-    name = push["repo_id"] if push else None
-    out = save_aligner(trainer, Path(cfg.output_dir) / "aligner", name=name)
-    return _report(push, _push_folder(out, push, "Aligner correction model"), aligner=out, train_loss=metrics.get("train_loss"),
-                   warmup_rows=len(trainer.warmup))
+    aligner = trainer.artifact(); aligner.datasets = _datasets(script)
+    out, commit = _save_or_push(aligner, Path(cfg.output_dir) / "aligner", push)
+    return _report(push, commit, aligner=out, train_loss=metrics.get("train_loss"), warmup_rows=len(trainer.warmup))
+
+def _aligner():
+    import adaptkit.aligner
+    return adaptkit.aligner
 
 # %% ../nbs/20_cli.ipynb #63033592
-from .repnoise import RepNoiseConfig
-
-@command("repnoise", [ScriptArguments, RepNoiseConfig, ModelConfig, HubArguments],
+@command("repnoise", lambda: [_trl().ScriptArguments, _repnoise().RepNoiseConfig, _trl().ModelConfig, HubArguments],
          "immunise a model against harmful fine-tuning with RepNoise and save/push it")
-def run_repnoise(script: ScriptArguments, cfg: RepNoiseConfig, model: ModelConfig, hub: HubArguments) -> dict:
+def run_repnoise(script, cfg, model, hub: HubArguments) -> dict:
     "Train RepNoise on `--dataset_name` rows (prompt/harmful/harmless)."
+    from trl.trainer.utils import get_peft_config
     from adaptkit.data import HARMFUL_PAIRS
     from adaptkit.models import load_tokenizer
-    from adaptkit.repnoise import RepNoiseTrainer, defence_settings, save_repnoise
     push = _push_target(cfg, hub)
     rows = _rows(script, HARMFUL_PAIRS, hub, cfg.hub_token)
     tok = load_tokenizer(model.model_name_or_path, revision=_revision(model), endpoint=hub.hub_endpoint, token=cfg.hub_token)
-    trainer = RepNoiseTrainer(model.model_name_or_path, _no_trainer_push(cfg), rows, processing_class=tok, peft_config=get_peft_config(model),
-                              hub_endpoint=hub.hub_endpoint, hub_token=cfg.hub_token)
+    trainer = _repnoise().RepNoiseTrainer(model.model_name_or_path, _no_trainer_push(cfg), rows, processing_class=tok,
+                                          peft_config=get_peft_config(model), hub_endpoint=hub.hub_endpoint, hub_token=cfg.hub_token)
     metrics = trainer.train().metrics
     if not trainer.is_world_process_zero(): return {}
-    out = save_repnoise(trainer.model, tok, Path(cfg.output_dir) / "defended", settings=defence_settings(cfg, len(rows)),
-                        base_model=trainer.base_model, name=push and push["repo_id"])
-    return _report(push, _push_folder(out, push, "RepNoise-defended model"), model=out, train_loss=metrics.get("train_loss"))
+    immunised = trainer.artifact(); immunised.datasets = _datasets(script)
+    out, commit = _save_or_push(immunised, Path(cfg.output_dir) / "immunised", push)
+    return _report(push, commit, model=out, train_loss=metrics.get("train_loss"))
+
+def _repnoise():
+    import adaptkit.repnoise
+    return adaptkit.repnoise
 
 # %% ../nbs/20_cli.ipynb #4bc4d843
-from .translora import TransLoRAConfig
-
 @dataclass
 class TransLoRAArguments:
     "The models and data `adaptkit translora` moves between."
@@ -171,17 +181,20 @@ class TransLoRAArguments:
     output_dir: str = field(default="translora-out", metadata={"help": "Where the target adapter is saved."})
     discriminator: str | None = field(default=None, metadata={"help": "A trained discriminator (folder or repo id) to filter synthetic prompts; none: no filter."})
 
-@command("translora", [TransLoRAArguments, TransLoRAConfig, PushArguments],
+def _translora():
+    import adaptkit.translora
+    return adaptkit.translora
+
+@command("translora", lambda: [TransLoRAArguments, _translora().TransLoRAConfig, PushArguments],
          "move a LoRA to another base model with synthetic data, a discriminator filter and distillation")
-def run_translora(args: TransLoRAArguments, cfg: TransLoRAConfig, push_args: PushArguments) -> dict:
+def run_translora(args: TransLoRAArguments, cfg, push_args: PushArguments) -> dict:
     "Transfer `--source_adapter` onto `--target_base`."
     from adaptkit.data import SEEDS, load_rows
-    from adaptkit.translora import transfer_lora
     push = _push_target(push_args, push_args)
     seeds = load_rows(args.seeds, SEEDS, endpoint=push_args.hub_endpoint, token=push_args.hub_token)
-    res = transfer_lora(args.source_base, args.source_adapter, args.target_base, seeds, output_dir=args.output_dir,
-                        discriminator=args.discriminator, config=cfg, push_to=push and push["repo_id"],
-                        endpoint=push_args.hub_endpoint, token=push_args.hub_token)
+    res = _translora().transfer_lora(args.source_base, args.source_adapter, args.target_base, seeds, output_dir=args.output_dir,
+                                     discriminator=args.discriminator, config=cfg, push_to=push and push["repo_id"],
+                                     endpoint=push_args.hub_endpoint, token=push_args.hub_token)
     return _report(push, res.commit, adapter=res.output_dir, **res.counts, kept_fraction=res.kept_fraction)
 
 # %% ../nbs/20_cli.ipynb #bdc06f81
@@ -205,14 +218,15 @@ def _tasks(items: list[str]) -> dict[str, str]:
         tasks[task] = src
     return tasks
 
-@command("emr", [EMRArguments, PushArguments], "merge fine-tuned models with EMR-Merging into a bundle and save/push it")
+@command("emr", lambda: [EMRArguments, PushArguments], "merge fine-tuned models with EMR-Merging into a bundle and save/push it")
 def run_emr(args: EMRArguments, push_args: PushArguments) -> dict:
     "Merge `--finetuned` models of `--pretrained` into an EMR bundle."
     from adaptkit.emr import emr_merge
     push = _push_target(push_args, push_args)
     bundle = emr_merge(args.pretrained, _tasks(args.finetuned), exclude=args.exclude, rescale=args.rescale, out_dir=args.output_dir,
                        endpoint=push_args.hub_endpoint, token=push_args.hub_token, max_shard_size=args.max_shard_size)
-    commit = push and bundle.push_to_hub(push["repo_id"], endpoint=push["endpoint"], token=push["token"], private=push["private"])
+    commit = push and bundle.push_to_hub(push["repo_id"], endpoint=push["endpoint"], token=push["token"], private=push["private"],
+                                         revision=push["revision"])
     return _report(push, commit, bundle=bundle.folder, tasks=bundle.tasks, rescalers=bundle.rescalers)
 
 # %% ../nbs/20_cli.ipynb #f8e11633
@@ -230,13 +244,13 @@ class TransferArguments(HubArguments):
     "What `adaptkit hub push|pull` moves."
     repo_id: str = field(default=None, metadata={"help": "The repo (namespace/name)."})
     folder: str | None = field(default=None, metadata={"help": "push: the folder to upload (its README.md is the card)."})
-    revision: str | None = field(default=None, metadata={"help": "pull: branch, tag or commit (default: main)."})
+    revision: str | None = field(default=None, metadata={"help": "pull: branch, tag or commit (default: main); push: the branch (created when missing)."})
     repo_type: str = field(default="model", metadata={"help": "model or dataset."})
     token: str | None = field(default=None, metadata={"help": "Hub token (default: the stored login); never printed."})
     private: bool = field(default=False, metadata={"help": "push: create the repo private."})
     commit_message: str | None = field(default=None, metadata={"help": "push: the commit message."})
 
-@command("hub serve", [ServeArguments], "serve a Hub-protocol server (LocalHub) on loopback")
+@command("hub serve", lambda: [ServeArguments], "serve a Hub-protocol server (LocalHub) on loopback")
 def run_serve(args: ServeArguments) -> int:
     "Serve a LocalHub until interrupted."
     from adaptkit.localhub import serve
@@ -246,14 +260,17 @@ def run_serve(args: ServeArguments) -> int:
 def _need(args, *names):
     if (missing := [n for n in names if not getattr(args, n)]): raise ValueError(f"missing --{' --'.join(missing)}")
 
-@command("hub push", [TransferArguments], "push a folder to a Hub repo (mirroring it) and print the commit")
+@command("hub push", lambda: [TransferArguments], "push a folder to a Hub repo (mirroring it) and print the commit")
 def run_push(args: TransferArguments) -> dict:
     "Upload `--folder` to `--repo_id`."
     _need(args, "repo_id", "folder")
     push = {"repo_id": args.repo_id, "endpoint": args.hub_endpoint, "token": args.token, "private": args.private}
-    return _report(push, _push_folder(Path(args.folder), push, args.commit_message))
+    from adaptkit.hub import push_folder
+    commit = push_folder(Path(args.folder), args.repo_id, endpoint=args.hub_endpoint, token=args.token, private=args.private,
+                         revision=args.revision, commit_message=args.commit_message, repo_type=args.repo_type)
+    return _report(push, commit)
 
-@command("hub pull", [TransferArguments], "download a Hub repo at a revision and print the local folder")
+@command("hub pull", lambda: [TransferArguments], "download a Hub repo at a revision and print the local folder")
 def run_pull(args: TransferArguments) -> dict:
     "Download `--repo_id` at `--revision`."
     from adaptkit.hub import pull, source_of
@@ -266,38 +283,58 @@ def parser_for(name: str):
     "The `TrlParser` of `adaptkit <name>`, recipe defaults applied."
     from trl import TrlParser
     cmd = COMMANDS[name]
-    p = TrlParser(cmd.dataclasses, prog=f"adaptkit {name}", description=cmd.help)
+    p = TrlParser(cmd.dataclasses(), prog=f"adaptkit {name}", description=cmd.help)
     for action in p._actions:  # argparse formats help with %: a literal "3%" in a field's help would break --help
         if action.help: action.help = re.sub(r"%(?!\()", "%%", action.help)
-    defaults = cmd.defaults() if callable(cmd.defaults) else cmd.defaults
-    if defaults: p.set_defaults_with_config(**defaults)
+    if cmd.defaults: p.set_defaults_with_config(**cmd.defaults())
     return p
 
 def _usage() -> str:
     width = max(map(len, COMMANDS))
-    return ("usage: adaptkit <command> [--config recipe.yaml] [--flags]\n\nNeurIPS 2024 LLM adaptation methods as Hugging Face workflows.\n\ncommands:\n"
+    return ("usage: adaptkit <command> [--config recipe.yaml] [--flags] [--debug]\n\n"
+            "NeurIPS 2024 LLM adaptation methods as Hugging Face workflows.\n\ncommands:\n"
             + "\n".join(f"  {n:<{width}}  {c.help}" for n, c in COMMANDS.items())
-            + "\n\n`adaptkit <command> --help` lists every option of a command.")
+            + "\n\n`adaptkit <command> --help` lists every option of a command; --debug (or ADAPTKIT_DEBUG=1) shows tracebacks.")
+
+# %% ../nbs/20_cli.ipynb #f36acdbd
+def _user_errors() -> tuple:
+    "The exception types that mean bad input rather than a bug."
+    import yaml
+    return (ValueError, LookupError, OSError, ImportError, yaml.YAMLError)
+
+def _one_line(e: BaseException) -> str:
+    "An exception as one line: its message's lines joined (tokens never appear in adaptkit's messages)."
+    text = " ".join(str(e).split()) or type(e).__name__
+    return text if len(text) <= 600 else text[:600] + " ..."
 
 def main(argv: list[str] | None = None) -> int:
     "Entry point of the `adaptkit` command."
     argv = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in argv or os.environ.get("ADAPTKIT_DEBUG", "") not in ("", "0")
+    argv = [a for a in argv if a != "--debug"]
     words = next((" ".join(argv[:n]) for n in (2, 1) if " ".join(argv[:n]) in COMMANDS), None)
     if words is None:
         print(_usage(), file=sys.stdout if not argv or argv[0] in ("-h", "--help") else sys.stderr)
         return 0 if not argv or argv[0] in ("-h", "--help") else 2
     cmd, rest = COMMANDS[words], argv[len(words.split()):]
-    parsed = parser_for(words).parse_args_and_config(rest)
-    try: result = cmd.run(*parsed)
-    except (ValueError, FileNotFoundError, KeyError) as e:
-        print(f"adaptkit {words}: error: {e}", file=sys.stderr)
-        return 2
+    try:
+        result = cmd.run(*parser_for(words).parse_args_and_config(rest))
+    except Exception as e:
+        if debug: raise
+        user = isinstance(e, _user_errors())
+        print(f"adaptkit {words}: error: {_one_line(e)}" if user else
+              f"adaptkit {words}: internal error ({type(e).__name__}): {_one_line(e)} (rerun with --debug for the traceback)",
+              file=sys.stderr)
+        return 2 if user else 1
     return result if isinstance(result, int) else 0
 
 # %% ../nbs/20_cli.ipynb #d361749e
-from .demo import DemoArguments, run_demo
+def _demo():
+    import adaptkit.demo
+    return adaptkit.demo
 
-command("demo", [DemoArguments], "run the end-to-end demo (PiSSA and EMR-Merging on real small models through a Hub)")(run_demo)
+command("demo", lambda: [_demo().DemoArguments], "run the end-to-end demo: all five methods on real small models through a local Hub")(
+    lambda args: _demo().run_demo(args))
 
 # %% ../nbs/20_cli.ipynb #e14b2f67
 #| eval: false
