@@ -94,14 +94,14 @@ def json_body(raw: bytes, what: str = "request body") -> dict:
     if not isinstance(body, dict): raise HubError(400, f"the {what} must be a JSON object, not {type(body).__name__}")
     return body
 
-def field(body: dict, name: str, types, default=_MISSING, what: str = "request body"):
+def field(body: dict, name: str, types, default=_MISSING, what: str = "the request body"):
     "`body[name]` if it has one of `types` (`default` if absent, when given); a 400 naming the field otherwise."
     if name not in body or body[name] is None:
         if default is not _MISSING: return default
-        raise HubError(400, f"the {what} has no '{name}' field")
+        raise HubError(400, f"{what} has no '{name}' field")
     v, types = body[name], types if isinstance(types, tuple) else (types,)
     if not isinstance(v, types) or (isinstance(v, bool) and bool not in types):
-        raise HubError(400, f"field '{name}' of the {what} must be {' or '.join(t.__name__ for t in types)}, "
+        raise HubError(400, f"field '{name}' of {what} must be {' or '.join(t.__name__ for t in types)}, "
                             f"not {type(v).__name__}")
     return v
 
@@ -201,8 +201,9 @@ def commit_operations(
         if not item: continue
         if item.get("key") == "header" and blob is None:
             header = field(item, "value", dict, what=f"commit line {n}")
-            field(header, "summary", str, what="commit header"); field(header, "description", str, "", what="commit header")
-            field(header, "parentCommit", str, None, what="commit header")
+            field(header, "summary", str, what="the commit header")
+            field(header, "description", str, "", what="the commit header")
+            field(header, "parentCommit", str, None, what="the commit header")
         else: ops.append(_operation(item, blob, n, blobs, blobs.size))
     if header is None: raise HubError(400, "the commit has no header line (key 'header' with a 'summary')")
     return header, ops

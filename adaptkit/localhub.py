@@ -77,7 +77,8 @@ def _host_name(host_header: str) -> tuple:
 def _chunked(rfile):
     "Yield the data of a `Transfer-Encoding: chunked` body."
     while True:
-        size = int(rfile.readline(1024).split(b";")[0].strip() or b"0", 16)
+        try: size = int(rfile.readline(1024).split(b";")[0].strip() or b"0", 16)
+        except ValueError: raise ConnectionError("bad chunk size in a chunked request body") from None
         if size == 0:
             while rfile.readline(1024) not in (b"\r\n", b"\n", b""): pass
             return
@@ -104,7 +105,7 @@ class _Handler(BaseHTTPRequestHandler):
         except OSError: pass
 
     def do_GET(self):
-        self._left, self._started, self.authed = None, False, False
+        self._src, self._left, self._started, self.authed = None, 0, False, False
         try:
             name, kind, args = match_route(self.command, urlsplit(self.path).path)
             self.query = parse_qs(urlsplit(self.path).query)
@@ -144,22 +145,18 @@ def _check_request(self: _Handler, kind: str, name: str) -> None:
 
 _Handler._check_request = _check_request
 
-# %% ../nbs/00_localhub.ipynb #4f80fa77
-def _body(self: _Handler, limit: int | None = None):
-    "Yield the request body in chunks, once (Content-Length or chunked); a 413 past `limit` bytes."
-    if self._left is not None: return
-    if "chunked" in self.headers.get("Transfer-Encoding", "").lower(): src = _chunked(self.rfile); self._left = -1
-    else:
-        try: self._left = int(self.headers.get("Content-Length") or 0)
-        except ValueError: self._left = 0; self.close_connection = True; raise HubError(400, "bad Content-Length") from None
-        if limit is not None and self._left > limit:
-            raise HubError(413, f"the request body has {self._left} bytes; LocalHub accepts at most {limit} here")
-        src = self._fixed()
-    n = 0
-    for data in src:
-        n += len(data)
-        if limit is not None and n > limit: raise HubError(413, f"the request body is over {limit} bytes")
-        yield data
+# %% ../nbs/00_localhub.ipynb #b4c110f0
+def _source(self: _Handler):
+    "The request body's chunks (a generator made once): Content-Length or chunked; `_left` is -1 for chunked."
+    if self._src is None:
+        if "chunked" in self.headers.get("Transfer-Encoding", "").lower(): self._src, self._left = _chunked(self.rfile), -1
+        else:
+            try: self._left = int(self.headers.get("Content-Length") or 0)
+            except ValueError:
+                self._left, self.close_connection = 0, True
+                raise HubError(400, "the request has a bad Content-Length header") from None
+            self._src = self._fixed()
+    return self._src
 
 def _fixed(self: _Handler):
     while self._left > 0:
@@ -167,6 +164,28 @@ def _fixed(self: _Handler):
         if not data: raise ConnectionError("request body ended early")
         self._left -= len(data); yield data
 
+def _body(self: _Handler, limit: int | None = None):
+    "Yield the request body in chunks; a 413 past `limit` bytes."
+    src = self._source()
+    if limit is not None and self._left > limit:
+        raise HubError(413, f"the request body has {self._left} bytes; LocalHub accepts at most {limit} here")
+    n = 0
+    for data in src:
+        n += len(data)
+        if limit is not None and n > limit: raise HubError(413, f"the request body is over {limit} bytes")
+        yield data
+
+def _drain(self: _Handler) -> bool:
+    "Read and drop what is left of the request body, up to `MAX_DRAIN` bytes; False if the connection must close."
+    try:
+        src, n = self._source(), 0
+        if self._left > MAX_DRAIN: return False
+        for data in src:
+            if (n := n + len(data)) > MAX_DRAIN: return False
+        return True
+    except (ConnectionError, TimeoutError, ValueError, OSError, HubError): return False
+
+_Handler._source, _Handler._fixed, _Handler._body, _Handler._drain = _source, _fixed, _body, _drain
 def _json(self: _Handler) -> dict:
     "The request body as a JSON object (or a form, as `paths-info` sends), at most `MAX_JSON` bytes."
     raw = b"".join(self._body(MAX_JSON))
@@ -175,7 +194,7 @@ def _json(self: _Handler) -> dict:
         except UnicodeDecodeError: raise HubError(400, "the form body is not UTF-8") from None
     return json_body(raw)
 
-_Handler._body, _Handler._fixed, _Handler._json = _body, _fixed, _json
+_Handler._json = _json
 
 # %% ../nbs/00_localhub.ipynb #d05bb753
 def _send(self: _Handler, status: int = 200, body=b"", headers: dict | None = None, ctype: str = "application/json"):
@@ -189,13 +208,7 @@ def _send(self: _Handler, status: int = 200, body=b"", headers: dict | None = No
 def _fail(self: _Handler, e: HubError):
     "Answer with an error after reading what is left of the request body (up to `MAX_DRAIN`; else close after)."
     if self._started: self.close_connection = True; return
-    try:
-        left = int(self.headers.get("Content-Length") or 0) if self._left is None else self._left
-        if e.status == 413 or left == -1 or left > MAX_DRAIN:
-            self.close_connection = True
-        else:
-            for _ in self._body(): pass
-    except (ConnectionError, TimeoutError, ValueError, OSError, HubError): self.close_connection = True
+    if not self._drain(): self.close_connection = True
     headers = {"X-Error-Message": _header_safe(e.message), **({"X-Error-Code": e.code} if e.code else {}), **e.headers}
     if self.close_connection: headers["Connection"] = "close"
     try: self._send(e.status, {"error": e.message}, headers)

@@ -1,0 +1,241 @@
+"""Each safety rule of LocalHub refusing: cross-site writes, foreign Host, stalled sockets, oversized or malformed
+bodies, a second server on one root, concurrent pushes, a full disk; tokens from a file or the environment."""
+import base64
+import errno
+import hashlib
+import http.client
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+import tracemalloc
+from pathlib import Path
+
+import pytest
+from huggingface_hub import CommitOperationAdd, CommitOperationDelete, HfApi, constants
+from huggingface_hub.errors import HfHubHTTPError
+
+from adaptkit.localhub import MAX_JSON, LocalHub, read_token_file
+
+TOKEN = "hf_localhub_safety_token"
+
+
+@pytest.fixture(autouse=True)
+def hf_env(tmp_path, monkeypatch):
+    monkeypatch.setattr(constants, "HF_HUB_DISABLE_TELEMETRY", True)
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hf-cache"))
+
+
+def _request(hub, method, path, body=b"", headers=None):
+    "A raw request: (status, headers, JSON or bytes body)."
+    conn = http.client.HTTPConnection("127.0.0.1", hub.port, timeout=30)
+    conn.request(method, path, body=body, headers={"Host": f"127.0.0.1:{hub.port}", **(headers or {})})
+    r = conn.getresponse()
+    data = r.read()
+    conn.close()
+    try: return r.status, r.headers, json.loads(data)
+    except ValueError: return r.status, r.headers, data
+
+
+JSON = {"Content-Type": "application/json"}
+
+
+def test_cross_site_writes_are_refused(tmp_path):
+    "An open hub (no token): a browser's simple POST or a foreign Origin cannot create or delete repos."
+    with LocalHub(tmp_path / "hub") as hub:
+        create = json.dumps({"name": "x", "organization": "team"}).encode()
+        status, _, body = _request(hub, "POST", "/api/repos/create", create, {"Content-Type": "text/plain"})
+        assert status == 403 and "JSON body" in body["error"]
+        status, _, body = _request(hub, "POST", "/api/repos/create", create, {**JSON, "Origin": "http://evil.example"})
+        assert status == 403 and "cross-site" in body["error"]
+        assert not HfApi(endpoint=hub.endpoint, token=False).repo_exists("team/x")
+        assert _request(hub, "POST", "/api/repos/create", create, {**JSON, "Origin": f"http://127.0.0.1:{hub.port}"})[0] == 200
+        delete = json.dumps({"name": "x", "organization": "team"}).encode()
+        assert _request(hub, "DELETE", "/api/repos/delete", delete, {**JSON, "Origin": "null"})[0] == 403
+        assert HfApi(endpoint=hub.endpoint, token=False).repo_exists("team/x")
+
+
+def test_foreign_host_is_refused(tmp_path):
+    "A DNS-rebinding page reaches the port under its own name: 421, even for public reads."
+    with LocalHub(tmp_path / "hub", token=TOKEN) as hub:
+        HfApi(endpoint=hub.endpoint, token=TOKEN).create_repo("team/secret", private=True)
+        auth = {"Authorization": f"Bearer {TOKEN}"}
+        for host in ["evil.example", f"evil.example:{hub.port}", f"127.0.0.1:{hub.port + 1}", "127.0.0.1.evil.example"]:
+            status, _, body = _request(hub, "GET", "/api/models/team/secret", headers={**auth, "Host": host})
+            assert status == 421 and "does not serve Host" in body["error"], host
+        for host in [f"localhost:{hub.port}", f"127.0.0.1:{hub.port}", "localhost"]:
+            assert _request(hub, "GET", "/api/models/team/secret", headers={**auth, "Host": host})[0] == 200, host
+    with LocalHub(tmp_path / "hub", token=TOKEN, allowed_hosts=["hub.internal"]) as hub:
+        assert _request(hub, "GET", "/api/models/team/secret", headers={"Authorization": f"Bearer {TOKEN}", "Host": "hub.internal"})[0] == 200
+
+
+def test_stalled_sockets_are_closed(tmp_path):
+    with LocalHub(tmp_path / "hub", timeout=0.5) as hub:
+        stalled = []
+        for partial in [b"GET /api/models HTTP/1.1\r\nHost: 127", b"POST /api/repos/create HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                        b"Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n{\"name\""]:
+            s = socket.create_connection(("127.0.0.1", hub.port), timeout=10)
+            s.sendall(partial)
+            stalled.append(s)
+        time.sleep(0.3)
+        assert len(hub.server.conns) == 2
+        start = time.monotonic()
+        for s in stalled:
+            s.settimeout(5)
+            assert s.recv(1000) == b""  # closed by the server, without an answer
+            s.close()
+        time.sleep(0.1)
+        assert time.monotonic() - start < 4 and not hub.server.conns
+        assert HfApi(endpoint=hub.endpoint, token=False).list_models() is not None  # still serving
+
+
+def test_oversized_and_deep_json_refused(tmp_path):
+    with LocalHub(tmp_path / "hub", token=TOKEN) as hub:
+        HfApi(endpoint=hub.endpoint, token=TOKEN).create_repo("team/j")
+        auth = {**JSON, "Authorization": f"Bearer {TOKEN}"}
+        big = b'{"files": [' + b" " * (MAX_JSON + 10) + b"]}"
+        status, headers, body = _request(hub, "POST", "/api/models/team/j/preupload/main", big, auth)
+        assert status == 413 and f"at most {MAX_JSON}" in body["error"]
+        conn = http.client.HTTPConnection("127.0.0.1", hub.port, timeout=30)  # chunked: no length to check up front
+        conn.request("POST", "/api/models/team/j/preupload/main", body=iter([b" " * (1 << 20)] * 9), headers=auth,
+                     encode_chunked=True)
+        r = conn.getresponse()
+        assert r.status == 413 and b"over" in r.read()
+        conn.close()
+        status, _, body = _request(hub, "POST", "/api/models/team/j/preupload/main", b"[" * 200000, auth)
+        assert status == 400 and "not valid JSON" in body["error"]
+
+
+def test_malformed_bodies_name_the_field(tmp_path):
+    with LocalHub(tmp_path / "hub", token=TOKEN) as hub:
+        HfApi(endpoint=hub.endpoint, token=TOKEN).create_repo("team/m")
+        auth = {**JSON, "Authorization": f"Bearer {TOKEN}"}
+        cases = [("/api/repos/create", {"name": 3}, "field 'name' of the request body must be str, not int"),
+                 ("/api/repos/create", {"name": "x", "type": "car"}, "field 'type'"),
+                 ("/api/repos/create", {"name": "x", "private": "yes"}, "field 'private'"),
+                 ("/api/repos/move", {"fromRepo": "team/m"}, "no 'toRepo' field"),
+                 ("/api/models/team/m/preupload/main", {"files": "x"}, "field 'files' of the request body must be list"),
+                 ("/api/models/team/m/preupload/main", {"files": [{"path": "a", "size": "1"}]}, "field 'size' of files[0]"),
+                 ("/api/models/team/m/branch/b", {"startingPoint": ["main"]}, "field 'startingPoint'"),
+                 ("/api/models/team/m/tag/main", {"tag": None}, "no 'tag' field"),
+                 ("/api/validate-yaml", {"content": 1}, "field 'content'")]
+        for path, body, part in cases:
+            status, _, answer = _request(hub, "POST", path, json.dumps(body).encode(), auth)
+            assert status == 400 and part in answer["error"], (path, body, status, answer)
+        status, _, answer = _request(hub, "PUT", "/api/models/team/m/settings", json.dumps({"gated": "yes"}).encode(), auth)
+        assert status == 400 and "field 'gated'" in answer["error"]
+        lines = [{"key": "header", "value": {"summary": "x"}}, {"key": "file", "value": {"path": "a.txt", "content": "%%%"}}]
+        ndjson = b"".join(json.dumps(x).encode() + b"\n" for x in lines)
+        status, _, answer = _request(hub, "POST", "/api/models/team/m/commit/main", ndjson,
+                                     {"Content-Type": "application/x-ndjson", "Authorization": f"Bearer {TOKEN}"})
+        assert status == 400 and "commit line 2" in answer["error"] and "field 'content'" in answer["error"]
+        assert HfApi(endpoint=hub.endpoint, token=TOKEN).list_repo_files("team/m") == [".gitattributes"]
+        assert not list((hub.root / "blobs" / "tmp").iterdir())
+
+
+def test_second_server_on_one_root_is_refused(tmp_path):
+    with LocalHub(tmp_path / "hub") as first:
+        with pytest.raises(RuntimeError, match=f"already used by another LocalHub \\(pid {os.getpid()}\\)"):
+            LocalHub(tmp_path / "hub").start()
+        assert HfApi(endpoint=first.endpoint, token=False).create_repo("team/ok").repo_id == "team/ok"
+    with LocalHub(tmp_path / "hub") as again:  # released on stop
+        assert HfApi(endpoint=again.endpoint, token=False).repo_exists("team/ok")
+
+
+def test_concurrent_pushes_are_commits_or_clean_refusals(tmp_path):
+    "8 mirrors of different folders at once, each naming the head it listed: every commit's tree is one folder."
+    with LocalHub(tmp_path / "hub", token=TOKEN) as hub:
+        api = HfApi(endpoint=hub.endpoint, token=TOKEN)
+        api.create_repo("team/busy")
+        folders = {i: {f"run{i}/w.bin": os.urandom(2000), f"run{i}/notes.txt": f"run {i}".encode(), "shared.txt": f"{i}".encode()}
+                   for i in range(8)}
+        barrier, results = threading.Barrier(8), {}
+
+        def push(i):
+            head = api.list_repo_commits("team/busy")[0].commit_id
+            old = [f for f in api.list_repo_files("team/busy", revision=head) if f != ".gitattributes" and f not in folders[i]]
+            ops = [CommitOperationDelete(f) for f in old] + [CommitOperationAdd(p, b) for p, b in folders[i].items()]
+            barrier.wait()
+            try: results[i] = api.create_commit("team/busy", ops, commit_message=f"push {i}", parent_commit=head).oid
+            except HfHubHTTPError as e: results[i] = e.response.status_code
+
+        threads = [threading.Thread(target=push, args=(i,)) for i in range(8)]
+        for t in threads: t.start()
+        for t in threads: t.join()
+        landed = {i: r for i, r in results.items() if isinstance(r, str)}
+        assert len(results) == 8 and landed and all(r == 412 for r in results.values() if not isinstance(r, str))
+        commits = api.list_repo_commits("team/busy")
+        assert len(commits) == len(landed) + 1 and {c.commit_id for c in commits[:-1]} == set(landed.values())
+        for c in commits[:-1]:
+            i = int(c.title.split()[-1])
+            assert set(api.list_repo_files("team/busy", revision=c.commit_id)) == {".gitattributes", *folders[i]}
+
+
+def test_full_disk_is_507_and_nothing_half_written(tmp_path, monkeypatch):
+    import adaptkit.hubstore as hubstore
+    with LocalHub(tmp_path / "hub", token=TOKEN) as hub:
+        api = HfApi(endpoint=hub.endpoint, token=TOKEN)
+        api.create_repo("team/full")
+        before = (hub.root / "repos" / "model" / "team" / "full" / "repo.json").read_bytes()
+        real_fsync = os.fsync
+        def fsync(fd):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        monkeypatch.setattr(hubstore.os, "fsync", fsync)
+        with pytest.raises(HfHubHTTPError, match="disk .* is full") as e:
+            api.upload_file(path_or_fileobj=os.urandom(5000), path_in_repo="w.bin", repo_id="team/full")
+        assert e.value.response.status_code == 507
+        monkeypatch.setattr(hubstore.os, "fsync", real_fsync)
+        assert (hub.root / "repos" / "model" / "team" / "full" / "repo.json").read_bytes() == before
+        assert not list((hub.root / "blobs" / "tmp").iterdir()) and api.list_repo_files("team/full") == [".gitattributes"]
+        assert not [p for p in (hub.root / "repos").rglob("*.tmp")]
+
+
+def test_inline_upload_is_streamed_not_held(tmp_path):
+    "A 24 MiB inline file, sent in pieces: the server never holds the line (32 MiB of base64) in memory."
+    data = os.urandom(24 << 20)
+    with LocalHub(tmp_path / "hub", token=TOKEN) as hub:
+        HfApi(endpoint=hub.endpoint, token=TOKEN).create_repo("team/big")
+        b64 = base64.b64encode(data)
+        head = json.dumps({"key": "header", "value": {"summary": "big"}}).encode() + b'\n{"key": "file", "value": {"content": "'
+        tail = b'", "path": "big.bin", "encoding": "base64"}}\n'
+        pieces = [head] + [b64[i:i + (1 << 20)] for i in range(0, len(b64), 1 << 20)] + [tail]
+        tracemalloc.start()
+        conn = http.client.HTTPConnection("127.0.0.1", hub.port, timeout=60)
+        conn.request("POST", "/api/models/team/big/commit/main", body=iter(pieces), encode_chunked=True,
+                     headers={"Content-Type": "application/x-ndjson", "Authorization": f"Bearer {TOKEN}"})
+        r = conn.getresponse()
+        answer = json.loads(r.read())
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+        assert r.status == 200 and answer["success"], answer
+        assert peak < 12 << 20, f"peak {peak / 2**20:.1f} MiB"
+        assert hub.server.store.blobs.read(hashlib.sha256(data).hexdigest(), len(data)) == data
+
+
+def test_token_from_file_and_environment(tmp_path):
+    path = tmp_path / "token"
+    path.write_text(TOKEN + "\n")
+    path.chmod(0o600)
+    assert read_token_file(path) == TOKEN
+    (tmp_path / "empty").write_text("\n")
+    with pytest.raises(ValueError, match="empty"): read_token_file(tmp_path / "empty")
+    with LocalHub(tmp_path / "hub", token_file=path) as hub:
+        assert HfApi(endpoint=hub.endpoint, token=TOKEN).whoami()["name"] == "localhub"
+        with pytest.raises(HfHubHTTPError) as e: HfApi(endpoint=hub.endpoint, token=False).create_repo("team/x")
+        assert e.value.response.status_code == 401
+        assert _request(hub, "POST", "/api/validate-yaml", b'{"content": ""}', JSON)[0] == 401  # behind the token too
+    code = "import sys; from adaptkit.localhub import serve; serve(sys.argv[1], port=0)"
+    proc = subprocess.Popen([sys.executable, "-c", code, str(tmp_path / "hub2")], stdout=subprocess.PIPE, text=True,
+                            env={**os.environ, "ADAPTKIT_HUB_TOKEN": TOKEN})
+    try:
+        line = proc.stdout.readline()
+        assert "token required to write" in line and TOKEN not in line
+        endpoint = line.split(" at ")[1].split()[0]
+        assert HfApi(endpoint=endpoint, token=TOKEN).create_repo("team/env").repo_id == "team/env"
+        with pytest.raises(HfHubHTTPError) as e: HfApi(endpoint=endpoint, token="hf_wrong").create_repo("team/y")
+        assert e.value.response.status_code == 401
+    finally:
+        proc.terminate(); proc.wait(10)
