@@ -17,7 +17,7 @@ from transformers.utils import logging as hf_logging
 import adaptkit.emr as emr
 from adaptkit.emr import EMRBundle, emr_merge, task_arithmetic, ties_merge
 from adaptkit.hub import push_folder
-from adaptkit.tensorfiles import TensorFiles
+from adaptkit.tensorfiles import SafetensorsHeaderError, TensorFiles
 
 hf_logging.disable_progress_bar()
 
@@ -77,14 +77,14 @@ def test_push_pull_through_localhub_with_base_by_commit(hub, tmp_path):
     assert not (tmp_path / "bundle" / "base").exists()  # referenced, not copied
     assert meta["sources"]["t1"] == {"kind": "full", "repo_id": "team/ft-1", "revision": commits["t1"]}
 
-    results = [{"task": "text-classification", "dataset": "toy", "metric": "accuracy", "value": 0.75}]
-    commit = bundle.push_to_hub("team/emr", results=results)  # the endpoint the bundle was made with
+    bundle.results = [{"task": "text-classification", "dataset": "toy", "metric": "accuracy", "value": 0.75}]
+    commit = bundle.push_to_hub("team/emr")  # the endpoint the bundle was made with
     data = HfApi(endpoint=hub.endpoint).model_info("team/emr").card_data
     assert (data.base_model, data.library_name, data.pipeline_tag) == ("team/base", "transformers", "text-classification")
     assert {"adaptkit", "emr", "arxiv:2405.17461"} <= set(data.tags) and data.eval_results[0].metric_value == 0.75
 
     pulled = EMRBundle.from_pretrained("team/emr", revision=commit, endpoint=hub.endpoint)
-    assert (pulled.tasks, pulled.rescalers) == (bundle.tasks, bundle.rescalers)
+    assert (pulled.tasks, pulled.rescalers, pulled.results) == (bundle.tasks, bundle.rescalers, bundle.results)
     card = (pulled.folder / "README.md").read_text()
     assert base_commit in card and commits["t2"] in card and "team/ft-2" in card
     ids = torch.tensor([[1, 5, 9, 3]])
@@ -216,7 +216,7 @@ def test_errors_name_the_problem(tmp_path):
     finetune(base, 2, seed=2).save_pretrained(tmp_path / "cut")
     weights = tmp_path / "cut" / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[:-100])  # an interrupted download: caught from the header, before any work
-    with pytest.raises(ValueError, match="task 'b': cannot read .*truncated: tensor '.*' ends past the file's"):
+    with pytest.raises(SafetensorsHeaderError, match="task 'b': .*cut/model.safetensors: tensor '.*': truncated: tensor '.*' ends past the file's"):
         emr_merge(tmp_path / "llama", {"a": tmp_path / "ft", "b": tmp_path / "cut"}, out_dir=tmp_path / "never", progress=False)
     assert not (tmp_path / "never").exists()
 
@@ -224,12 +224,12 @@ def test_errors_name_the_problem(tmp_path):
 CHILD = """
 import sys, time, torch
 import adaptkit.emr as emr
-real, n = emr._elect_, [0]
+real, n = emr._elect_in_place, [0]
 def slow(*args):
     n[0] += 1
     if n[0] == 3: print("halfway", flush=True); time.sleep(60)
     return real(*args)
-emr._elect_ = slow
+emr._elect_in_place = slow
 root = sys.argv[1]
 emr.emr_merge(root + "/base", {"a": root + "/ft0", "b": root + "/ft1"}, out_dir=root + "/bundle", progress=False)
 """
@@ -249,6 +249,7 @@ def test_merge_killed_halfway_leaves_no_bundle_and_reruns(tmp_path):
     assert [p.name.startswith(".bundle.tmp-") for p in tmp_path.iterdir() if p.name.startswith(".")] == [True]
     bundle = emr_merge(tmp_path / "base", {"a": tmp_path / "ft0", "b": tmp_path / "ft1"}, out_dir=tmp_path / "bundle", progress=False)
     assert bundle.load_task_model("b").config.num_labels == 3
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # the killed run's folder was cleaned by this save
 
 
 PEAK = """
