@@ -5,13 +5,19 @@
 # %% ../nbs/02_data.ipynb #4d38856e
 from __future__ import annotations
 
+import codecs
 import csv
+import io
 import json
+import os
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import datasets
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 from .hub import pull
 
@@ -47,17 +53,27 @@ def _type_error(value, expected) -> str | None:
         return f"expected {' or '.join(t.__name__ for t in types)}, got {type(value).__name__} {str(value)[:40]!r}"
     if isinstance(value, str) and not value.strip(): return "empty text"
 
-def _row_problems(rows: Sequence[Mapping], schema: Schema):
-    "Each problem of `rows` under `schema` as a message naming row and column."
+def _where(i: int, lines: Sequence[int] | None) -> str:
+    "Row `i`, with the line of its file when known."
+    return f"line {lines[i]}: row {i}" if lines else f"row {i}"
+
+def _row_problems(rows: Sequence[Mapping], schema: Schema, lines: Sequence[int] | None = None):
+    "Each problem of `rows` under `schema` as a message naming row (and line) and column."
     seen = {}
     for i, row in enumerate(rows):
         for col, expected in schema.columns.items():
-            if (why := _type_error(row.get(col), expected)): yield f"row {i}, column {col!r}: {why}"
+            if (why := _type_error(row.get(col), expected)): yield f"{_where(i, lines)}, column {col!r}: {why}"
         for a, b in schema.distinct:
-            if row.get(a) is not None and row.get(a) == row.get(b): yield f"row {i}: columns {a!r} and {b!r} are identical"
+            if row.get(a) is not None and row.get(a) == row.get(b):
+                yield f"{_where(i, lines)}: columns {a!r} and {b!r} are identical"
         if (rid := row.get(schema.id_column)) is not None:
-            if rid in seen: yield f"row {i}, column {schema.id_column!r}: duplicate id {rid!r} (first in row {seen[rid]})"
+            if rid in seen: yield f"{_where(i, lines)}, column {schema.id_column!r}: duplicate id {rid!r} (first in row {seen[rid]})"
             else: seen[rid] = i
+
+def _near_misses(missing: list[str], names: list[str]) -> str:
+    "A hint naming found columns that differ from a missing one only in case or spaces."
+    near = [n for n in names if any(n.strip().lower() == m.lower() for m in missing)]
+    return f" ({', '.join(map(repr, near))}: names must match exactly)" if near else ""
 
 # %% ../nbs/02_data.ipynb #842be836
 def validate_rows(
@@ -65,15 +81,21 @@ def validate_rows(
     schema: Schema,  # what they must look like
     source: str = "rows",  # where they came from, for the message
     max_problems: int = 10,  # how many problems to list before stopping
+    *,
+    lines: Sequence[int] | None = None,  # the line of its file each row starts on, for the message
 ):
     "Raise `DataError` naming each bad row and column of `rows`; return `rows` when they all fit `schema`."
-    names = rows.column_names if isinstance(rows, datasets.Dataset) else sorted({k for r in rows for k in r})
+    if isinstance(rows, datasets.Dataset): names = rows.column_names
+    else: names = list(dict.fromkeys(k for r in rows if isinstance(r, Mapping) for k in r))
     if len(rows) == 0: raise DataError(f"{source}: no rows ({schema.name} expected)")
+    if (bad := next((i for i, r in enumerate(rows) if not isinstance(r, Mapping)), None)) is not None:
+        raise DataError(f"{source}, {_where(bad, lines)}: expected a row of named columns (a dict), "
+                        f"got {type(rows[bad]).__name__} {str(rows[bad])[:40]!r}")
     if (missing := [c for c in schema.columns if c not in names]):
         raise DataError(f"{source}: missing column(s) {', '.join(map(repr, missing))} for {schema.name}; "
-                        f"found {', '.join(map(repr, names)) or 'none'}")
+                        f"found {', '.join(map(repr, names)) or 'none'}{_near_misses(missing, names)}")
     problems = []
-    for p in _row_problems(rows, schema):
+    for p in _row_problems(rows, schema, lines):
         problems.append(p)
         if len(problems) == max_problems: break
     if problems:
@@ -83,27 +105,149 @@ def validate_rows(
 # %% ../nbs/02_data.ipynb #5476e8d7
 _SUFFIXES = (".jsonl", ".json", ".csv", ".parquet")
 
-def _read_file(path: Path) -> list[dict] | datasets.Dataset:
-    "The rows of one jsonl/json/csv/parquet file."
-    if path.suffix == ".parquet": return datasets.Dataset.from_parquet(str(path))
-    text = path.read_text(encoding="utf-8")
-    if path.suffix == ".csv": return list(csv.DictReader(text.splitlines()))
-    if path.suffix == ".json" and text.lstrip().startswith("["):
-        try: return json.loads(text)
-        except json.JSONDecodeError as e: raise DataError(f"{path}: invalid JSON at line {e.lineno}: {e.msg}") from None
-    rows = []
-    for n, line in enumerate(text.splitlines(), 1):
-        if not line.strip(): continue
-        try: rows.append(json.loads(line))
-        except json.JSONDecodeError as e: raise DataError(f"{path}, line {n}: invalid JSON ({e.msg})") from None
-        if not isinstance(rows[-1], dict): raise DataError(f"{path}, line {n}: expected a JSON object, got {type(rows[-1]).__name__}")
-    return rows
+def _position(raw: bytes, offset: int) -> str:
+    "Line, column and byte offset of byte `offset` of `raw`."
+    line, line_start = raw.count(b"\n", 0, offset) + 1, raw.rfind(b"\n", 0, offset) + 1
+    return f"line {line}, column {offset - line_start + 1} (byte {offset})"
+
+def _decode(path: Path) -> str:
+    "The text of `path` as UTF-8, without a BOM; `DataError` naming the first byte that is not UTF-8 text."
+    raw = path.read_bytes()
+    skip = len(codecs.BOM_UTF8) if raw.startswith(codecs.BOM_UTF8) else 0
+    try: text = raw[skip:].decode("utf-8")
+    except UnicodeDecodeError as e:
+        bom = " (it starts with a UTF-16 byte order mark)" if raw[:2] in (codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE) else ""
+        raise DataError(f"{path}, {_position(raw, skip + e.start)}: byte {raw[skip + e.start:skip + e.start + 1]!r} is "
+                        f"not valid in encoding utf-8{bom}; expected UTF-8 text (re-save the file as UTF-8)") from None
+    if (nul := text.find("\0")) >= 0:
+        raise DataError(f"{path}, {_position(raw, skip + len(text[:nul].encode()))}: a NUL character; expected UTF-8 "
+                        "text (is the file UTF-16 or binary?)")
+    return text
+
+def _kind(value) -> str:
+    "What a JSON value is, for a message."
+    names = {dict: "an object", list: "an array", str: "a string", bool: "a boolean", int: "a number", float: "a number"}
+    return "null" if value is None else f"{names.get(type(value), type(value).__name__)} {json.dumps(value)[:40]}"
+
+# %% ../nbs/02_data.ipynb #6a1f0c3b
+_WS = re.compile(r"[ \t\n\r]*")
+
+def _jsonl_rows(text: str, path: Path) -> tuple[list, list]:
+    "The objects of a JSON Lines text and the line of each; split on `\\n` only (U+2028 may sit inside strings)."
+    rows, lines = [], []
+    for n, line in enumerate(text.split("\n"), 1):
+        if not line.strip(" \t\r"): continue
+        try: row = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise DataError(f"{path}, line {n}, column {e.colno}: invalid JSON ({e.msg}); expected one JSON object per line") from None
+        if not isinstance(row, dict):
+            raise DataError(f"{path}, line {n} (row {len(rows)}): expected a JSON object (one row), got {_kind(row)}")
+        rows.append(row); lines.append(n)
+    return rows, lines
+
+def _json_rows(text: str, path: Path) -> tuple[list, list]:
+    "The objects of a JSON array of rows (or of JSON Lines saved as .json) and the line each starts on."
+    i = _WS.match(text).end()
+    if i == len(text): return [], []
+    if text[i] != "[":
+        try: value = json.loads(text)
+        except json.JSONDecodeError as e:
+            if e.msg == "Extra data": return _jsonl_rows(text, path)
+            raise DataError(f"{path}, line {e.lineno}, column {e.colno}: invalid JSON ({e.msg})") from None
+        raise DataError(f"{path}: expected a JSON array of row objects (or one object per line), got {_kind(value)}")
+    return _json_array(text, _WS.match(text, i + 1).end(), path)
+
+def _json_array(text: str, i: int, path: Path) -> tuple[list, list]:
+    "The row objects of the JSON array whose first element starts at `i`, parsed one by one to know their lines."
+    decoder, rows, lines, line, seen = json.JSONDecoder(), [], [], 1, 0
+    def invalid(why: str, at: int) -> DataError:
+        return DataError(f"{path}, line {text.count(chr(10), 0, at) + 1}: invalid JSON ({why})")
+    more = not text.startswith("]", i)  # `[]` is an empty array; after `,` a value must follow
+    while more:
+        try: value, end = decoder.raw_decode(text, i)
+        except json.JSONDecodeError as e: raise DataError(f"{path}, line {e.lineno}, column {e.colno}: invalid JSON ({e.msg})") from None
+        line, seen = line + text.count("\n", seen, i), i
+        if not isinstance(value, dict):
+            raise DataError(f"{path}, line {line} (row {len(rows)}): expected a JSON object (one row), got {_kind(value)}")
+        rows.append(value); lines.append(line)
+        i = _WS.match(text, end).end()
+        if not text.startswith((",", "]"), i): raise invalid(f"expected ',' or ']' after row {len(rows) - 1}", i)
+        if (more := text[i] == ","): i = _WS.match(text, i + 1).end()
+    if (rest := _WS.match(text, i + 1).end()) != len(text): raise invalid("extra data after the array", rest)
+    return rows, lines
+
+# %% ../nbs/02_data.ipynb #7b2e1d4c
+def _csv_header(header: list[str], path: Path):
+    "Refuse a header with an empty or repeated column name (a dict would drop or rename a column silently)."
+    for i, name in enumerate(header):
+        if not name.strip(): raise DataError(f"{path}, line 1: the header's cell {i + 1} is empty; every column needs a name")
+        if name in header[:i]: raise DataError(f"{path}, line 1: column {name!r} appears twice in the header")
+
+def _ragged(path: Path, line: int, row: int, cells: list, header: list) -> DataError:
+    "The error for a CSV row whose cells do not match the header."
+    where = f"{path}, line {line} (row {row})"
+    if len(cells) < len(header):
+        return DataError(f"{where}: {len(cells)} cells, expected {len(header)}; no cell for column(s) "
+                         f"{', '.join(map(repr, header[len(cells):]))}")
+    return DataError(f"{where}: {len(cells)} cells, expected {len(header)} ({', '.join(map(repr, header))}); cell "
+                     f"{len(header) + 1} ({cells[len(header)][:40]!r}) is past the last column (quote cells with commas)")
+
+def _csv_rows(text: str, path: Path) -> tuple[list, list]:
+    "The rows of a CSV text (quoted newlines kept) and the line each starts on."
+    reader = csv.reader(io.StringIO(text, newline=""), strict=True)
+    rows, lines = [], []
+    try:
+        if (header := next(reader, None)) is None: return [], []
+        _csv_header(header, path)
+        start = reader.line_num + 1
+        for cells in reader:
+            if cells:  # a blank line is not a row
+                if len(cells) != len(header): raise _ragged(path, start, len(rows), cells, header)
+                rows.append(dict(zip(header, cells))); lines.append(start)
+            start = reader.line_num + 1
+    except csv.Error as e: raise DataError(f"{path}, line {reader.line_num}: malformed CSV ({e})") from None
+    return rows, lines
+
+# %% ../nbs/02_data.ipynb #8c3f2e5d
+def _read_parquet(path: Path) -> datasets.Dataset:
+    "The rows of a parquet file; `DataError` naming the file when Arrow cannot read it."
+    try: return datasets.Dataset.from_parquet(str(path))
+    except (pa.ArrowException, datasets.exceptions.DatasetGenerationError) as e:
+        cause = e.__cause__ or e
+        raise DataError(f"{path}: not a readable parquet file ({type(cause).__name__}: {str(cause)[:200]})") from None
+
+def _value_kind(v) -> str:
+    return ("boolean" if isinstance(v, bool) else "number" if isinstance(v, (int, float)) else "text" if isinstance(v, str)
+            else "list" if isinstance(v, list) else "object" if isinstance(v, dict) else type(v).__name__)
+
+def _to_dataset(rows: list[dict], source: str, lines: Sequence[int] | None = None) -> datasets.Dataset:
+    "`rows` as a Dataset with every column any row has; `DataError` for a column whose kind of value changes by row."
+    columns = list(dict.fromkeys(k for r in rows for k in r))
+    for col in columns:
+        first = {}
+        for i, r in enumerate(rows):
+            if r.get(col) is not None: first.setdefault(_value_kind(r[col]), i)
+        if len(first) > 1:
+            raise DataError(f"{source}: column {col!r} holds " + " and ".join(f"{k} ({_where(i, lines)})" for k, i in first.items())
+                            + "; expected one kind of value per column")
+    try: return datasets.Dataset.from_dict({c: [r.get(c) for r in rows] for c in columns})
+    except pa.ArrowException as e: raise DataError(f"{source}: the rows do not make one table ({e})") from None
+
+def _read_file(path: Path, schema: Schema) -> datasets.Dataset:
+    "The validated rows of one jsonl/json/csv/parquet file."
+    suffix = path.suffix.lower()
+    if suffix not in _SUFFIXES: raise DataError(f"{path}: unsupported file type (use {', '.join(_SUFFIXES)})")
+    if suffix == ".parquet": return validate_rows(_read_parquet(path), schema, str(path))
+    text = _decode(path)
+    rows, lines = {".jsonl": _jsonl_rows, ".json": _json_rows, ".csv": _csv_rows}[suffix](text, path)
+    validate_rows(rows, schema, str(path), lines=lines)
+    return _to_dataset(rows, str(path), lines)
 
 def _split_file(folder: Path, split: str) -> list[Path]:
     "The files holding `split` in `folder`: `{split}.jsonl` etc., or the Hub's `data/{split}-*.parquet` shards."
     for pattern in [f"{split}{s}" for s in _SUFFIXES] + [f"data/{split}-*", f"data/{split}.*", f"{split}-*"]:
-        if (found := sorted(p for p in folder.glob(pattern) if p.suffix in _SUFFIXES)): return found
-    files = sorted(p for p in folder.rglob("*") if p.suffix in _SUFFIXES and ".cache" not in p.parts)
+        if (found := sorted(p for p in folder.glob(pattern) if p.suffix.lower() in _SUFFIXES)): return found
+    files = sorted(p for p in folder.rglob("*") if p.suffix.lower() in _SUFFIXES and ".cache" not in p.parts)
     if len(files) == 1: return files
     raise DataError(f"{folder}: no file for split {split!r} (looked for {split}.jsonl/.json/.csv/.parquet and data/{split}-*)")
 
@@ -117,19 +261,16 @@ def load_rows(
     token: str | None = None,  # Hub token for private dataset repos
     endpoint: str | None = None,  # Hub endpoint
 ) -> datasets.Dataset:
-    "A validated `datasets.Dataset` of `source`'s rows; `DataError` names the row and column at fault."
+    "A validated `datasets.Dataset` of `source`'s rows; `DataError` names the file, row (line) and column at fault."
     name = "dataset"
     if isinstance(source, datasets.DatasetDict):
         if split not in source: raise DataError(f"no split {split!r}; available: {', '.join(source)}")
         source, name = source[split], f"split {split!r}"
     if isinstance(source, datasets.Dataset): return validate_rows(source, schema, name)
-    if isinstance(source, (list, tuple)): return datasets.Dataset.from_list(list(validate_rows(source, schema)))
-    path = Path(source).expanduser()
-    if not path.exists(): path = pull(source, repo_type="dataset", revision=revision, token=token, endpoint=endpoint)
+    if isinstance(source, (list, tuple)): return _to_dataset(list(validate_rows(source, schema)), "rows")
+    if not isinstance(source, (str, os.PathLike)):
+        raise TypeError(f"load_rows takes rows, a Dataset, a path or a repo id, not {type(source).__name__}")
+    path = pull(source, repo_type="dataset", revision=revision, token=token, endpoint=endpoint)
     files = _split_file(path, split) if path.is_dir() else [path]
-    parts = []
-    for f in files:
-        if f.suffix not in _SUFFIXES: raise DataError(f"{f}: unsupported file type (use {', '.join(_SUFFIXES)})")
-        rows = validate_rows(_read_file(f), schema, str(f))
-        parts.append(rows if isinstance(rows, datasets.Dataset) else datasets.Dataset.from_list(rows))
+    parts = [_read_file(f, schema) for f in files]
     return parts[0] if len(parts) == 1 else datasets.concatenate_datasets(parts)

@@ -103,7 +103,8 @@ def test_load_rows_from_a_hub_dataset_repo(hub, tmp_path):
     push_folder(data, "team/qac", endpoint=hub.endpoint, token=TOKEN, repo_type="dataset")
     ds = load_rows("team/qac", QAC, endpoint=hub.endpoint, token=TOKEN)
     assert ds["correction"] == [r["correction"] for r in rows]
-    with pytest.raises(DataError, match=r"test.jsonl: rows do not fit question/answer/correction:\n  row 1, column 'answer': empty text"):
+    with pytest.raises(DataError, match=r"test.jsonl: rows do not fit question/answer/correction:\n"
+                                        r"  line 2: row 1, column 'answer': empty text"):
         load_rows("team/qac", QAC, split="test", endpoint=hub.endpoint, token=TOKEN)
 
 
@@ -173,20 +174,7 @@ def test_eight_concurrent_pushes_give_commits_or_clean_refusals(hub, tmp_path):
         assert set(api.list_repo_files("team/eight", revision=commit)) - {".gitattributes"} == {f"f{i}.txt"}
 
 
-def _has_branches(endpoint) -> bool:
-    "Whether this LocalHub serves create_branch yet (issue 13 item 1, being added to adaptkit/localhub.py)."
-    api = HfApi(endpoint=endpoint, token=TOKEN)
-    api.create_repo("probe/branches", exist_ok=True)
-    try:
-        api.create_branch("probe/branches", branch="probe", exist_ok=True)
-    except HfHubHTTPError:
-        return False
-    return True
-
-
 def test_push_to_a_branch_creates_it_from_main(hub, tmp_path):
-    if not _has_branches(hub.endpoint):
-        pytest.skip("NEEDS LocalHub branches (issue 13 item 1): create_branch is not served yet")
     api = HfApi(endpoint=hub.endpoint, token=TOKEN)
     hub_kw = {"endpoint": hub.endpoint, "token": TOKEN}
     main = push_folder(_folder(tmp_path, "r1", **{"model.txt": "round 1"}), "team/dpo", **hub_kw)
@@ -198,8 +186,11 @@ def test_push_to_a_branch_creates_it_from_main(hub, tmp_path):
     assert (pull("team/dpo", **hub_kw, revision="round-2") / "model.txt").read_text() == "round 2"
     assert read_metadata(r2)["hub"] == {"repo_id": "team/dpo", "commit": commit, "revision": "round-2",
                                         "endpoint": hub.endpoint}
-    again = push_folder(r2, "team/dpo", endpoint=hub.endpoint, token=TOKEN, revision="round-2")  # existing branch
+    assert push_folder(r2, "team/dpo", **hub_kw, revision="round-2") == commit  # nothing changed: no new commit
+    (r2 / "model.txt").write_text("round 2, fixed")
+    again = push_folder(r2, "team/dpo", **hub_kw, revision="round-2")  # the branch exists now
     assert api.model_info("team/dpo", revision="round-2").sha == again != commit
+    assert api.model_info("team/dpo").sha == main
 
 
 def test_push_to_a_commit_id_is_refused(tmp_path):
