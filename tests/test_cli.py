@@ -46,9 +46,10 @@ def test_pissa_recipe_pushes_a_plain_lora(hub, tiny_model_dir, tmp_path, capsys)
     commit = push_folder(tiny_model_dir, "team/tiny", endpoint=hub.endpoint)
     data = jsonl(tmp_path / "train.jsonl", [{"prompt": f"{i} plus {i} is", "completion": f" {2 * i}."} for i in range(8)])
     res = run(["pissa", "--config", RECIPES / "pissa.yaml", "--model_name_or_path", "team/tiny", "--dataset_name", data,
-               "--lora_r", "4", "--lora_alpha", "4", "--pissa_niter", "2", "--output_dir", tmp_path / "out", *TINY_TRAIN,
+               "--pissa_r", "4", "--pissa_alpha", "4", "--pissa_niter", "2", "--output_dir", tmp_path / "out", *TINY_TRAIN,
                "--push_to_hub", "true", "--hub_model_id", "team/tiny-pissa", "--hub_endpoint", hub.endpoint], capsys)
     assert res["repo_id"] == "team/tiny-pissa" and res["steps"] == 2
+    assert json.loads((Path(res["adapter"]) / "adapter_config.json").read_text())["r"] == 8  # saved locally too
     info = HfApi(endpoint=hub.endpoint).model_info("team/tiny-pissa")
     assert info.sha == res["commit"] and info.card_data.base_model == "team/tiny"
     adapter = pull("team/tiny-pissa", revision=res["commit"], endpoint=hub.endpoint)
@@ -88,6 +89,31 @@ def test_translora_recipe_moves_a_lora(tiny_model_dir, tmp_path, capsys):
                "--target_modules", "q_proj", "--lora_r", "2"], capsys)
     assert res["seeds"] == 5 and res["kept_fraction"] == 1.0
     assert (Path(res["adapter"]) / "adapter_config.json").exists()
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["pissa", "--model_name_or_path", "{model}", "--dataset_name", "data/missing.jsonl", "--output_dir", "{out}"],
+     "data/missing.jsonl"),
+    (["aligner", "--model_name_or_path", "{tmp}/no-model", "--dataset_name", "{qac}", "--output_dir", "{out}"], "no-model"),
+    (["emr", "--pretrained", "{tmp}/no-base", "--finetuned", "a={tmp}/no-a", "b={tmp}/no-b", "--output_dir", "{out}"], "no-base"),
+    (["hub", "push", "--folder", "{tmp}/no-folder", "--repo_id", "me/x", "--hub_endpoint", "{hub}"], "no-folder"),
+    (["hub", "pull", "--repo_id", "me/does-not-exist", "--hub_endpoint", "{hub}"], "me/does-not-exist"),
+    (["repnoise", "--model_name_or_path", "{model}", "--dataset_name", "{qac}", "--output_dir", "{out}"], "missing column"),
+    (["pissa", "--config", "{tmp}/missing-recipe.yaml"], "missing-recipe.yaml"),
+])
+def test_user_errors_are_one_line_and_exit_2(argv, message, hub, tiny_model_dir, tmp_path, capsys):
+    "Each bad input ends in one line on stderr naming it, exit code 2, no traceback, nothing written."
+    qac = jsonl(tmp_path / "qac.jsonl", [{"question": "q", "answer": "a", "correction": "c"}])
+    fill = dict(model=tiny_model_dir, out=tmp_path / "out", tmp=tmp_path, qac=qac, hub=hub.endpoint)
+    code = main([a.format(**fill) for a in argv])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and message in err and len(err.splitlines()) == 1 and "Traceback" not in err, err
+    assert not (tmp_path / "out").exists()
+
+
+def test_debug_shows_the_traceback(tmp_path):
+    with pytest.raises(NotADirectoryError, match="no-folder: not a folder to push"):
+        main(["hub", "push", "--folder", str(tmp_path / "no-folder"), "--repo_id", "me/x", "--debug"])
 
 
 def test_bad_rows_fail_before_training(tiny_model_dir, tmp_path, capsys):
