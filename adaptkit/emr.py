@@ -18,26 +18,27 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
-from .emr_bundle import (FORMAT, VERSION, BundleError, EMRBundle, _base_reference, _build_model, _new_record, _replace_folder,
-                         _write_record, pack_mask, unpack_mask)
-from .emr_inputs import _check_finite, _MergePlan, _ModelSource, _open_inputs, _plan_merge
+from .emr_bundle import (FORMAT, VERSION, BundleError, EMRBundle, _base_reference, _new_record, _replace_folder,
+                                 _write_record, pack_mask, unpack_mask)
+from .emr_inputs import _build_model, _check_finite, _MergePlan, _ModelSource, _open_inputs, _plan_merge
 from .tensorfiles import DTYPES, ShardWriter, StreamWriter, size_in_bytes
 
-_all_ = ["EMRBundle", "BundleError", "pack_mask", "unpack_mask", "FORMAT", "VERSION"]  # one method in three modules: its names import from here
+# one method in three modules: all its public names import from here
+_all_ = ["EMRBundle", "BundleError", "pack_mask", "unpack_mask", "FORMAT", "VERSION"]
 
 # %% auto #0
 __all__ = ['emr_elect', 'emr_merge', 'MergedModel', 'task_arithmetic', 'ties_merge', 'EMRBundle', 'BundleError', 'pack_mask',
            'unpack_mask', 'FORMAT', 'VERSION']
 
-# %% ../nbs/14_emr.ipynb #c52935ca
-def _elect_in_place(task_vectors: torch.Tensor, sign: torch.Tensor, mask_values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+# %% ../nbs/14_emr.ipynb #45ef653f
+def _elect_in_place(task_vectors: torch.Tensor, sign: torch.Tensor, mask_values: torch.Tensor) -> tuple:
     """Elect in place: `task_vectors` (tasks, n) become `τ_t · sign`, `mask_values` the masks as 0/1 floats (`sign` is
     scratch for the elected sign); return `τ_uni` and `|τ_uni|`."""
     torch.gt(torch.mean(task_vectors, 0, out=sign), 0, out=sign)  # the official code's sign of the mean: exact zeros elect -1
     sign.mul_(2).sub_(1)
     task_vectors.mul_(sign)  # τ_t · sign: |τ_t| where the signs agree, <= 0 elsewhere
     torch.gt(task_vectors, 0, out=mask_values)  # M_t
-    magnitude = torch.amax(task_vectors, 0).clamp_min_(0).add_(0.0)  # max_t |M_t ⊙ τ_t|; +0 where no task agrees, as the official code
+    magnitude = torch.amax(task_vectors, 0).clamp_min_(0).add_(0.0)  # max_t |M_t ⊙ τ_t|; +0 where none agrees (official)
     return magnitude * sign, magnitude
 
 def emr_elect(
@@ -75,8 +76,8 @@ class _RescalerSums:
         "`λ_t = Σ|τ_t| / Σ|M_t ⊙ τ_uni|`; a task whose masked unified vector is all zero (nothing to rescale) gets 1.0."
         return [1.0 if d == 0 else (n / d).item() for n, d in zip(self.abs_task_vectors, self.abs_masked_unified)]
 
-# %% ../nbs/14_emr.ipynb #9a608b34
-_CHUNK = 1 << 18  # parameters per chunk of a tensor (1 MiB in float32): bounds the merge's memory, whatever the model; fits the CPU caches
+# %% ../nbs/14_emr.ipynb #5b0550ec
+_CHUNK = 1 << 18  # parameters per chunk of a tensor (1 MiB in float32): bounds the merge's memory; fits the CPU caches
 _READS_AHEAD = 2  # chunks read into buffers ahead of the one being computed
 _PREFETCH = 8  # chunks ahead of the reader that the kernel is asked to fetch from disk (posix_fadvise)
 _WRITES_AHEAD = 4  # chunks whose output may wait for the writer thread
@@ -100,7 +101,8 @@ class _ElectionBuffers:
         "The buffers shaped for a chunk of `n` parameters."
         return self.task_vectors[:, :n], self.mask_values[:, :n], self.masks[:, :n], self.sign[:n]
 
-def _open_writers(tmp: Path, plan: _MergePlan, base: _ModelSource, tasks: dict, max_shard_size: int, copy_base: bool) -> dict:
+def _open_writers(tmp: Path, plan: _MergePlan, base: _ModelSource, tasks: dict, max_shard_size: int,
+                  copy_base: bool) -> dict:
     "The bundle's writers, their headers written: unified shards, base copy, each task's mask and own files."
     specs = {n: base.specs[n] for n in plan.merged}
     masks = {n: ("U8", (math.ceil(math.prod(base.specs[n][1]) / 8),)) for n in plan.merged}
@@ -133,7 +135,8 @@ class _ChunkReader:
         "In the reader thread: chunk k of each file-backed model (None for the others), and a prefetch `_PREFETCH` ahead."
         for m in self.models if k + _PREFETCH < len(self.items) else ():
             if m.files: m.files.prefetch(*self.items[k + _PREFETCH])
-        return [m.files.read_into(*self.items[k], buf) if buf is not None else None for m, buf in zip(self.models, self.buffers[k % self.sets])]
+        buffers = self.buffers[k % self.sets]
+        return [m.files.read_into(*self.items[k], buf) if buf is not None else None for m, buf in zip(self.models, buffers)]
 
     def get(self, k: int) -> list:
         "Chunk k (read ahead), then start reading chunk k + `_READS_AHEAD` into the buffers of chunk k - 1."
@@ -156,16 +159,18 @@ class _BackgroundWriter:
 
     def submit(self, jobs: list):
         self.pending.append(self.pool.submit(self._write, jobs))
-        while len(self.pending) > _WRITES_AHEAD or (self.pending and self.pending[0].done()): self.pending.popleft().result()
+        while len(self.pending) > _WRITES_AHEAD or (self.pending and self.pending[0].done()):
+            self.pending.popleft().result()
 
     def drain(self):
         while self.pending: self.pending.popleft().result()
 
     def close(self, cancel: bool = False): self.pool.shutdown(cancel_futures=cancel)
 
-# %% ../nbs/14_emr.ipynb #3fecf444
-def _merge_chunk(name: str, rows, raw: list, base: _ModelSource, tasks: dict, sums: _RescalerSums, buffers: _ElectionBuffers) -> tuple:
-    "Elect one chunk of a tensor (`raw`: each model's chunk as read ahead, None where it is read here), add to the rescaler sums."
+# %% ../nbs/14_emr.ipynb #1eda51b2
+def _merge_chunk(name: str, rows, raw: list, base: _ModelSource, tasks: dict, sums: _RescalerSums,
+                 buffers: _ElectionBuffers) -> tuple:
+    "Elect one chunk of a tensor (`raw`: each model's chunk as read ahead, None where read here); add to the rescaler sums."
     b = base.read(name, rows) if raw[0] is None else raw[0]
     b32 = b.float().reshape(-1)
     task_vectors, mask_values, masks, sign = buffers.views(b32.numel())
@@ -191,7 +196,8 @@ def _stream_merged(writers: dict, plan: _MergePlan, base: _ModelSource, tasks: d
             raw = reader.get(k)
             b, unified, masks = _merge_chunk(name, rows, raw, base, tasks, sums, buffers)
             jobs = [(writers["unified"], name, unified.to(DTYPES[base.specs[name][0]]))]
-            if "base" in writers: jobs.append((writers["base"], name, b if raw[0] is None else b.clone()))  # the read buffer gets reused
+            if "base" in writers:  # a copy of the chunk read ahead: its buffer gets reused
+                jobs.append((writers["base"], name, b if raw[0] is None else b.clone()))
             writer.submit(jobs + [(writers[t, "mask"], name, pack_mask(masks[i])) for i, t in enumerate(names)])
             bar.update(rows is None or rows[1] == base.specs[name][1][0])
         writer.drain()
@@ -205,7 +211,8 @@ def _write_own(writers: dict, plan: _MergePlan, base: _ModelSource, tasks: dict,
     for t, m in tasks.items():
         for name in plan.own[t]:
             for rows in _row_chunks(m.specs[name][1]):
-                writers[t, "own"].write(name, _check_finite(m.tensor(name, lambda: base.read(name, rows), rows), name, f"task {t!r}"))
+                chunk = m.tensor(name, lambda: base.read(name, rows), rows)
+                writers[t, "own"].write(name, _check_finite(chunk, name, f"task {t!r}"))
             bar.update()
 
 def _merge_pass(tmp: Path, plan: _MergePlan, base: _ModelSource, tasks: dict, rescale: str, max_shard_size: int,
@@ -229,15 +236,16 @@ def emr_merge(
     finetuned: Mapping,  # task name -> fine-tuned model (same kinds) or PEFT LoRA adapter folder/repo id of the base
     *,
     exclude=None,  # tensors kept per task: fnmatch globs and/or compiled regexes (e.g. ["classifier.*"])
-    rescale: str = "tensor_mean",  # "tensor_mean" (official 8-task code: sums of per-tensor means) or "global" (sums over all parameters)
+    rescale: str = "tensor_mean",  # "tensor_mean" (official 8-task code: sums of per-tensor means) or "global" (all parameters)
     out_dir: str | Path | None = None,  # where the bundle goes (an old bundle there is replaced); default: a temporary folder
     endpoint: str | None = None,  # Hub endpoint for repo ids
     token: str | None = None,  # Hub token for private repos; never logged
-    max_shard_size: int | str = "5GB",  # largest shard of the unified vector (and of the copied base), as transformers takes it
+    max_shard_size: int | str = "5GB",  # largest shard of the unified vector (and copied base), as in transformers
     progress: bool = True,  # show a progress bar over tensors
 ) -> EMRBundle:
     "Merge fine-tuned models of one base with EMR-Merging into a bundle of unified weights, 1-bit task masks and rescalers."
-    if rescale not in ("tensor_mean", "global"): raise ValueError(f"rescale must be 'tensor_mean' or 'global', got {rescale!r}")
+    if rescale not in ("tensor_mean", "global"):
+        raise ValueError(f"rescale must be 'tensor_mean' or 'global', got {rescale!r}")
     max_bytes = size_in_bytes(max_shard_size)
     base, tasks = _open_inputs(pretrained, finetuned, endpoint, token)
     plan, reference = _plan_merge(base, tasks, exclude), _base_reference(base)

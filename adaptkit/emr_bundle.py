@@ -21,7 +21,7 @@ import numpy as np
 import torch
 from fastcore.basics import patch
 
-from .emr_inputs import _MERGEABLE, _check_task_name, _exclude_patterns
+from .emr_inputs import _MERGEABLE, _build_model, _check_task_name, _exclude_patterns
 from .hub import is_repo_id, model_card, pull, push_folder, write_metadata
 from .tensorfiles import DTYPES, TensorFiles
 
@@ -109,8 +109,8 @@ def _check_fields(path: Path, meta: dict):
         if field not in meta and meta["version"] == 1 and field in ("files", "results"): continue
         if field not in meta: raise BundleError(f"{path}: field {field!r} is missing")
         if not isinstance(meta[field], kind):
-            raise BundleError(f"{path}: field {field!r} must be a JSON {'array' if kind is list else 'object' if kind is dict else kind.__name__},"
-                              f" got {json.dumps(meta[field])[:60]}")
+            kind_name = {list: "array", dict: "object", str: "string", int: "integer"}[kind]
+            raise BundleError(f"{path}: field {field!r} must be a JSON {kind_name}, got {json.dumps(meta[field])[:60]}")
 
 def _spec_of(path: Path, field: str, entry) -> tuple:
     "`(dtype, shape)` of one tensor entry of emr.json, checked."
@@ -139,7 +139,8 @@ def _check_base(path: Path, base: dict):
     "The base entry: the bundle's own `base/`, or a repo id at a 40-hex commit (with an optional name prefix)."
     if base.get("path") == "base": return
     if not (isinstance(base.get("repo_id"), str) and is_repo_id(base["repo_id"])
-            and re.fullmatch(r"[0-9a-f]{40}", str(base.get("revision"))) and re.fullmatch(r"([A-Za-z0-9_]+\.)*", str(base.get("prefix", "")))):
+            and re.fullmatch(r"[0-9a-f]{40}", str(base.get("revision")))
+            and re.fullmatch(r"([A-Za-z0-9_]+\.)*", str(base.get("prefix", "")))):
         raise BundleError(f"{path}: field 'base' must be {{'path': 'base'}} or a repo id with a 40-hex revision "
                           f"(and a name prefix such as 'bert.'), got {json.dumps(base)[:120]}")
 
@@ -185,7 +186,8 @@ def _expect(files: TensorFiles, specs: dict, what: str):
 
 def _check_headers(folder: Path, meta: dict, specs: dict):
     "The weight files' headers against emr.json: unified (and copied base) tensors, each mask's bytes, each task's own."
-    if any(d not in _MERGEABLE for d, _ in specs.values()): raise BundleError(f"{folder / 'emr.json'}: merged tensors must be float")
+    if any(d not in _MERGEABLE for d, _ in specs.values()):
+        raise BundleError(f"{folder / 'emr.json'}: merged tensors must be float")
     _expect(TensorFiles.of_folder(folder / "unified"), specs, f"{folder}/unified/")
     packed = {n: ("U8", (math.ceil(math.prod(s) / 8),)) for n, (_, s) in specs.items()}
     for t in meta["tasks"]:
@@ -267,7 +269,8 @@ _PIPELINES = {"ForSequenceClassification": "text-classification", "ForCausalLM":
 
 def _origin_text(o: dict) -> str:
     "A source as the card shows it: repo id and commit, a local folder's name, or 'in-memory state dict'."
-    if o.get("repo_id"): return f"[{o['repo_id']}](https://huggingface.co/{o['repo_id']})" + (f" @ `{o['revision']}`" if o.get("revision") else "")
+    if o.get("repo_id"):
+        return f"[{o['repo_id']}](https://huggingface.co/{o['repo_id']})" + (f" @ `{o['revision']}`" if o.get("revision") else "")
     return f"local folder `{Path(o['path']).name}`" if o.get("path") else "in-memory state dict"
 
 def _card(meta: dict, configs: dict, repo_id: str | None, results: list):
@@ -284,28 +287,16 @@ def _card(meta: dict, configs: dict, repo_id: str | None, results: list):
              for c in configs.values() if c for a in c.get("architectures") or []}
     usage = (f"from adaptkit.emr import EMRBundle\n\nbundle = EMRBundle.from_pretrained({repo_id or 'path/to/bundle'!r})\n"
              f"model = bundle.load_task_model({tasks[0]!r})  # or bundle.task_state_dict({tasks[0]!r})")
-    settings = {"rescale": meta["rescale"], "exclude": meta["exclude"], "tasks": ", ".join(tasks), "merged tensors": len(meta["tensors"]),
-                "merged parameters": numel, "mask bit order": "little", "format": f"{FORMAT} v{meta['version']}"}
+    settings = {"rescale": meta["rescale"], "exclude": meta["exclude"], "tasks": ", ".join(tasks),
+                "merged tensors": len(meta["tensors"]), "merged parameters": numel, "mask bit order": "little",
+                "format": f"{FORMAT} v{meta['version']}"}
     if base.get("prefix"): settings["base tensors read as"] = f"{base['prefix']}<name> (the tasks' names for the bare base's tensors)"
-    return model_card("emr", model_name=(repo_id or "emr-bundle").split("/")[-1], base_model=base.get("repo_id") or base.get("origin", {}).get("repo_id"),
-                      base_revision=base.get("revision") or base.get("origin", {}).get("revision"), summary=summary,
-                      usage=usage, settings=settings, results=results, pipeline_tag=kinds.pop() if len(kinds) == 1 else None)
+    origin = base.get("origin", {})
+    return model_card("emr", model_name=(repo_id or "emr-bundle").split("/")[-1], base_model=base.get("repo_id") or origin.get("repo_id"),
+                      base_revision=base.get("revision") or origin.get("revision"), summary=summary, usage=usage,
+                      settings=settings, results=results, pipeline_tag=kinds.pop() if len(kinds) == 1 else None)
 
-# %% ../nbs/16_emr_bundle.ipynb #8e091ae7
-def _build_model(config: dict | None, state_dict: dict, dtype, what: str, **kwargs):
-    "The transformers model of `config`'s architecture, loaded from `state_dict` with every weight accounted for."
-    import transformers
-    arch = ((config or {}).get("architectures") or [None])[0]
-    cls = getattr(transformers, arch, None) if arch else None
-    if cls is None or not hasattr(cls, "from_pretrained"):
-        raise ValueError(f"{what}: no config.json naming a transformers architecture (got {arch!r}); use task_state_dict instead")
-    cfg = transformers.CONFIG_MAPPING[config["model_type"]].from_dict(config)
-    model, info = cls.from_pretrained(None, config=cfg, state_dict=state_dict, dtype=dtype, output_loading_info=True, **kwargs)
-    if (bad := {k: sorted(info[k])[:5] for k in ("missing_keys", "unexpected_keys", "mismatched_keys") if info.get(k)}):
-        raise ValueError(f"{what}: the weights do not fit {arch}: {bad}")
-    return model.eval()
-
-# %% ../nbs/16_emr_bundle.ipynb #aa147e90
+# %% ../nbs/16_emr_bundle.ipynb #d99a7c92
 class EMRBundle:
     "An EMR-Merging bundle: a unified task vector, a 1-bit mask and a rescaler per task, and each task's own tensors."
     def __init__(
@@ -330,14 +321,15 @@ class EMRBundle:
         if task not in self.meta["tasks"]: raise KeyError(f"no task {task!r} in this bundle; its tasks: {', '.join(self.tasks)}")
         return task
 
-# %% ../nbs/16_emr_bundle.ipynb #02cd5771
+# %% ../nbs/16_emr_bundle.ipynb #cf0e0af1
 @patch
 def _base_files(self: EMRBundle) -> TensorFiles:
     "The base's weights: the bundle's `base/`, or the referenced repo at its commit (pulled once), checked."
     if self._base is None:
         ref = self.meta["base"]
         folder = self.folder / "base" if ref.get("path") == "base" else pull(
-            ref["repo_id"], revision=ref["revision"], endpoint=self._endpoint, token=self._token, allow_patterns=["*.safetensors", "*.json"])
+            ref["repo_id"], revision=ref["revision"], endpoint=self._endpoint, token=self._token,
+            allow_patterns=["*.safetensors", "*.json"])
         files = TensorFiles.of_folder(folder).prefixed(ref.get("prefix", ""))  # a bare encoder, read as its task models name it
         want = {n: (s["dtype"], tuple(s["shape"])) for n, s in self.meta["tensors"].items()}
         if (bad := [(n, files.specs.get(n), want[n]) for n in want if files.specs.get(n) != want[n]]):
@@ -383,7 +375,7 @@ def load_task_model(
     dtype = dtype or DTYPES[next(iter(self.meta["tensors"].values()))["dtype"]]
     return _build_model(self.task_config(task), self.task_state_dict(task), dtype, f"task {task!r}", **kwargs)
 
-# %% ../nbs/16_emr_bundle.ipynb #6bbc2b49
+# %% ../nbs/16_emr_bundle.ipynb #89ef35b1
 def _results_for(bundle: EMRBundle, results: list | None, verb: str) -> list[dict]:
     "The results to record: `bundle.results`, or the deprecated `results=` of `verb` (with a FutureWarning)."
     if results is not None:
@@ -413,12 +405,13 @@ def _write_record_file(folder: Path, meta: dict):
 def _record_in_copy(folder: Path, meta: dict, results: list[dict]) -> dict:
     "`meta` with `results`, written as the emr.json of `folder`, a copy of a bundle (a version 1 bundle gets its sha256s)."
     meta = meta | {"results": results}
-    if "files" not in meta: meta |= {"version": VERSION, "files": {rel: _sha256(folder / rel) for rel in sorted(_weight_files(folder))}}
+    if "files" not in meta:
+        meta |= {"version": VERSION, "files": {rel: _sha256(folder / rel) for rel in sorted(_weight_files(folder))}}
     (folder / "emr.json").unlink(missing_ok=True)
     _write_record_file(folder, meta)
     return meta
 
-# %% ../nbs/16_emr_bundle.ipynb #88f84f28
+# %% ../nbs/16_emr_bundle.ipynb #5bcce08f
 @patch
 def save_pretrained(
     self: EMRBundle,
@@ -448,9 +441,10 @@ def from_pretrained(
     "Open a bundle from a folder or a Hub repo, verified (sha256 of every file) before any weight is read."
     path = Path(repo_id_or_path).expanduser()
     if not path.exists() and [p for p in _leftovers(path) if ".old-" in p.name]: _read_meta(path)  # names the leftover
-    return cls(pull(repo_id_or_path, revision=revision, endpoint=endpoint, token=token), endpoint=endpoint, token=token, **load_kwargs)
+    folder = pull(repo_id_or_path, revision=revision, endpoint=endpoint, token=token)
+    return cls(folder, endpoint=endpoint, token=token, **load_kwargs)
 
-# %% ../nbs/16_emr_bundle.ipynb #305fbdba
+# %% ../nbs/16_emr_bundle.ipynb #be9693e9
 def _in_hf_cache(folder: Path) -> bool:
     "Whether `folder` is (inside) a snapshot of the Hugging Face cache, whose files belong to the cache."
     parts = folder.resolve().parts
@@ -492,4 +486,5 @@ def push_to_hub(
         folder = self._folder_with_results(results, stack)
         card = _card(self.meta, _task_configs(self), repo_id, results)
         return push_folder(folder, repo_id, card=card, token=token or self._token, endpoint=endpoint or self._endpoint,
-                           private=private, revision=revision, commit_message=commit_message or "Upload EMR-Merging bundle with adaptkit")
+                           private=private, revision=revision,
+                           commit_message=commit_message or "Upload EMR-Merging bundle with adaptkit")

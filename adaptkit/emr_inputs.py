@@ -46,7 +46,8 @@ class _ModelSource:
         "This model with `prefix` before every tensor name: a bare encoder as its task models name it (`bert.`...)."
         files = self.files.prefixed(prefix) if self.files else None
         read = files.read if files else lambda name, rows=None: self.read(name[len(prefix):], rows)
-        renamed = _ModelSource({prefix + k: v for k, v in self.specs.items()}, read, self.config, self.origin, self.folder, files)
+        specs = {prefix + k: v for k, v in self.specs.items()}
+        renamed = _ModelSource(specs, read, self.config, self.origin, self.folder, files)
         renamed.prefix = prefix
         return renamed
 
@@ -63,7 +64,8 @@ def _state_dict_source(state_dict: Mapping, config: dict | None = None) -> _Mode
     if (bad := [k for k, v in state_dict.items() if not isinstance(v, torch.Tensor) or v.dtype not in DTYPE_NAMES]):
         raise TypeError(f"state dict entries that are not tensors of a safetensors dtype: {bad[:5]}")
     specs = {k: (DTYPE_NAMES[v.dtype], tuple(v.shape)) for k, v in state_dict.items()}
-    def read(name, rows=None): return (state_dict[name] if rows is None else state_dict[name][rows[0]:rows[1]]).detach().cpu()
+    def read(name, rows=None):
+        return (state_dict[name] if rows is None else state_dict[name][rows[0]:rows[1]]).detach().cpu()
     return _ModelSource(specs, read, config, {"state_dict": True})
 
 # %% ../nbs/15_emr_inputs.ipynb #f1b6dca2
@@ -167,7 +169,8 @@ def _exclude_patterns(exclude) -> list:
 
 def _is_excluded(name: str, exclude) -> bool:
     "Whether `name` matches `exclude`: fnmatch globs (strings) or compiled regexes (`search`), alone or in a list."
-    return any(p.search(name) if isinstance(p, re.Pattern) else fnmatch.fnmatchcase(name, p) for p in _exclude_patterns(exclude))
+    return any(p.search(name) if isinstance(p, re.Pattern) else fnmatch.fnmatchcase(name, p)
+               for p in _exclude_patterns(exclude))
 
 def _check_tensor_sets(base: _ModelSource, tasks: dict, exclude):
     "Raise when a task model lacks a (not excluded) base tensor that other task models have, naming the model and tensor."
@@ -203,8 +206,9 @@ def _plan_merge(base: _ModelSource, tasks: dict, exclude) -> _MergePlan:
         for t, m in tasks.items():
             if name in m.specs: own[t].append(name)
     if orphans:
-        hint = (f"If these are new heads, keep them per task with exclude={orphans[:5]!r}" if len(orphans) <= len(merged) else
-                "Most shared tensors are missing from the base: is it another architecture, or are its tensors named differently?")
+        hint = (f"If these are new heads, keep them per task with exclude={orphans[:5]!r}" if len(orphans) <= len(merged)
+                else "Most shared tensors are missing from the base: is it another architecture, or are its tensors "
+                     "named differently?")
         raise ValueError(f"{len(orphans)} tensors in every fine-tuned model but not in the base: {orphans[:5]}. Is the base "
                          f"the model they were fine-tuned from? {hint}")
     if not merged: raise ValueError("no tensor is in the base and every fine-tuned model with one shape: nothing to merge")
@@ -246,3 +250,17 @@ def _check_finite(t: torch.Tensor, name: str, who: str) -> torch.Tensor:
     if t.is_floating_point() and not torch.isfinite(t).all():
         raise ValueError(f"tensor {name!r} of {who} has NaN or Inf values: nothing was written")
     return t
+
+# %% ../nbs/15_emr_inputs.ipynb #ffa3f0fd
+def _build_model(config: dict | None, state_dict: dict, dtype, what: str, **kwargs):
+    "The transformers model of `config`'s architecture, loaded from `state_dict` with every weight accounted for."
+    import transformers
+    arch = ((config or {}).get("architectures") or [None])[0]
+    cls = getattr(transformers, arch, None) if arch else None
+    if cls is None or not hasattr(cls, "from_pretrained"):
+        raise ValueError(f"{what}: no config.json naming a transformers architecture (got {arch!r}); use task_state_dict instead")
+    cfg = transformers.CONFIG_MAPPING[config["model_type"]].from_dict(config)
+    model, info = cls.from_pretrained(None, config=cfg, state_dict=state_dict, dtype=dtype, output_loading_info=True, **kwargs)
+    if (bad := {k: sorted(info[k])[:5] for k in ("missing_keys", "unexpected_keys", "mismatched_keys") if info.get(k)}):
+        raise ValueError(f"{what}: the weights do not fit {arch}: {bad}")
+    return model.eval()

@@ -58,7 +58,8 @@ class StreamWriter:
             self.current, self.dtype, self.bytes_left = name, dtype, nbytes((dtype, shape))
         data = chunk.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy()
         if DTYPE_NAMES.get(chunk.dtype) != self.dtype or data.nbytes > self.bytes_left:
-            raise ValueError(f"{self.path.name}: {name} takes {self.bytes_left} more bytes of {self.dtype}, got {data.nbytes} of {chunk.dtype}")
+            raise ValueError(f"{self.path.name}: {name} takes {self.bytes_left} more bytes of {self.dtype}, "
+                             f"got {data.nbytes} of {chunk.dtype}")
         self.file.write(data.data)
         self.hash.update(data.data)
         self.bytes_left -= data.nbytes
@@ -66,7 +67,8 @@ class StreamWriter:
     def close(self, check: bool = True):
         "Close the file; with `check`, raise if some tensor was not (fully) written."
         self.file.close()
-        if check and (self.todo or self.bytes_left): raise RuntimeError(f"{self.path}: {len(self.todo)} tensors were never written")
+        if check and (self.todo or self.bytes_left):
+            raise RuntimeError(f"{self.path}: {len(self.todo)} tensors were never written")
 
     def sha256(self) -> str:
         "The hex sha256 of the bytes written so far (the whole file once every tensor is written)."
@@ -89,13 +91,15 @@ class ShardWriter:
         specs: dict,  # tensor name -> (safetensors dtype name, shape), in the order they will be written
         max_shard_size: int | str,  # largest shard, in bytes or as "5GB"; a larger tensor gets a shard of its own
     ):
-        split = split_state_dict_into_shards_factory(specs, get_storage_size=nbytes, filename_pattern="model{suffix}.safetensors",
-                                                     max_shard_size=size_in_bytes(max_shard_size))
-        self.writers = {f: StreamWriter(folder / f, {n: specs[n] for n in names}) for f, names in split.filename_to_tensors.items()}
+        split = split_state_dict_into_shards_factory(specs, get_storage_size=nbytes, max_shard_size=size_in_bytes(max_shard_size),
+                                                     filename_pattern="model{suffix}.safetensors")
+        self.writers = {f: StreamWriter(folder / f, {n: specs[n] for n in names})
+                        for f, names in split.filename_to_tensors.items()}
         self.where = {name: self.writers[f] for name, f in split.tensor_to_filename.items()}
         self.index = None
         if split.is_sharded:
-            self.index = (json.dumps({"metadata": split.metadata, "weight_map": split.tensor_to_filename}, indent=2) + "\n").encode()
+            index = {"metadata": split.metadata, "weight_map": split.tensor_to_filename}
+            self.index = (json.dumps(index, indent=2) + "\n").encode()
             (folder / "model.safetensors.index.json").write_bytes(self.index)
 
     def write(self, name: str, tensor: torch.Tensor):
@@ -147,8 +151,9 @@ def read_header(
     ranges = {k: _entry_bytes(path, k, v, size - 8 - n) for k, v in header.items()}
     at = 0
     for k, (begin, end) in sorted(ranges.items(), key=lambda kv: kv[1]):
-        if begin != at: raise SafetensorsHeaderError(f"{path}: tensor {k!r} starts at byte {begin} of the data, expected "
-                                                     f"{at} ({'overlaps the tensor before' if begin < at else 'a gap before it'})")
+        if begin != at:
+            raise SafetensorsHeaderError(f"{path}: tensor {k!r} starts at byte {begin} of the data, expected {at} "
+                                         f"({'overlaps the tensor before' if begin < at else 'a gap before it'})")
         at = end
     if at != size - 8 - n: raise SafetensorsHeaderError(f"{path}: {size - 8 - n - at} bytes after the last tensor")
     return {k: {**v, "data_offsets": [8 + n + o for o in v["data_offsets"]]} for k, v in header.items()}
@@ -211,7 +216,8 @@ class TensorFiles:
         "The weights of a model folder: `model.safetensors`, or the shards its index names (checked to stay inside it)."
         if (index := folder / "model.safetensors.index.json").is_file():
             try: wmap = dict(json.loads(index.read_text())["weight_map"])
-            except (ValueError, KeyError, TypeError) as e: raise ValueError(f"{index}: not a safetensors index ({e!r})") from None
+            except (ValueError, KeyError, TypeError) as e:
+                raise ValueError(f"{index}: not a safetensors index ({e!r})") from None
             if (bad := sorted({f for f in wmap.values() if Path(f).name != f or f.startswith(".")})):
                 raise ValueError(f"{index}: shard names must be plain file names in the folder, got {bad[:3]}")
             files = cls([folder / f for f in sorted(set(wmap.values()))])

@@ -2,9 +2,9 @@
 sizes (~100M and ~400M float32 parameters, random LLM-shaped safetensors shards), against (a) the I/O floor, reading
 every input tensor once with safetensors, and (b) a naive in-memory implementation of the official code; bundle bytes
 against N separate checkpoints and the cost of each added task; time to materialise one task's weights against loading
-a plain checkpoint. Every variant runs in its own subprocess, which reports its own peak memory: VmHWM (resident
-pages, memory-mapped file pages included) and the peak of RssAnon (anonymous memory, what the process allocated),
-sampled every 2 ms; medians over repeats; ratios against the baselines of the same run. Writes benchmarks/results/emr.json.
+a plain checkpoint; time to open a bundle with every file's sha256 verified. Every variant runs in its own subprocess,
+which reports its own peak memory: VmHWM (resident pages, memory-mapped file pages included) and the peak of RssAnon
+(anonymous memory, what the process allocated), sampled every 2 ms; medians over repeats; ratios against the baselines of the same run. Writes benchmarks/results/emr.json.
 
 Run: .venv/bin/python benchmarks/emr_merge.py            (full: ~25 GB of temporary files, tens of minutes)
      .venv/bin/python benchmarks/emr_merge.py --quick    (small sizes, minutes; writes to a temp file unless --out)
@@ -119,10 +119,16 @@ def child_naive(root: Path, n: int, out: Path, **_):
 
 
 def child_materialise(root: Path, out: Path, **_):
-    "Build task t0's weights from the bundle."
+    "Build task t0's weights from the bundle (opened without the sha256 check, timed on its own below)."
     from adaptkit.emr import EMRBundle
-    sd = EMRBundle(out).task_state_dict("t0")
+    sd = EMRBundle(out, verify=False).task_state_dict("t0")
     return {"tensors": len(sd)}
+
+
+def child_open_verified(root: Path, out: Path, **_):
+    "Open the bundle as `EMRBundle.from_pretrained` does: emr.json checked, every file's sha256 verified, headers read."
+    from adaptkit.emr import EMRBundle
+    return {"tasks": len(EMRBundle(out).tasks)}
 
 
 def child_plain(root: Path, **_):
@@ -133,7 +139,7 @@ def child_plain(root: Path, **_):
 
 
 CHILDREN = {"io_floor": child_io_floor, "emr_merge": child_emr, "naive": child_naive,
-            "materialise": child_materialise, "plain_load": child_plain}
+            "materialise": child_materialise, "open_verified": child_open_verified, "plain_load": child_plain}
 
 
 def status(*keys: str) -> dict:
@@ -250,6 +256,9 @@ def bench_size(label: str, dims: tuple, work: Path, repeats: int, ns: list[int])
     res["bytes_per_added_task_over_params_div_8"] = res["bytes_per_added_task"] / (params / 8)
     print(f"[{label}] materialise one task vs a plain checkpoint ...", flush=True)
     res["materialise_task"] = measured("materialise", repeats, root=root, out=root / f"bundle{n1}")
+    res["open_verified"] = measured("open_verified", repeats, root=root, out=root / f"bundle{n1}")
+    res["open_verified_bytes_hashed"] = folder_bytes(root / f"bundle{n1}") - sum(
+        (root / f"bundle{n1}" / f).stat().st_size for f in ("emr.json", "README.md", "adaptkit.json"))
     res["plain_checkpoint_load"] = measured("plain_load", repeats, root=root)
     res["materialise_vs_plain_load_time"] = res["materialise_task"]["median_s"] / res["plain_checkpoint_load"]["median_s"]
     shutil.rmtree(root)
