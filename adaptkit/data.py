@@ -12,12 +12,12 @@ import json
 import os
 import re
 from collections.abc import Mapping, Sequence
+from itertools import chain
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import datasets
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from .hub import pull
 
@@ -33,15 +33,18 @@ class DataError(ValueError):
 class Schema:
     "The columns a method's rows must have."
     name: str  # what the rows are, used in error messages
-    columns: dict = field(default_factory=dict)  # column -> allowed type (or tuple of types); `str` columns must be non-empty
+    columns: dict = field(default_factory=dict)  # column -> allowed type (or tuple of types); `str` cells non-empty
     distinct: tuple = ()  # pairs of columns whose values must differ within a row
     id_column: str = "id"  # when present, its values must be unique
 
 QAC = Schema("question/answer/correction", {"question": str, "answer": str, "correction": str})
-PREFERENCE = Schema("preference pairs", {"prompt": str, "chosen": str, "rejected": str}, distinct=(("chosen", "rejected"),))
-HARMFUL_PAIRS = Schema("harmful/harmless pairs", {"prompt": str, "harmful": str, "harmless": str}, distinct=(("harmful", "harmless"),))
+PREFERENCE = Schema("preference pairs", {"prompt": str, "chosen": str, "rejected": str},
+                    distinct=(("chosen", "rejected"),))
+HARMFUL_PAIRS = Schema("harmful/harmless pairs", {"prompt": str, "harmful": str, "harmless": str},
+                       distinct=(("harmful", "harmless"),))
 SEEDS = Schema("seed examples", {"prompt": str, "completion": str})
-PROMPT_COMPLETION = Schema("prompt/completion", {"prompt": (str, list), "completion": (str, list)})  # SFT rows: text or chat turns
+# SFT rows: text or chat turns
+PROMPT_COMPLETION = Schema("prompt/completion", {"prompt": (str, list), "completion": (str, list)})
 CLASSIFICATION = Schema("labelled text", {"text": str, "label": (int, str)})
 
 # %% ../nbs/02_data.ipynb #f7287b20
@@ -66,8 +69,9 @@ def _row_problems(rows: Sequence[Mapping], schema: Schema, lines: Sequence[int] 
         for a, b in schema.distinct:
             if row.get(a) is not None and row.get(a) == row.get(b):
                 yield f"{_where(i, lines)}: columns {a!r} and {b!r} are identical"
-        if (rid := row.get(schema.id_column)) is not None:
-            if rid in seen: yield f"{_where(i, lines)}, column {schema.id_column!r}: duplicate id {rid!r} (first in row {seen[rid]})"
+        if (rid := row.get(col := schema.id_column)) is not None:
+            if rid in seen:
+                yield f"{_where(i, lines)}, column {col!r}: duplicate id {rid!r} (first in row {seen[rid]})"
             else: seen[rid] = i
 
 def _near_misses(missing: list[str], names: list[str]) -> str:
@@ -85,12 +89,12 @@ def validate_rows(
     lines: Sequence[int] | None = None,  # the line of its file each row starts on, for the message
 ):
     "Raise `DataError` naming each bad row and column of `rows`; return `rows` when they all fit `schema`."
-    if isinstance(rows, datasets.Dataset): names = rows.column_names
-    else: names = list(dict.fromkeys(k for r in rows if isinstance(r, Mapping) for k in r))
     if len(rows) == 0: raise DataError(f"{source}: no rows ({schema.name} expected)")
-    if (bad := next((i for i, r in enumerate(rows) if not isinstance(r, Mapping)), None)) is not None:
+    if isinstance(rows, datasets.Dataset): names = rows.column_names
+    elif (bad := next((i for i, r in enumerate(rows) if not isinstance(r, Mapping)), None)) is not None:
         raise DataError(f"{source}, {_where(bad, lines)}: expected a row of named columns (a dict), "
                         f"got {type(rows[bad]).__name__} {str(rows[bad])[:40]!r}")
+    else: names = list(dict.fromkeys(chain.from_iterable(rows)))
     if (missing := [c for c in schema.columns if c not in names]):
         raise DataError(f"{source}: missing column(s) {', '.join(map(repr, missing))} for {schema.name}; "
                         f"found {', '.join(map(repr, names)) or 'none'}{_near_misses(missing, names)}")
@@ -116,7 +120,8 @@ def _decode(path: Path) -> str:
     skip = len(codecs.BOM_UTF8) if raw.startswith(codecs.BOM_UTF8) else 0
     try: text = raw[skip:].decode("utf-8")
     except UnicodeDecodeError as e:
-        bom = " (it starts with a UTF-16 byte order mark)" if raw[:2] in (codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE) else ""
+        utf16 = raw[:2] in (codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)
+        bom = " (it starts with a UTF-16 byte order mark)" if utf16 else ""
         raise DataError(f"{path}, {_position(raw, skip + e.start)}: byte {raw[skip + e.start:skip + e.start + 1]!r} is "
                         f"not valid in encoding utf-8{bom}; expected UTF-8 text (re-save the file as UTF-8)") from None
     if (nul := text.find("\0")) >= 0:
@@ -126,7 +131,8 @@ def _decode(path: Path) -> str:
 
 def _kind(value) -> str:
     "What a JSON value is, for a message."
-    names = {dict: "an object", list: "an array", str: "a string", bool: "a boolean", int: "a number", float: "a number"}
+    names = {dict: "an object", list: "an array", str: "a string", bool: "a boolean", int: "a number",
+             float: "a number"}
     return "null" if value is None else f"{names.get(type(value), type(value).__name__)} {json.dumps(value)[:40]}"
 
 # %% ../nbs/02_data.ipynb #6a1f0c3b
@@ -139,7 +145,8 @@ def _jsonl_rows(text: str, path: Path) -> tuple[list, list]:
         if not line.strip(" \t\r"): continue
         try: row = json.loads(line)
         except json.JSONDecodeError as e:
-            raise DataError(f"{path}, line {n}, column {e.colno}: invalid JSON ({e.msg}); expected one JSON object per line") from None
+            raise DataError(f"{path}, line {n}, column {e.colno}: invalid JSON ({e.msg}); "
+                            "expected one JSON object per line") from None
         if not isinstance(row, dict):
             raise DataError(f"{path}, line {n} (row {len(rows)}): expected a JSON object (one row), got {_kind(row)}")
         rows.append(row); lines.append(n)
@@ -165,10 +172,12 @@ def _json_array(text: str, i: int, path: Path) -> tuple[list, list]:
     more = not text.startswith("]", i)  # `[]` is an empty array; after `,` a value must follow
     while more:
         try: value, end = decoder.raw_decode(text, i)
-        except json.JSONDecodeError as e: raise DataError(f"{path}, line {e.lineno}, column {e.colno}: invalid JSON ({e.msg})") from None
+        except json.JSONDecodeError as e:
+            raise DataError(f"{path}, line {e.lineno}, column {e.colno}: invalid JSON ({e.msg})") from None
         line, seen = line + text.count("\n", seen, i), i
         if not isinstance(value, dict):
-            raise DataError(f"{path}, line {line} (row {len(rows)}): expected a JSON object (one row), got {_kind(value)}")
+            raise DataError(f"{path}, line {line} (row {len(rows)}): expected a JSON object (one row), "
+                            f"got {_kind(value)}")
         rows.append(value); lines.append(line)
         i = _WS.match(text, end).end()
         if not text.startswith((",", "]"), i): raise invalid(f"expected ',' or ']' after row {len(rows) - 1}", i)
@@ -180,7 +189,8 @@ def _json_array(text: str, i: int, path: Path) -> tuple[list, list]:
 def _csv_header(header: list[str], path: Path):
     "Refuse a header with an empty or repeated column name (a dict would drop or rename a column silently)."
     for i, name in enumerate(header):
-        if not name.strip(): raise DataError(f"{path}, line 1: the header's cell {i + 1} is empty; every column needs a name")
+        if not name.strip():
+            raise DataError(f"{path}, line 1: the header's cell {i + 1} is empty; every column needs a name")
         if name in header[:i]: raise DataError(f"{path}, line 1: column {name!r} appears twice in the header")
 
 def _ragged(path: Path, line: int, row: int, cells: list, header: list) -> DataError:
@@ -189,8 +199,9 @@ def _ragged(path: Path, line: int, row: int, cells: list, header: list) -> DataE
     if len(cells) < len(header):
         return DataError(f"{where}: {len(cells)} cells, expected {len(header)}; no cell for column(s) "
                          f"{', '.join(map(repr, header[len(cells):]))}")
-    return DataError(f"{where}: {len(cells)} cells, expected {len(header)} ({', '.join(map(repr, header))}); cell "
-                     f"{len(header) + 1} ({cells[len(header)][:40]!r}) is past the last column (quote cells with commas)")
+    extra = len(header)
+    return DataError(f"{where}: {len(cells)} cells, expected {extra} ({', '.join(map(repr, header))}); cell "
+                     f"{extra + 1} ({cells[extra][:40]!r}) is past the last column (quote cells with commas)")
 
 def _csv_rows(text: str, path: Path) -> tuple[list, list]:
     "The rows of a CSV text (quoted newlines kept) and the line each starts on."
@@ -216,20 +227,22 @@ def _read_parquet(path: Path) -> datasets.Dataset:
         cause = e.__cause__ or e
         raise DataError(f"{path}: not a readable parquet file ({type(cause).__name__}: {str(cause)[:200]})") from None
 
-def _value_kind(v) -> str:
-    return ("boolean" if isinstance(v, bool) else "number" if isinstance(v, (int, float)) else "text" if isinstance(v, str)
-            else "list" if isinstance(v, list) else "object" if isinstance(v, dict) else type(v).__name__)
+_KINDS = ((bool, "boolean"), ((int, float), "number"), (str, "text"), (list, "list"), (dict, "object"))
+
+def _cell_kind(t: type) -> str:
+    "The kind of cell values of type `t`: one Arrow column holds one kind."
+    return next((name for types, name in _KINDS if issubclass(t, types)), t.__name__)
 
 def _to_dataset(rows: list[dict], source: str, lines: Sequence[int] | None = None) -> datasets.Dataset:
     "`rows` as a Dataset with every column any row has; `DataError` for a column whose kind of value changes by row."
-    columns = list(dict.fromkeys(k for r in rows for k in r))
+    columns = list(dict.fromkeys(chain.from_iterable(rows)))
     for col in columns:
+        if len({_cell_kind(t) for t in {type(r.get(col)) for r in rows} if t is not type(None)}) < 2: continue
         first = {}
         for i, r in enumerate(rows):
-            if r.get(col) is not None: first.setdefault(_value_kind(r[col]), i)
-        if len(first) > 1:
-            raise DataError(f"{source}: column {col!r} holds " + " and ".join(f"{k} ({_where(i, lines)})" for k, i in first.items())
-                            + "; expected one kind of value per column")
+            if r.get(col) is not None: first.setdefault(_cell_kind(type(r[col])), i)
+        kinds = " and ".join(f"{k} ({_where(i, lines)})" for k, i in first.items())
+        raise DataError(f"{source}: column {col!r} holds {kinds}; expected one kind of value per column")
     try: return datasets.Dataset.from_dict({c: [r.get(c) for r in rows] for c in columns})
     except pa.ArrowException as e: raise DataError(f"{source}: the rows do not make one table ({e})") from None
 
@@ -249,7 +262,8 @@ def _split_file(folder: Path, split: str) -> list[Path]:
         if (found := sorted(p for p in folder.glob(pattern) if p.suffix.lower() in _SUFFIXES)): return found
     files = sorted(p for p in folder.rglob("*") if p.suffix.lower() in _SUFFIXES and ".cache" not in p.parts)
     if len(files) == 1: return files
-    raise DataError(f"{folder}: no file for split {split!r} (looked for {split}.jsonl/.json/.csv/.parquet and data/{split}-*)")
+    raise DataError(f"{folder}: no file for split {split!r} "
+                    f"(looked for {split}.jsonl/.json/.csv/.parquet and data/{split}-*)")
 
 # %% ../nbs/02_data.ipynb #1deac723
 def load_rows(
