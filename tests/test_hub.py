@@ -6,6 +6,7 @@ import os
 import threading
 from pathlib import Path
 
+import huggingface_hub.constants
 import pytest
 import torch
 from huggingface_hub import HfApi
@@ -291,11 +292,14 @@ def test_pull_with_a_refused_token_raises_instead_of_using_the_cache(hub, tiny_m
         pull("team/priv", endpoint=hub.endpoint, revision=commit)
 
 
-def test_pull_falls_back_to_the_cache_when_the_hub_is_down(tmp_path):
+def test_pull_falls_back_to_the_cache_when_the_hub_is_down(tmp_path, monkeypatch):
     with LocalHub(tmp_path / "h", token=TOKEN) as h:
         endpoint = h.endpoint
         commit = push_folder(_folder(tmp_path, **{"a.txt": "a"}), "team/cached", endpoint=endpoint, token=TOKEN)
         first = pull("team/cached", endpoint=endpoint, token=TOKEN)
+        with monkeypatch.context() as offline_mode:  # HF_HUB_OFFLINE: the cache answers
+            offline_mode.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+            assert pull("team/cached", endpoint=endpoint, token=TOKEN) == first
     assert pull("team/cached", endpoint=endpoint, token=TOKEN) == first  # server gone: the cached snapshot answers
     assert first.name == commit
 
