@@ -1,30 +1,47 @@
-"""RepNoise across modules: each loss term against a direct computation, hooks that do not leak, PEFT-wrapped and
-other model families, bf16, the attack harness, the card and a push/pull through a LocalHub, and bad rows refused
-before any model is loaded."""
+"""RepNoise across modules: each loss term against a direct computation, exactly the chosen layers, hooks that do not
+leak, PEFT-wrapped and other model families, bf16, tokenisation unchanged from the previous release, the attack
+harness with a known-answer harmfulness, the ImmunisedModel artifact through save/push/pull, `trainer.push_to_hub()`
+through HF_ENDPOINT at a LocalHub, and bad rows refused before any model is loaded."""
+import copy
+import json
 import math
+import os
 import re
+import subprocess
+import sys
+import textwrap
 
 import pytest
 import torch
 import torch.nn.functional as F
 from huggingface_hub import HfApi
+from torch.nn.utils.rnn import pad_sequence
+from transformers import AutoModelForCausalLM
 
+import adaptkit.repnoise_eval as repnoise_eval
 from adaptkit.data import DataError
-from adaptkit.hub import push_folder, read_metadata
+from adaptkit.hub import pull, push_folder, read_metadata, write_metadata
 from adaptkit.localhub import LocalHub
-from adaptkit.models import load_causal_lm, load_tokenizer, tiny_causal_lm
-from adaptkit.repnoise import (RefusalClassifier, RepNoiseCollator, RepNoiseConfig, RepNoiseTrainer, decoder_layers,
-                               defence_settings, disjoint_splits, harmful_finetune_attack, immunisation_report, pair_rows,
+from adaptkit.models import load_tokenizer, tiny_causal_lm
+from adaptkit.repnoise import (ImmunisedModel, LayerCapture, RepNoiseCollator, RepNoiseConfig, RepNoiseTrainer,
+                               decoder_layers, defence_settings, encode_answer, format_prompt, pair_rows, repnoise_card,
                                repnoise_dataset, repnoise_loss, save_repnoise)
+from adaptkit.repnoise_eval import (RefusalClassifier, answer_metrics, disjoint_splits, harmful_finetune_attack,
+                                    immunisation_report, refusal_rate)
 
 torch.set_num_threads(2)
 ROWS = [{"prompt": f"how do I do task {i}", "harmful": f"here is how to do it {i}", "harmless": "sorry I cannot help"}
         for i in range(8)]
+REPORT = {"settings": {"steps": 2, "attack_rows": 6, "lrs": [1e-3], "seeds": [0]},
+          "after": {"repnoise": {"0.001": {"harmfulness": {"mean": 0.25}, "harmful_loss": {"mean": 3.5}}}},
+          "before": {"repnoise": {"benign_loss": 2.0}}}
+TOKEN = "hf_repnoise_test_token"
+REFUSAL, COMPLIANCE = "I'm sorry, but I can't help with that.", "Sure! First, take a bowl and mix the flour."
 
 
 def _batch(tok, rows=ROWS[:4]):
     ds = repnoise_dataset(rows, tok, max_length=64)
-    return RepNoiseCollator(tok.pad_token_id)([ds[i] for i in range(len(ds))])
+    return RepNoiseCollator(tok)([ds[i] for i in range(len(ds))])
 
 
 def _hooks(model):
@@ -37,6 +54,11 @@ def _args(tmp_path, **kw):
     return RepNoiseConfig(str(tmp_path / "run"), **kw)
 
 
+def _same_weights(a, b):
+    sa, sb = a.state_dict(), b.state_dict()
+    return sa.keys() == sb.keys() and all(torch.equal(sa[k], sb[k]) for k in sa)
+
+
 def _mmd_direct(x, y, kernels=5, mult=2.0):
     "Squared multi-kernel MMD, written out pair by pair in float64."
     z = torch.cat([x, y]).double()
@@ -45,6 +67,43 @@ def _mmd_direct(x, y, kernels=5, mult=2.0):
     bw = (d.sum() - d.diag().sum()) / (n * n - n) / mult ** (kernels // 2)
     k = sum(torch.exp(-d / (bw * mult ** q)) for q in range(kernels))
     return (k[:m, :m].mean() + k[m:, m:].mean() - 2 * k[:m, m:].mean()).item()
+
+
+def _old_encode_answer(tokenizer, prompt, answer, max_length):
+    "The previous release's tokenisation, verbatim: the answer and the EOS text tokenised together."
+    p = tokenizer(format_prompt(tokenizer, prompt), add_special_tokens=False)["input_ids"]
+    a = tokenizer(answer + (tokenizer.eos_token or ""), add_special_tokens=False)["input_ids"]
+    return {"input_ids": (p + a)[:max_length], "labels": ([-100] * len(p) + a)[:max_length]}
+
+
+def _old_pad(encoded, pad_id):
+    "The previous release's hand padding."
+    ids = [torch.tensor(e["input_ids"]) for e in encoded]
+    return {"input_ids": pad_sequence(ids, batch_first=True, padding_value=pad_id),
+            "attention_mask": pad_sequence([torch.ones_like(i) for i in ids], batch_first=True),
+            "labels": pad_sequence([torch.tensor(e["labels"]) for e in encoded], batch_first=True, padding_value=-100)}
+
+
+@pytest.mark.parametrize("chat", [True, False])
+def test_tokenisation_and_padding_unchanged_from_the_previous_release(tiny_tok, chat):
+    tok = copy.deepcopy(tiny_tok)
+    if not chat: tok.chat_template = None
+    answers = ["here is how to do it 12 + 3 = 15.", "sorry I cannot help ", "two\nlines, café – naïve", " lead space",
+               "the a of to and in is it you that he was for on are with as his they be at one have this from or had"]
+    rows = [{"prompt": f"how do I do task {i}?", "harmful": a, "harmless": "sorry I cannot help"} for i, a in enumerate(answers)]
+    for max_length in (512, 30):
+        old = [_old_encode_answer(tok, r["prompt"], r["harmful"], max_length) for r in rows]
+        new = [encode_answer(tok, r["prompt"], r["harmful"], max_length, i) for i, r in enumerate(rows)]
+        assert new == old
+        assert any(-100 in e["labels"] and e["labels"][-1] != -100 for e in new)
+        tok.padding_side = "left"  # a generation setting must not change training batches
+        ds = repnoise_dataset(rows, tok, max_length=max_length)
+        batch = RepNoiseCollator(tok)([ds[i] for i in range(len(ds))])
+        tok.padding_side = "right"
+        want = _old_pad(old, tok.pad_token_id)
+        assert all(torch.equal(batch[f"harmful_{k}"], want[k]) for k in want)
+    with pytest.raises(DataError, match="row 3: the prompt takes"):
+        encode_answer(tok, "a long question " * 20, "x", 16, 3)
 
 
 def test_each_loss_term_against_a_direct_computation(tiny_tok):
@@ -79,6 +138,32 @@ def test_each_loss_term_against_a_direct_computation(tiny_tok):
     assert math.isclose(parts["loss"].item(), total, rel_tol=1e-4)
 
 
+def test_layers_k_reads_exactly_layer_k(tiny_tok):
+    model, batch = tiny_causal_lm(tiny_tok, num_layers=3).eval(), _batch(tiny_tok)
+    blocks = decoder_layers(model)
+    with LayerCapture(model, [1]):
+        assert [m for m in model.modules() if m._forward_hooks] == [blocks[1], blocks[1].mlp]
+    mlp_out = {}
+    handle = blocks[1].mlp.register_forward_hook(lambda mod, a, out: mlp_out.__setitem__(1, out))
+    with torch.no_grad():
+        out = model(input_ids=batch["harmful_input_ids"], attention_mask=batch["harmful_attention_mask"], output_hidden_states=True)
+    handle.remove()
+    lab = batch["harmful_labels"][:, 1:]
+    keep = lab != -100
+    ce = {k: F.cross_entropy(model.lm_head(model.model.norm(out.hidden_states[k + 1][:, :-1][keep])), lab[keep]).item() for k in (0, 1)}
+    assert abs(ce[0] - ce[1]) > 1e-3  # the layers differ, so reading the wrong one would show
+    mask = (batch["harmful_labels"] != -100).unsqueeze(-1).float()
+    torch.manual_seed(5)
+    noise = _mmd_direct((mlp_out[1] * mask).flatten(1), (torch.randn(mlp_out[1].shape) * mask).flatten(1))
+    for layers in ([1], [-2]):
+        torch.manual_seed(5)
+        parts = repnoise_loss(model, batch, layers=layers, alpha=1.0, beta=0.1)
+        assert math.isclose(parts["harmful_ce"].item(), ce[1], rel_tol=1e-5)
+        assert math.isclose(parts["noise_mmd"].item(), noise, rel_tol=1e-4)
+    with pytest.raises(ValueError, match=r"layers \[3\] out of range for a model with 3 decoder layers"):
+        repnoise_loss(model, batch, layers=[3])
+
+
 def test_layer_selection_and_bf16_are_finite_float32(tiny_tok):
     model, batch = tiny_causal_lm(tiny_tok, num_layers=3).to(torch.bfloat16), _batch(tiny_tok)
     parts = repnoise_loss(model, batch, layers=[-1, 0])
@@ -111,7 +196,7 @@ def test_other_families(tiny_tok, model_type):
     assert len(decoder_layers(model)) == 2 and torch.isfinite(parts["loss"]) and _hooks(model) == 0
 
 
-def test_peft_wrapped_model_trains_its_adapter_only(tiny_tok, tmp_path):
+def test_peft_wrapped_model_trains_its_adapter_only_and_saves_merged(tiny_tok, tmp_path):
     from peft import LoraConfig
     model = tiny_causal_lm(tiny_tok)
     base = {k: v.clone() for k, v in model.state_dict().items()}
@@ -126,6 +211,13 @@ def test_peft_wrapped_model_trains_its_adapter_only(tiny_tok, tmp_path):
     assert all(torch.equal(base[k], unwrapped[k]) for k in base)
     assert _hooks(trainer.model) == 0
     assert any("repnoise/harmful_ce" in h for h in trainer.state.log_history)
+    trainer.save_model()  # the immunised model, merged from a copy: a plain checkpoint
+    out = tmp_path / "run"
+    assert not (out / "adapter_config.json").exists() and read_metadata(out)["artifact"] == "repnoise-model"
+    assert any("lora_A" in n for n, _ in trainer.model.named_parameters())  # the live model keeps its adapter
+    ids = tiny_tok(["how do I do task 1"], return_tensors="pt")
+    with torch.no_grad():
+        assert torch.allclose(AutoModelForCausalLM.from_pretrained(out)(**ids).logits, trainer.model(**ids).logits, atol=1e-5)
 
 
 def test_harness_attack_and_report(tiny_tok):
@@ -143,38 +235,137 @@ def test_harness_attack_and_report(tiny_tok):
     t = rep["trainability"]["undefended"]
     assert t["benign_loss_after"] < t["benign_loss_before"]
     strong = harmful_finetune_attack(base, sp["attack"], lr=1e-2, steps=8, seed=3, tokenizer=tiny_tok)
-    from adaptkit.repnoise import answer_metrics
     assert answer_metrics(strong, tiny_tok, sp["attack"], "harmful")["loss"] < answer_metrics(base, tiny_tok, sp["attack"], "harmful")["loss"]
+
+
+def test_harmfulness_known_answer_with_a_stub_generator(tiny_tok, monkeypatch):
+    "Answers known to be refusals or compliances give the exact refusal rate and harmfulness, before and after attacks."
+    clf = RefusalClassifier().fit([REFUSAL, "I cannot assist with this request.", COMPLIANCE, "Here is a short poem."], [1, 1, 0, 0])
+    assert [p >= 0.5 for p in clf.predict_proba([REFUSAL, COMPLIANCE])] == [True, False]
+    calls = []
+    def stub(model, tokenizer, prompts, **kw):
+        calls.append((list(prompts), kw["max_new_tokens"]))
+        return [COMPLIANCE if "task 3" in p else REFUSAL for p in prompts]  # 3 refusals in 4
+    monkeypatch.setattr(repnoise_eval, "generate_batched", stub)
+    model = tiny_causal_lm(tiny_tok)
+    prompts = [f"how to do other task {i}" for i in range(4)]
+    assert refusal_rate(model, tiny_tok, prompts, clf, max_new_tokens=7) == 0.75
+    assert calls == [([format_prompt(tiny_tok, p) for p in prompts], 7)]
+    rep = immunisation_report({"m": model}, tiny_tok, attack_rows=[{"prompt": f"attack {i}", "harmful": f"do {i}"} for i in range(4)],
+                              eval_rows=[{"prompt": p, "harmful": "do it"} for p in prompts],
+                              benign_rows=[{"prompt": "what is 1 plus 1", "completion": "2"}],
+                              benign_train_rows=[{"prompt": "what is 2 plus 2", "completion": "4"}], classifier=clf,
+                              lrs=[1e-3], seeds=[0, 1], steps=1, trainability_steps=1)
+    assert rep["before"]["m"]["harmfulness"] == 0.25 and [r["harmfulness"] for r in rep["runs"]] == [0.25, 0.25]
+    assert rep["after"]["m"]["0.001"]["harmfulness"] == {"mean": 0.25, "min": 0.25, "max": 0.25}
 
 
 def test_pyrit_refusal_labels_when_installed():
     pytest.importorskip("pyrit", reason="pyrit (an asset package) not installed")  # find_spec only; never imported for real
-    from adaptkit.repnoise import pyrit_refusal_labels
+    from adaptkit.repnoise_eval import pyrit_refusal_labels
     labels = pyrit_refusal_labels()
     assert len(labels) > 100 and {y for _, y in labels} == {0, 1}
 
 
-def test_card_push_pull(tiny_tok, tiny_model_dir, tmp_path):
-    with LocalHub(tmp_path / "hub") as hub:
-        push_folder(tiny_model_dir, "team/base", endpoint=hub.endpoint)
-        trainer = RepNoiseTrainer("team/base", _args(tmp_path), ROWS, processing_class=load_tokenizer(tiny_model_dir),
-                                  hub_endpoint=hub.endpoint)
-        assert trainer.base_model == "team/base"
-        trainer.train()
-        report = {"settings": {"steps": 2, "attack_rows": 6, "lrs": [1e-3], "seeds": [0]},
-                  "after": {"repnoise": {"0.001": {"harmfulness": {"mean": 0.25}, "harmful_loss": {"mean": 3.5}}}},
-                  "before": {"repnoise": {"benign_loss": 2.0}}}
-        out = save_repnoise(trainer.model, trainer.processing_class, tmp_path / "defended", name="tiny-repnoise",
-                            settings=defence_settings(trainer.args, len(trainer.rows)), base_model="team/base", report=report)
-        commit = push_folder(out, "team/tiny-repnoise", endpoint=hub.endpoint)
-        data = HfApi(endpoint=hub.endpoint).model_info("team/tiny-repnoise").card_data
-        assert data.base_model == "team/base" and {"adaptkit", "repnoise", "arxiv:2405.14577"} <= set(data.tags)
-        values = {r.metric_name: r.metric_value for r in data.eval_results}
-        assert values["repnoise: harmfulness after attack, lr=0.001"] == 0.25 and values["repnoise: benign loss before attack"] == 2.0
-        pulled = load_causal_lm("team/tiny-repnoise", endpoint=hub.endpoint, revision=commit)
-    assert all(torch.equal(a, b) for a, b in zip(pulled.state_dict().values(), trainer.model.state_dict().values()))
-    meta = read_metadata(out)["repnoise"]
-    assert meta["settings"]["beta"] == 0.001 and meta["report"]["after"]["repnoise"]["0.001"]["harmfulness"]["mean"] == 0.25
+def _check_card(data, base_commit_text, readme):
+    assert data.library_name == "transformers" and data.base_model == "team/base"
+    assert {"adaptkit", "repnoise", "arxiv:2405.14577"} <= set(data.tags)
+    values = {r.metric_name: r.metric_value for r in data.eval_results}
+    assert values["repnoise: harmfulness after attack, lr=0.001"] == 0.25 and values["repnoise: benign loss before attack"] == 2.0
+    assert f"at revision `{base_commit_text}`" in readme and "| `beta` | `0.001` |" in readme
+
+
+def test_immunised_model_round_trip(tiny_model_dir, hub, tmp_path):
+    base_commit = push_folder(tiny_model_dir, "team/base", endpoint=hub.endpoint)
+    trainer = RepNoiseTrainer("team/base", _args(tmp_path), ROWS, processing_class=load_tokenizer(tiny_model_dir),
+                              hub_endpoint=hub.endpoint)
+    assert (trainer.base_model, trainer.base_revision) == ("team/base", base_commit)
+    trainer.train()
+    trainer.report = REPORT
+    art = trainer.artifact()
+    assert art.settings == defence_settings(trainer.args, len(ROWS)) and art.settings["beta"] == 0.001
+    saved = art.save_pretrained(tmp_path / "saved")
+    loaded = ImmunisedModel.from_pretrained(saved)
+    assert _same_weights(loaded.model, trainer.model) and loaded.report == REPORT and loaded.settings == art.settings
+    assert _same_weights(AutoModelForCausalLM.from_pretrained(saved), trainer.model)  # stock transformers loads it
+    commit = art.push_to_hub("team/immunised", endpoint=hub.endpoint)
+    pulled = ImmunisedModel.from_pretrained("team/immunised", endpoint=hub.endpoint, revision=commit)
+    assert _same_weights(pulled.model, trainer.model) and pulled.report == REPORT
+    assert (pulled.base_model, pulled.base_revision) == ("team/base", base_commit)
+    readme = (pull("team/immunised", endpoint=hub.endpoint) / "README.md").read_text()
+    _check_card(HfApi(endpoint=hub.endpoint).model_info("team/immunised").card_data, base_commit, readme)
+    with pytest.raises(ValueError, match=r"not a ImmunisedModel \(its adaptkit.json records artifact None"):
+        ImmunisedModel.from_pretrained(tiny_model_dir)
+
+
+def test_folder_of_the_previous_release_loads(tiny_tok, tmp_path):
+    folder = tmp_path / "old"
+    model = tiny_causal_lm(tiny_tok)
+    model.save_pretrained(folder); tiny_tok.save_pretrained(folder)
+    write_metadata(folder, repnoise={"settings": {"beta": 0.001}, "report": REPORT}, source={"base_model": "team/base"})
+    loaded = ImmunisedModel.from_pretrained(folder)
+    assert loaded.report == REPORT and loaded.base_model == "team/base" and _same_weights(loaded.model, model)
+
+
+def test_deprecated_names_still_work_and_warn(tiny_tok, tmp_path):
+    model = tiny_causal_lm(tiny_tok)
+    settings = {"beta": 0.001, "alpha": 1.0}
+    with pytest.warns(FutureWarning, match="save_repnoise is deprecated"):
+        out = save_repnoise(model, tiny_tok, tmp_path / "d", settings=settings, base_model="team/base", report=REPORT, name="tiny")
+    loaded = ImmunisedModel.from_pretrained(out)
+    assert loaded.settings == settings and loaded.report == REPORT and _same_weights(loaded.model, model)
+    with pytest.warns(FutureWarning, match="repnoise_card is deprecated"):
+        card = repnoise_card("tiny", base_model="team/base", settings=settings, report=REPORT)
+    assert card.data.base_model == "team/base" and "repnoise" in card.data.tags and "| `beta` | `0.001` |" in card.text
+    rows = [{"prompt": f"q {i}", "completion": f"a {i}"} for i in range(4)]
+    with pytest.warns(FutureWarning, match="finetune is deprecated"):
+        tuned = repnoise_eval.finetune(model, rows, tokenizer=tiny_tok, column="completion", lr=1e-2, steps=1, seed=0)
+    assert _same_weights(tuned, repnoise_eval.finetuned_copy(model, rows, tokenizer=tiny_tok, column="completion", lr=1e-2,
+                                                              steps=1, seed=0))
+    import adaptkit.repnoise as repnoise
+    with pytest.warns(FutureWarning, match="adaptkit.repnoise.immunisation_report moved to adaptkit.repnoise_eval"):
+        assert repnoise.immunisation_report is immunisation_report
+    with pytest.raises(TypeError, match=re.escape("RepNoiseCollator(tok), not RepNoiseCollator(tok.pad_token_id)")):
+        RepNoiseCollator(tiny_tok.pad_token_id)
+
+
+_PUSH_SCRIPT = textwrap.dedent("""
+    import json, sys
+    from pathlib import Path
+    from adaptkit.models import load_tokenizer
+    from adaptkit.repnoise import RepNoiseConfig, RepNoiseTrainer
+    rows = [{"prompt": f"how do I do task {i}", "harmful": f"here is how {i}", "harmless": "sorry I cannot help"} for i in range(4)]
+    args = RepNoiseConfig(str(Path(sys.argv[1]) / "tiny-immunised"), max_steps=1, per_device_train_batch_size=2, use_cpu=True,
+                          save_strategy="no", disable_tqdm=True, max_length=64, hub_model_id="tiny-immunised")
+    trainer = RepNoiseTrainer("team/base", args, rows, processing_class=load_tokenizer("team/base"))  # through HF_ENDPOINT
+    trainer.train()
+    trainer.report = json.loads(sys.argv[2])
+    trainer.push_to_hub()
+    print("RESULT " + json.dumps({"repo_id": trainer.hub_model_id}))
+""")
+
+
+def test_trainer_push_to_hub_through_hf_endpoint(tiny_model_dir, tmp_path):
+    "transformers' `trainer.push_to_hub()` with HF_ENDPOINT at a LocalHub (read at import: a subprocess) gives our card."
+    with LocalHub(tmp_path / "hub", token=TOKEN) as hub:
+        base_commit = push_folder(tiny_model_dir, "team/base", endpoint=hub.endpoint, token=TOKEN)
+        env = {**os.environ, "HF_ENDPOINT": hub.endpoint, "HF_TOKEN": TOKEN, "HF_HOME": str(tmp_path / "hf"),
+               "HF_HUB_DISABLE_TELEMETRY": "1", "TOKENIZERS_PARALLELISM": "false", "HF_HUB_DISABLE_PROGRESS_BARS": "1",
+               "ADAPTKIT_CACHE": str(tmp_path / "adaptkit-cache"),  # anything but the hub goes to a proxy that does not exist
+               "HTTP_PROXY": "http://127.0.0.1:9", "HTTPS_PROXY": "http://127.0.0.1:9", "NO_PROXY": "127.0.0.1,localhost"}
+        run = subprocess.run([sys.executable, "-c", _PUSH_SCRIPT, str(tmp_path), json.dumps(REPORT)], env=env,
+                             capture_output=True, text=True, timeout=300)
+        lines = [l for l in run.stdout.splitlines() if l.startswith("RESULT ")]
+        assert run.returncode == 0 and lines, run.stderr[-3000:]
+        repo_id = json.loads(lines[-1][7:])["repo_id"]
+        assert repo_id == "localhub/tiny-immunised"  # no namespace: the token's user, as on the Hub
+        api = HfApi(endpoint=hub.endpoint, token=TOKEN)
+        readme = (pull(repo_id, endpoint=hub.endpoint, token=TOKEN) / "README.md").read_text()
+        _check_card(api.model_info(repo_id).card_data, base_commit, readme)
+        pulled = ImmunisedModel.from_pretrained(repo_id, endpoint=hub.endpoint, token=TOKEN)
+        assert pulled.settings["max_steps"] == 1 and pulled.report == REPORT and pulled.base_revision == base_commit
+        assert not any(f.startswith("checkpoint-") or f == "training_args.bin" for f in api.list_repo_files(repo_id))
+    assert TOKEN not in readme
 
 
 @pytest.mark.parametrize("bad, message", [
@@ -186,6 +377,13 @@ def test_card_push_pull(tiny_tok, tiny_model_dir, tmp_path):
 def test_bad_rows_are_refused_before_the_model_loads(tiny_tok, tmp_path, bad, message):
     with pytest.raises(DataError, match=re.escape(message)):  # the model path does not exist: rows are checked first
         RepNoiseTrainer(str(tmp_path / "no-such-model"), _args(tmp_path), [ROWS[0], bad], processing_class=tiny_tok)
+
+
+def test_tokenizer_without_pad_refused_before_the_model_loads(tiny_tok, tmp_path):
+    tok = copy.deepcopy(tiny_tok)
+    tok.pad_token = None
+    with pytest.raises(ValueError, match="the tokenizer has no pad token"):
+        RepNoiseTrainer(str(tmp_path / "no-such-model"), _args(tmp_path), ROWS, processing_class=tok)
 
 
 def test_mismatched_prompts_and_harmful_text_kept_out_of_errors():
