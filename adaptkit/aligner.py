@@ -159,7 +159,14 @@ def correct(self: Aligner,
     prompts = [format_aligner_prompt(q, a, self.template) for q, a in zip(questions, answers)]
     return generate_batched(self.model, self.tokenizer, prompts, batch_size=batch_size, desc="correcting", **generate_kwargs)
 
-def chat_answers(model, tok, questions: Sequence[str], *, batch_size: int = 8, **generate_kwargs) -> list[str]:
+def chat_answers(
+    model,  # a chat causal LM
+    tok,  # its tokenizer, with a chat template
+    questions: Sequence[str],  # one user turn each
+    *,
+    batch_size: int = 8,  # questions per generate call
+    **generate_kwargs,  # passed to `generate_batched` (max_new_tokens, progress, ...)
+) -> list[str]:
     "A chat model's answers to `questions` (one user turn each, its chat template, batched)."
     prompts = [tok.apply_chat_template([{"role": "user", "content": q}], tokenize=False, add_generation_prompt=True) for q in questions]
     return generate_batched(model, tok, prompts, batch_size=batch_size, desc="answering", **generate_kwargs)
@@ -188,8 +195,14 @@ def artifact(self: AlignerTrainer) -> Aligner:
                         "warmup_rows": len(self.warmup), "seed": a.seed, "global_step": self.state.global_step}
     return aligner
 
-def save_aligner(trainer: AlignerTrainer, out_dir: str | Path, *, name: str | None = None, results: list[dict] | None = None,
-                 datasets: list[str] | None = None) -> Path:
+def save_aligner(
+    trainer: AlignerTrainer,  # a trained AlignerTrainer
+    out_dir: str | Path,  # where the aligner goes
+    *,
+    name: str | None = None,  # repo id or name for the card
+    results: list[dict] | None = None,  # measured results for the card
+    datasets: list[str] | None = None,  # training data names for the card
+) -> Path:
     "Deprecated: `trainer.artifact().save_pretrained(out_dir)` (set `.results`/`.datasets` on it first)."
     import warnings
     warnings.warn("save_aligner is deprecated: use trainer.artifact().save_pretrained(...)", FutureWarning, stacklevel=2)

