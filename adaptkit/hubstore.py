@@ -266,7 +266,8 @@ class RepoStore:
     def dir(self, typ: str, repo_id: str) -> Path: return self.root / "repos" / typ / check_repo_id(repo_id).lower()
     def repo(self, typ: str, repo_id: str) -> dict | None:
         "The repo's record (`repo.json`), found case-insensitively; None if there is none."
-        return _read_json(self.dir(typ, repo_id) / "repo.json")
+        meta = _read_json(self.dir(typ, repo_id) / "repo.json")
+        return meta if meta is None else {"gated": False, "tags": {}, **meta}  # records written before tags existed
     def load(self, typ: str, repo_id: str, sha: str) -> dict | None:
         if not re.fullmatch(r"[0-9a-f]{40}", sha): return None
         return _read_json(self.dir(typ, repo_id) / "commits" / f"{sha}.json")

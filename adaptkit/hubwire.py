@@ -4,12 +4,13 @@
 
 # %% auto #0
 __all__ = ['is_lfs', 'blob_id', 'last_commit_json', 'file_json', 'dir_json', 'tree_paths', 'info_json', 'commit_json',
-           'refs_json', 'json_body', 'field', 'commit_operations']
+           'refs_json', 'json_body', 'field', 'commit_operations', 'host_and_port', 'read_chunked', 'parse_range']
 
 # %% ../nbs/00_hubwire.ipynb #7c7fe934
 import base64, binascii, hashlib, json, re
 
-from .hubstore import LFS_MIN_SIZE, LFS_SUFFIXES, BlobStore, HubError, check_path, disk_errors, git_blob_sha1
+from .hubstore import (CHUNK, LFS_MIN_SIZE, LFS_SUFFIXES, BlobStore, HubError, check_path, disk_errors,
+                               git_blob_sha1)
 
 # %% ../nbs/00_hubwire.ipynb #97ab7f71
 def is_lfs(path: str, size: int, sample: bytes = b"") -> bool:
@@ -207,3 +208,41 @@ def commit_operations(
         else: ops.append(_operation(item, blob, n, blobs, blobs.size))
     if header is None: raise HubError(400, "the commit has no header line (key 'header' with a 'summary')")
     return header, ops
+
+# %% ../nbs/00_hubwire.ipynb #3afde643
+def host_and_port(
+    host_header: str,  # a Host header (or an Origin's netloc)
+) -> tuple:
+    "(name, port or None) of a Host header: `name`, `name:port`, `[v6]`, `[v6]:port`."
+    m = re.fullmatch(r"\[([0-9A-Fa-f:.]+)\](?::(\d+))?|([^:\[\]]+)(?::(\d+))?", host_header.strip())
+    if not m: return None, None
+    port = m[2] or m[4]
+    return (m[1] or m[3]).lower().rstrip("."), int(port) if port else None
+
+def read_chunked(
+    rfile,  # the request's socket file, after the headers
+):
+    "Yield the data of a `Transfer-Encoding: chunked` body."
+    while True:
+        try: size = int(rfile.readline(1024).split(b";")[0].strip() or b"0", 16)
+        except ValueError: raise ConnectionError("bad chunk size in a chunked request body") from None
+        if size == 0:
+            while rfile.readline(1024) not in (b"\r\n", b"\n", b""): pass
+            return
+        while size:
+            data = rfile.read(min(size, CHUNK))
+            if not data: raise ConnectionError("request body ended early")
+            size -= len(data); yield data
+        rfile.readline(8)
+
+def parse_range(
+    header: str | None,  # the request's Range header
+    size: int,  # the file's size
+) -> tuple | None:
+    "(start, stop) for a single `bytes=` range, None to send the whole file; a 416 `HubError` if unsatisfiable."
+    m = re.fullmatch(r"bytes=(\d*)-(\d*)", (header or "").strip())
+    if not m or not (m[1] or m[2]): return None
+    start, stop = (int(m[1]), min(int(m[2]) + 1, size) if m[2] else size) if m[1] else (max(size - int(m[2]), 0), size)
+    if start >= stop:
+        raise HubError(416, f"Range {header} is not satisfiable for {size} bytes", headers={"Content-Range": f"bytes */{size}"})
+    return start, stop

@@ -4,7 +4,7 @@
 
 # %% auto #0
 __all__ = ['log', 'MAX_JSON', 'MAX_DRAIN', 'REPO_TYPES', 'URL_PREFIXES', 'LOOPBACK_NAMES', 'JSON_TYPES', 'ROUTES', 'match_route',
-           'parse_range', 'read_token_file', 'LocalHub', 'serve']
+           'read_token_file', 'LocalHub', 'serve']
 
 # %% ../nbs/00_localhub.ipynb #a7baa18e
 import base64, hmac, json, logging, os, re, secrets, socket, stat, threading, time
@@ -14,8 +14,8 @@ from pathlib import Path
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from .hubstore import CHUNK, USER, HubError, RepoStore, YamlError, check_path, check_repo_id, front_matter
-from .hubwire import (commit_operations, commit_json, dir_json, field, file_json, info_json, is_lfs, json_body,
-                              refs_json, tree_paths, blob_id)
+from .hubwire import (blob_id, commit_json, commit_operations, dir_json, field, file_json, host_and_port,
+                              info_json, is_lfs, json_body, parse_range, read_chunked, refs_json, tree_paths)
 
 # %% ../nbs/00_localhub.ipynb #b0f3ad0d
 log = logging.getLogger(__name__)
@@ -66,28 +66,7 @@ def match_route(method: str, path: str) -> tuple:
                                headers={"Allow": ", ".join(sorted(set(allowed)))})
     raise HubError(404, f"LocalHub does not serve {method} {path[:200]}")
 
-# %% ../nbs/00_localhub.ipynb #fb727c61
-def _host_name(host_header: str) -> tuple:
-    "(name, port or None) of a Host header: `name`, `name:port`, `[v6]`, `[v6]:port`."
-    m = re.fullmatch(r"\[([0-9A-Fa-f:.]+)\](?::(\d+))?|([^:\[\]]+)(?::(\d+))?", host_header.strip())
-    if not m: return None, None
-    port = m[2] or m[4]
-    return (m[1] or m[3]).lower().rstrip("."), int(port) if port else None
-
-def _chunked(rfile):
-    "Yield the data of a `Transfer-Encoding: chunked` body."
-    while True:
-        try: size = int(rfile.readline(1024).split(b";")[0].strip() or b"0", 16)
-        except ValueError: raise ConnectionError("bad chunk size in a chunked request body") from None
-        if size == 0:
-            while rfile.readline(1024) not in (b"\r\n", b"\n", b""): pass
-            return
-        while size:
-            data = rfile.read(min(size, CHUNK))
-            if not data: raise ConnectionError("request body ended early")
-            size -= len(data); yield data
-        rfile.readline(8)
-
+# %% ../nbs/00_localhub.ipynb #b2904ce9
 def _header_safe(s: str) -> str: return re.sub(r"[^\x20-\x7e]", " ", s)[:500]
 
 # %% ../nbs/00_localhub.ipynb #d1dd73ee
@@ -122,7 +101,7 @@ class _Handler(BaseHTTPRequestHandler):
 # %% ../nbs/00_localhub.ipynb #da0f939a
 def _check_request(self: _Handler, kind: str, name: str) -> None:
     "Refuse a foreign Host (421), a cross-site write (403), a wrong or missing token (401)."
-    host, port = _host_name(self.headers.get("Host") or "")
+    host, port = host_and_port(self.headers.get("Host") or "")
     if host is None: raise HubError(400, "the request has no valid Host header")
     if not self.server.host_allowed(host) or port not in (None, self.server.server_address[1]):
         raise HubError(421, f"this LocalHub does not serve Host {host[:100]!r} (DNS rebinding?); "
@@ -135,7 +114,7 @@ def _check_request(self: _Handler, kind: str, name: str) -> None:
     self.authed = bool(bearer)
     if self.command in ("GET", "HEAD"): return
     origin = self.headers.get("Origin")
-    if origin and _host_name(urlsplit(origin).netloc) != (host, port):
+    if origin and host_and_port(urlsplit(origin).netloc) != (host, port):
         raise HubError(403, f"cross-site request refused: Origin {origin[:100]!r} is not this hub")
     if kind == "w" and want and not self.authed:
         raise HubError(401, "This LocalHub needs its token to write: pass token=... (Authorization: Bearer)")
@@ -149,7 +128,7 @@ _Handler._check_request = _check_request
 def _source(self: _Handler):
     "The request body's chunks (a generator made once): Content-Length or chunked; `_left` is -1 for chunked."
     if self._src is None:
-        if "chunked" in self.headers.get("Transfer-Encoding", "").lower(): self._src, self._left = _chunked(self.rfile), -1
+        if "chunked" in self.headers.get("Transfer-Encoding", "").lower(): self._src, self._left = read_chunked(self.rfile), -1
         else:
             try: self._left = int(self.headers.get("Content-Length") or 0)
             except ValueError:
@@ -417,19 +396,7 @@ def _commit(self: _Handler, t, ns, name, rev):
 
 _Handler._preupload, _Handler._commit = _preupload, _commit
 
-# %% ../nbs/00_localhub.ipynb #6cf6821a
-def parse_range(
-    header: str | None,  # the request's Range header
-    size: int,  # the file's size
-) -> tuple | None:
-    "(start, stop) for a single `bytes=` range, None to send the whole file; a 416 `HubError` if unsatisfiable."
-    m = re.fullmatch(r"bytes=(\d*)-(\d*)", (header or "").strip())
-    if not m or not (m[1] or m[2]): return None
-    start, stop = (int(m[1]), min(int(m[2]) + 1, size) if m[2] else size) if m[1] else (max(size - int(m[2]), 0), size)
-    if start >= stop:
-        raise HubError(416, f"Range {header} is not satisfiable for {size} bytes", headers={"Content-Range": f"bytes */{size}"})
-    return start, stop
-
+# %% ../nbs/00_localhub.ipynb #89df890d
 def _resolve(self: _Handler, ns, name, rev, path, t="model"):
     meta = self._repo(t, ns, name)
     if meta.get("gated") and not self.authed:

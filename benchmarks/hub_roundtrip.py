@@ -1,23 +1,28 @@
-"""Push and pull of a 256 MiB folder through a LocalHub (inline upload at the client's default settings, and the LFS
-path with Xet disabled) against a plain file copy of the same bytes, in the same run.
+"""Push and pull of a 256 MiB folder with the stock huggingface_hub client (`upload_folder`, `snapshot_download`)
+through LocalHub, against a null server in the same run (same HTTP stack; it reads and discards request bodies and
+serves the same bytes from memory with no lookup) and against a page-cache copy. Two modes: inline (the client's
+default settings, Xet on: LocalHub answers "regular") and LFS (Xet disabled, LocalHub with lfs=True). Each server
+runs in its own process, as `adaptkit hub serve` does. Medians of 3; the load average is recorded at the start.
 Writes benchmarks/results/hub.json. Run: .venv/bin/python benchmarks/hub_roundtrip.py"""
+import hashlib
 import json
 import os
 import platform
 import shutil
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
-from huggingface_hub import constants  # noqa: E402
-
-from adaptkit.hub import pull, push_folder  # noqa: E402
-from adaptkit.localhub import LocalHub  # noqa: E402
+os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 
 MIB, FILES, REPEATS = 1 << 20, 4, 3
 OUT = Path(__file__).parent / "results" / "hub.json"
+COMMIT = "0" * 40
 
 
 def make_folder(root: Path) -> Path:
@@ -30,55 +35,158 @@ def make_folder(root: Path) -> Path:
     return folder
 
 
+class NullHandler(BaseHTTPRequestHandler):
+    "Answers just what upload_folder and snapshot_download ask, with the folder's bytes held in memory."
+    protocol_version, disable_nagle_algorithm = "HTTP/1.1", True
+    files, lfs = {}, False  # name -> (bytes, sha256 hex, git blob sha1)
+
+    def log_message(self, *args): pass
+
+    def _drain(self):
+        left = int(self.headers.get("Content-Length") or 0)
+        while left > 0: left -= len(self.rfile.read(min(left, MIB)))
+
+    def _json(self):
+        return json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
+
+    def _send(self, body=b"", status=200, headers=None):
+        body = body if isinstance(body, bytes) else json.dumps(body).encode()
+        self.send_response(status)
+        for k, v in {"Content-Type": "application/json", "Content-Length": str(len(body)), **(headers or {})}.items():
+            self.send_header(k, v)
+        self.end_headers()
+        if self.command != "HEAD": self.wfile.write(body)
+
+    def _info(self, repo):
+        siblings = [{"rfilename": n, "size": len(b), "blobId": s1} for n, (b, _, s1) in self.files.items()]
+        return {"id": repo, "modelId": repo, "sha": COMMIT, "private": False, "siblings": siblings, "tags": []}
+
+    def do_GET(self):
+        p = self.path.split("?")[0].split("/")
+        if "resolve" in p:
+            data, sha, sha1 = self.files[p[-1]]
+            etag = sha if p[-1].endswith(".safetensors") else sha1
+            headers = {"ETag": f'"{etag}"', "X-Repo-Commit": COMMIT, "Content-Type": "application/octet-stream"}
+            if p[-1].endswith(".safetensors"): headers.update({"X-Linked-Etag": f'"{sha}"', "X-Linked-Size": str(len(data))})
+            return self._send(data, headers=headers)
+        if p[1:3] == ["api", "models"] and "tree" in p:
+            return self._send([{"type": "file", "path": n, "size": len(b), "oid": s1,
+                                **({"lfs": {"oid": s, "size": len(b), "pointerSize": 130}} if n.endswith(".safetensors") else {})}
+                               for n, (b, s, s1) in self.files.items()])
+        if p[1:3] == ["api", "models"] and len(p) >= 5: return self._send(self._info(f"{p[3]}/{p[4]}"))
+        self._send({"error": "null server: not served"}, 404)
+
+    do_HEAD = do_GET
+
+    def do_PUT(self):
+        self._drain(); self._send(b"")
+
+    def do_POST(self):
+        p = self.path.split("?")[0].split("/")
+        if p[-1] == "create":
+            body = self._json(); return self._send({"url": f"http://{self.headers['Host']}/{body['organization']}/{body['name']}"})
+        if "preupload" in p:
+            files = self._json()["files"]
+            mode = lambda f: "lfs" if self.lfs and f["path"].endswith(".safetensors") else "regular"
+            return self._send({"files": [{"path": f["path"], "uploadMode": mode(f), "shouldIgnore": False, "oid": None}
+                                         for f in files], "commitOid": COMMIT})
+        if "commit" in p:
+            self._drain()
+            url = f"http://{self.headers['Host']}/{p[3]}/{p[4]}/commit/{COMMIT}"
+            return self._send({"success": True, "commitOid": COMMIT, "commitUrl": url, "hookOutput": ""})
+        if p[-1] == "batch":
+            base = f"http://{self.headers['Host']}/lfs"
+            objects = [{"oid": o["oid"], "size": o["size"], "authenticated": True,
+                        "actions": {"upload": {"href": f"{base}/{o['oid']}"}, "verify": {"href": f"{base}/verify"}}}
+                       for o in self._json()["objects"]]
+            return self._send({"transfer": "basic", "objects": objects}, headers={"Content-Type": "application/vnd.git-lfs+json"})
+        self._drain(); self._send({})
+
+
+def serve(kind: str, folder: str, root: str, lfs: bool):
+    "Run one server in this process; print its port."
+    if kind == "null":
+        for f in sorted(Path(folder).iterdir()):
+            data = f.read_bytes()
+            NullHandler.files[f.name] = (data, hashlib.sha256(data).hexdigest(),
+                                         hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest())
+        NullHandler.lfs = lfs
+        server = ThreadingHTTPServer(("127.0.0.1", 0), NullHandler)
+        server.daemon_threads = True
+        print(server.server_address[1], flush=True)
+        server.serve_forever()
+    from adaptkit.localhub import LocalHub
+    hub = LocalHub(root, lfs=lfs).start()
+    print(hub.port, flush=True)
+    while True: time.sleep(3600)
+
+
 def timed(fn):
     t = time.perf_counter()
     fn()
     return time.perf_counter() - t
 
 
-def same_bytes(a: Path, b: Path) -> bool:
-    "The pulled weights and config equal the pushed ones (push_folder also records the commit in a's adaptkit.json)."
-    return all((a / f.name).read_bytes() == (b / f.name).read_bytes() for f in a.iterdir() if f.suffix == ".safetensors" or f.name == "config.json")
-
-
-def run_mode(folder: Path, root: Path, lfs: bool) -> dict:
-    "Medians of push and pull through a fresh LocalHub in one mode."
-    pushes, pulls, ok = [], [], True
-    constants.HF_HUB_DISABLE_XET = lfs  # the LFS path is what clients with Xet disabled use
-    with LocalHub(root / f"hub-lfs{lfs}", lfs=lfs) as hub:
+def run_server(kind: str, folder: Path, root: Path, lfs: bool) -> dict:
+    "Medians of push (upload_folder) and pull (snapshot_download, fresh cache) through one server process."
+    from huggingface_hub import HfApi, constants, snapshot_download
+    proc = subprocess.Popen([sys.executable, __file__, "--serve", kind, str(folder), str(root / f"{kind}-lfs{lfs}"),
+                             str(int(lfs))], stdout=subprocess.PIPE, text=True)
+    try:
+        endpoint = f"http://127.0.0.1:{int(proc.stdout.readline())}"
+        constants.HF_HUB_DISABLE_XET = lfs  # the LFS path is what clients with Xet disabled use
+        api, pushes, pulls, ok = HfApi(endpoint=endpoint, token="bench"), [], [], True
         for i in range(REPEATS):
             repo = f"bench/artifact-{i}"
-            pushes.append(timed(lambda: push_folder(folder, repo, endpoint=hub.endpoint)))
-            got = {}
-            pulls.append(timed(lambda: got.setdefault("p", pull(repo, endpoint=hub.endpoint, allow_patterns=["*.safetensors", "config.json"]))))
-            ok &= same_bytes(folder, got["p"])
-    constants.HF_HUB_DISABLE_XET = False
-    return {"push_s": pushes, "pull_s": pulls, "push_median_s": statistics.median(pushes), "pull_median_s": statistics.median(pulls),
-            "identical_bytes": ok}
+            api.create_repo(repo, exist_ok=True)
+            pushes.append(timed(lambda: api.upload_folder(folder_path=folder, repo_id=repo)))
+            cache, got = root / f"cache-{kind}-{lfs}-{i}", {}
+            pulls.append(timed(lambda: got.setdefault("p", snapshot_download(repo, endpoint=endpoint, token="bench",
+                                                                              cache_dir=cache))))
+            ok &= all((Path(got["p"]) / f.name).read_bytes() == f.read_bytes() for f in folder.iterdir())
+            shutil.rmtree(cache)
+        constants.HF_HUB_DISABLE_XET = False
+    finally:
+        proc.terminate(); proc.wait(10)
+    return {"push_s": pushes, "pull_s": pulls, "push_median_s": statistics.median(pushes),
+            "pull_median_s": statistics.median(pulls), "identical_bytes": ok}
+
+
+def wait_for_quiet(limit_s: float = 300, below: float = 1.5) -> tuple:
+    "Wait (at most `limit_s`) for the 1-minute load average to drop below `below`; the load when starting."
+    start = time.monotonic()
+    while os.getloadavg()[0] >= below and time.monotonic() - start < limit_s: time.sleep(10)
+    return os.getloadavg()
 
 
 def main():
+    load = wait_for_quiet()
     with tempfile.TemporaryDirectory() as d:
         root = Path(d)
-        os.environ["HF_HOME"] = str(root / "hf")
-        constants.HF_HUB_CACHE = str(root / "hf" / "hub")
         folder = make_folder(root)
         size = sum(f.stat().st_size for f in folder.iterdir())
         copies = [timed(lambda i=i: shutil.copytree(folder, root / f"copy-{i}")) for i in range(REPEATS)]
         copy_s = statistics.median(copies)
         result = {"bytes": size, "repeats": REPEATS, "machine": platform.processor() or platform.machine(),
-                  "copy_s": copies, "copy_median_s": copy_s, "copy_mib_per_s": size / MIB / copy_s, "modes": {}}
+                  "cpus": os.cpu_count(), "loadavg_at_start": load, "client": "huggingface_hub upload_folder / snapshot_download",
+                  "copy_s": copies, "copy_median_s": copy_s, "modes": {}}
         for name, lfs in [("inline (client defaults, Xet on)", False), ("lfs (Xet disabled)", True)]:
-            m = run_mode(folder, root, lfs)
-            m.update(push_mib_per_s=size / MIB / m["push_median_s"], pull_mib_per_s=size / MIB / m["pull_median_s"],
-                     push_vs_copy=m["push_median_s"] / copy_s, pull_vs_copy=m["pull_median_s"] / copy_s)
+            null, hub = run_server("null", folder, root, lfs), run_server("localhub", folder, root, lfs)
+            m = {"localhub": hub, "null_server": null}
+            for op in ("push", "pull"):
+                m[f"{op}_vs_null"] = hub[f"{op}_median_s"] / null[f"{op}_median_s"]
+                m[f"{op}_vs_copy"] = hub[f"{op}_median_s"] / copy_s
+                m[f"{op}_mib_per_s"] = size / MIB / hub[f"{op}_median_s"]
             result["modes"][name] = m
-            print(f"{name}: push {m['push_mib_per_s']:.0f} MiB/s ({m['push_vs_copy']:.1f}x copy), "
-                  f"pull {m['pull_mib_per_s']:.0f} MiB/s ({m['pull_vs_copy']:.1f}x copy), identical: {m['identical_bytes']}")
-        print(f"plain copy: {result['copy_mib_per_s']:.0f} MiB/s")
+            print(f"{name}: push {hub['push_median_s']:.2f} s ({m['push_vs_null']:.2f}x null {null['push_median_s']:.2f} s,"
+                  f" {m['push_vs_copy']:.0f}x copy), pull {hub['pull_median_s']:.2f} s ({m['pull_vs_null']:.2f}x null "
+                  f"{null['pull_median_s']:.2f} s, {m['pull_vs_copy']:.0f}x copy), identical: {hub['identical_bytes']}", flush=True)
+        print(f"page-cache copy: {copy_s:.3f} s; load average at start {load[0]:.2f}")
+    result["loadavg_at_end"] = os.getloadavg()
     OUT.parent.mkdir(exist_ok=True)
     OUT.write_text(json.dumps(result, indent=2) + "\n")
 
 
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:2] == ["--serve"]: serve(sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5] == "1")
+    else: main()
