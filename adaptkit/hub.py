@@ -15,7 +15,7 @@ from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 import httpx2
-from huggingface_hub import CommitOperationAdd, CommitOperationDelete, EvalResult, HfApi, ModelCard, ModelCardData
+from huggingface_hub import CommitOperationAdd, CommitOperationDelete, HfApi, ModelCard
 from huggingface_hub import constants, snapshot_download
 from huggingface_hub.errors import HfHubHTTPError, OfflineModeIsEnabled
 from huggingface_hub.utils import HFValidationError, validate_repo_id
@@ -66,12 +66,17 @@ def _cache_dir(endpoint: str | None) -> Path | None:
 # %% ../nbs/01_hub.ipynb #a078854f
 METADATA_FILE = "adaptkit.json"
 
-def read_metadata(folder: str | Path) -> dict:
+def read_metadata(
+    folder: str | Path,  # an artifact folder
+) -> dict:
     "The `adaptkit.json` of `folder`, or `{}` when it has none."
     path = Path(folder) / METADATA_FILE
     return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
 
-def write_metadata(folder: str | Path, **updates) -> dict:
+def write_metadata(
+    folder: str | Path,  # an artifact folder
+    **updates,  # top-level keys to set
+) -> dict:
     "Merge `updates` into `folder`'s `adaptkit.json`, written atomically; return the result."
     meta = {**read_metadata(folder), **updates}
     fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{METADATA_FILE}.")
@@ -133,7 +138,9 @@ def pull(
     return Path(folder)
 
 # %% ../nbs/01_hub.ipynb #b7d9a0c1
-def source_of(folder: str | Path) -> dict:
+def source_of(
+    folder: str | Path,  # a local folder, or a snapshot `pull` downloaded
+) -> dict:
     "The Hub repo id and commit that `folder` holds, as far as can be known: `{'repo_id', 'revision'}` or `{'path'}`."
     folder = Path(folder).resolve()
     parts = folder.parts
@@ -146,7 +153,7 @@ def source_of(folder: str | Path) -> dict:
     if (base := meta.get("source", {}).get("base_model")): return {"repo_id": base, "revision": None}
     return {"path": str(folder)}
 
-# %% ../nbs/01_hub.ipynb #4178dc34
+# %% ../nbs/01_hub.ipynb #3346824f
 PAPERS = {
     "aligner": ("Aligner: Efficient Alignment by Learning to Correct", "2402.02416"),
     "pissa": ("PiSSA: Principal Singular Values and Singular Vectors Adaptation of Large Language Models", "2404.02948"),
@@ -155,61 +162,12 @@ PAPERS = {
     "emr": ("EMR-Merging: Tuning-Free High-Performance Model Merging", "2405.17461"),
 }
 
-def _eval_result(r: dict) -> EvalResult:
-    "A `model-index` entry from a plain result dict."
-    return EvalResult(task_type=r["task"], task_name=r.get("task_name"), dataset_type=r["dataset"],
-                      dataset_name=r.get("dataset_name", r["dataset"]), dataset_split=r.get("split"),
-                      metric_type=r["metric"], metric_value=r["value"], metric_name=r.get("metric_name"))
-
-def _table(rows: list[list], header: list[str]) -> str:
-    "A markdown table."
-    return "\n".join(["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-                     + ["| " + " | ".join(str(c) for c in row) + " |" for row in rows])
-
-# %% ../nbs/01_hub.ipynb #24ecd368
-def model_card(
-    method: str | None,  # one of PAPERS (aligner, pissa, repnoise, translora, emr); None for a converted/base model
-    *,
-    model_name: str,  # the artifact's name, shown as the title and in model-index
-    base_model: str | list[str] | None = None,  # Hub repo id(s) of the base model(s), never a local path
-    base_revision: str | None = None,  # commit of the base model the artifact was made from
-    summary: str = "",  # what this artifact is, in a paragraph
-    usage: str = "",  # a code snippet showing how to load and use it
-    datasets: list[str] | None = None,  # Hub ids or names of the training data
-    settings: dict | None = None,  # the exact settings it was made with
-    results: list[dict] | None = None,  # measured results: dicts with task, dataset, metric, value
-    library_name: str = "transformers",  # `peft` for adapters
-    pipeline_tag: str | None = "text-generation",  # the Hub's task tag
-    license: str | None = None,  # license id of the artifact, e.g. that of its base model
-    tags: list[str] | None = None,  # extra tags
-) -> ModelCard:
-    "An adaptkit model card whose metadata the Hub indexes and `model_info().card_data` returns."
-    if method is not None and method not in PAPERS:
-        raise ValueError(f"unknown method {method!r}; expected one of {', '.join(PAPERS)}")
-    bases = [base_model] if isinstance(base_model, str) else list(base_model or [])
-    if (bad := [b for b in bases if not is_repo_id(b)]):
-        raise ValueError(f"base_model must be a Hub repo id, not a local path: {', '.join(map(repr, bad))} "
-                         "(push the base first, or name the repo it came from)")
-    results = results or []
-    method_tags, made_with = [], "Made with [adaptkit](https://github.com/adaptkit/adaptkit)."
-    if method is not None:
-        title, arxiv = PAPERS[method]
-        method_tags = [method, f"arxiv:{arxiv}"]
-        made_with = made_with[:-1] + f" using **{method}** ([{title}](https://arxiv.org/abs/{arxiv}), NeurIPS 2024)."
-    data = ModelCardData(
-        model_name=model_name, base_model=base_model, datasets=datasets, library_name=library_name, license=license,
-        pipeline_tag=pipeline_tag, tags=["adaptkit", *method_tags, *(tags or [])],
-        eval_results=[_eval_result(r) for r in results] or None)
-    body = [f"# {model_name}", summary, made_with]
-    if bases: body.append("Base model: " + ", ".join(f"[{b}](https://huggingface.co/{b})" for b in bases)
-                          + (f" at revision `{base_revision}`." if base_revision else "."))
-    if usage: body += ["## Usage", f"```python\n{usage.strip()}\n```"]
-    if settings:
-        body += ["## Settings", _table([[f"`{k}`", f"`{v}`"] for k, v in settings.items()], ["setting", "value"])]
-    body += ["## Results", _table([[r["task"], r.get("dataset_name", r["dataset"]), r.get("split", ""), r["metric"],
-                                    r["value"]] for r in results], ["task", "dataset", "split", "metric", "value"])
-             if results else "No evaluation results were recorded for this artifact."]
-    return ModelCard(f"---\n{data.to_yaml()}\n---\n\n" + "\n\n".join(p for p in body if p) + "\n")
+def model_card(*args, **kwargs):
+    "Deprecated: `adaptkit.artifacts.render_card` (the same arguments)."
+    import warnings
+    from adaptkit.artifacts import render_card
+    warnings.warn("adaptkit.hub.model_card is deprecated: use adaptkit.artifacts.render_card", FutureWarning, stacklevel=2)
+    return render_card(*args, **kwargs)
 
 # %% ../nbs/01_hub.ipynb #a338ebb4
 def _hidden(name: str) -> bool: return name.startswith(".") or name == "__pycache__"

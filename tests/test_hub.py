@@ -14,7 +14,8 @@ from huggingface_hub.errors import HfHubHTTPError, RepositoryNotFoundError
 
 from adaptkit.data import QAC, DataError, load_rows
 import adaptkit.hub
-from adaptkit.hub import PushConflictError, is_repo_id, model_card, pull, push_folder, read_metadata, source_of
+from adaptkit.artifacts import render_card as model_card
+from adaptkit.hub import PushConflictError, is_repo_id, pull, push_folder, read_metadata, source_of
 from adaptkit.localhub import LocalHub
 from adaptkit.models import load_adapter, load_causal_lm, load_tokenizer
 
