@@ -47,7 +47,7 @@ class RepNoiseConfig(TrainingArguments):
     lr_scheduler_type: str = field(default="cosine", metadata={"help": "Learning-rate schedule (paper: cosine)."})
     warmup_steps: float = field(default=0.1, metadata={"help": "Warm-up steps, or a ratio of all steps when below 1 (paper: 10%)."})
     weight_decay: float = field(default=0.0, metadata={"help": "AdamW weight decay (paper: none)."})
-    bf16: bool | None = field(default=None, metadata={"help": "bf16 mixed precision; default: on a CUDA GPU that supports it, else off."})
+    bf16: bool | None = field(default=None, metadata={"help": "bf16 mixed precision; default: on a CUDA GPU that supports it."})
     report_to: str | list[str] = field(default="none", metadata={"help": "Where to report metrics."})
 
     def __post_init__(self):
@@ -118,7 +118,8 @@ def pad_answers(
 ) -> dict:
     "`input_ids`, `attention_mask` and `labels` tensors, right-padded (labels with -100) whatever the tokenizer's side."
     side, tokenizer.padding_side = tokenizer.padding_side, "right"
-    try: return dict(completion_collator(tokenizer)([{"input_ids": e["input_ids"], "labels": e["labels"]} for e in encoded]))
+    rows = [{"input_ids": e["input_ids"], "labels": e["labels"]} for e in encoded]
+    try: return dict(completion_collator(tokenizer)(rows))
     finally: tokenizer.padding_side = side
 
 @dataclass
@@ -137,7 +138,8 @@ class RepNoiseCollator:
         "`{side}_input_ids`, `{side}_attention_mask` and `{side}_labels` for the harmful and the harmless side."
         batch = {}
         for side in ("harmful", "harmless"):
-            padded = pad_answers(self.tokenizer, [{"input_ids": f[f"{side}_input_ids"], "labels": f[f"{side}_labels"]} for f in features])
+            rows = [{"input_ids": f[f"{side}_input_ids"], "labels": f[f"{side}_labels"]} for f in features]
+            padded = pad_answers(self.tokenizer, rows)
             batch.update({f"{side}_{k}": v for k, v in padded.items()})
         return batch
 
@@ -266,7 +268,8 @@ class RepNoiseTrainer(ArtifactTrainerMixin, Trainer):
                  hub_token: str | None = None,  # token for that Hub
                  **kwargs):  # the rest of `Trainer`'s arguments (callbacks, optimizers...)
         args = args or RepNoiseConfig("repnoise-out")
-        if processing_class is None: raise ValueError("RepNoiseTrainer needs processing_class= (the tokenizer that formats the rows)")
+        if processing_class is None:
+            raise ValueError("RepNoiseTrainer needs processing_class= (the tokenizer that formats the rows)")
         self.rows = load_rows(train_dataset, HARMFUL_PAIRS)
         tokenised = repnoise_dataset(self.rows, processing_class, args.max_length)
         kwargs.setdefault("data_collator", RepNoiseCollator(processing_class))
@@ -287,7 +290,8 @@ class RepNoiseTrainer(ArtifactTrainerMixin, Trainer):
                      num_items_in_batch=None):  # unused: the loss is a per-batch mean
         "The RepNoise loss of one batch; its parts are kept for the next log."
         a = self.args
-        parts = repnoise_loss(model, inputs, alpha=a.alpha, beta=a.beta, layers=a.layers, kernels=a.mmd_kernels, multiplier=a.mmd_multiplier)
+        parts = repnoise_loss(model, inputs, alpha=a.alpha, beta=a.beta, layers=a.layers, kernels=a.mmd_kernels,
+                              multiplier=a.mmd_multiplier)
         if model.training:
             for k, v in parts.items():
                 if k != "loss": self._parts[k].append(v.item())
@@ -329,7 +333,7 @@ def report_results(
                     "metric_name": f"{model}: benign loss before attack", "value": round(m["benign_loss"], 4)})
     return out
 
-# %% ../nbs/12_repnoise.ipynb #1dc3ba89
+# %% ../nbs/12_repnoise.ipynb #867578d8
 class ImmunisedModel(ModelArtifact):
     "A causal LM immunised with RepNoise: a plain checkpoint, with its defence settings and attack report on the card."
     kind, method, commit_message = "repnoise-model", "repnoise", "RepNoise-immunised model"
@@ -409,7 +413,7 @@ def repnoise_card(
     art.base_model, art.settings, art.datasets = base_model, settings, datasets
     return art.model_card(name)
 
-# %% ../nbs/12_repnoise.ipynb #709d0e55
+# %% ../nbs/12_repnoise.ipynb #b33ed940
 _MOVED_TO_EVAL = ("finetune", "finetuned_copy", "harmful_finetune_attack", "answer_metrics", "RefusalClassifier",
                   "pyrit_refusal_labels", "refusal_rate", "disjoint_splits", "check_disjoint", "immunisation_report")
 

@@ -49,7 +49,7 @@ def step_variant(variant):
     folder = smollm2()
     model, tok = load_causal_lm(folder), load_tokenizer(folder)
     ds = repnoise_dataset(rows(BATCH), tok, max_length=256)
-    batch = RepNoiseCollator(tok.pad_token_id)([ds[i] for i in range(BATCH)])
+    batch = RepNoiseCollator(tok)([ds[i] for i in range(BATCH)])
     opt = torch.optim.AdamW(model.parameters(), lr=1e-5, weight_decay=0.0)
     model.train()
     loaded, times = rss_mb(), []
