@@ -6,8 +6,8 @@
 __all__ = ['is_lfs', 'blob_id', 'last_commit_json', 'file_json', 'dir_json', 'tree_paths', 'info_json', 'commit_json',
            'refs_json', 'json_body', 'field', 'commit_operations', 'host_and_port', 'read_chunked', 'parse_range']
 
-# %% ../nbs/00_hubwire.ipynb #7c7fe934
-import base64, binascii, hashlib, json, re
+# %% ../nbs/00_hubwire.ipynb #d849b2ff
+import binascii, hashlib, json, re
 
 from .hubstore import (CHUNK, LFS_MIN_SIZE, LFS_SUFFIXES, BlobStore, HubError, check_path, disk_errors,
                                git_blob_sha1)

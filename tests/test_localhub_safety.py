@@ -18,7 +18,8 @@ import pytest
 from huggingface_hub import CommitOperationAdd, CommitOperationDelete, HfApi, constants
 from huggingface_hub.errors import HfHubHTTPError
 
-from adaptkit.localhub import MAX_JSON, LocalHub, read_token_file
+from adaptkit.hubhttp import MAX_JSON
+from adaptkit.localhub import LocalHub, read_token_file
 
 TOKEN = "hf_localhub_safety_token"
 
