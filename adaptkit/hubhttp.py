@@ -37,7 +37,7 @@ ROUTES = [(m, re.compile(p), h, k) for m, p, h, k in [
     ("POST", r"/api/repos/move", "move_repo", "w"),
     ("GET", r"/api/(?P<t>models|datasets|spaces)", "list_repos", "r"),
     ("GET", _R + r"(?:/revision/(?P<rev>[^/]+))?", "info", "r"),
-    ("GET", _R + r"/tree/(?P<rev>[^/]+)(?:/(?P<path>.+))?", "tree", "r"),
+    ("GET", _R + r"/tree/(?P<rev>[^/]+)(?:/(?P<path>.*))?", "tree", "r"),  # olah asks for `tree/{rev}/`
     ("POST", _R + r"/paths-info/(?P<rev>[^/]+)", "paths_info", "r"),
     ("GET", _R + r"/refs", "refs", "r"),
     ("GET", _R + r"/commits/(?P<rev>[^/]+)", "commits", "r"),

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from huggingface_hub import HfApi, constants, hf_hub_download, snapshot_download
 
+from adaptkit.hubstore import GITATTRIBUTES
 from adaptkit.localhub import LocalHub
 
 OLAH = Path(__file__).resolve().parents[1] / ".venv-olah" / "bin" / "olah-cli"
@@ -72,6 +73,7 @@ def test_olah_proxies_localhub_byte_for_byte(olah, tmp_path):
     served_before = hub.counts["resolve"]
     snap = Path(snapshot_download("team/art", endpoint=mirror, cache_dir=tmp_path / "c1"))
     want = {p.relative_to(art).as_posix(): p.read_bytes() for p in art.rglob("*") if p.is_file()}
+    want[".gitattributes"] = GITATTRIBUTES.encode()  # every repo starts with the Hub's initial commit
     got = {p.relative_to(snap).as_posix(): p.read_bytes() for p in snap.rglob("*") if p.is_file()}
     assert got == want and snap.name == commit
     assert hub.counts["resolve"] > served_before  # the bytes really came from LocalHub, through olah
