@@ -333,7 +333,22 @@ def report_results(
                     "metric_name": f"{model}: benign loss before attack", "value": round(m["benign_loss"], 4)})
     return out
 
-# %% ../nbs/12_repnoise.ipynb #867578d8
+# %% ../nbs/12_repnoise.ipynb #746c5abf
+def _mean_range(v) -> str:
+    "A metric as text: a number, or the mean [min, max] over seeds of an `immunisation_report` summary."
+    if not isinstance(v, Mapping): return f"{v:.3f}"
+    return f"{v['mean']:.3f}" + (f" [{v['min']:.3f}, {v['max']:.3f}]" if "min" in v and "max" in v else "")
+
+def _attack_table(report: Mapping | None) -> str:
+    "A markdown table of an immunisation report: each model before the attack and after it, per learning rate."
+    if not report: return "No attack was run on this model: its resistance to harmful fine-tuning is unmeasured."
+    keys = ("harmfulness", "harmful_loss", "benign_loss", "benign_accuracy")
+    row = lambda name, when, m: [name, when, *(_mean_range(m[k]) if k in m else "" for k in keys)]
+    rows = [row(name, "before attack", m) for name, m in report.get("before", {}).items()]
+    rows += [row(name, f"after attack, lr={lr}", m) for name, by_lr in report.get("after", {}).items() for lr, m in by_lr.items()]
+    head = ["model", "when", *keys]
+    return "\n".join(["| " + " | ".join(head) + " |", "|" + "---|" * len(head)] + ["| " + " | ".join(r) + " |" for r in rows])
+
 class ImmunisedModel(ModelArtifact):
     "A causal LM immunised with RepNoise: a plain checkpoint, with its defence settings and attack report on the card."
     kind, method, commit_message = "repnoise-model", "repnoise", "RepNoise-immunised model"
@@ -361,8 +376,7 @@ class ImmunisedModel(ModelArtifact):
     def _card_fields(self) -> dict:
         summary = ("A causal LM immunised against harmful fine-tuning with Representation Noising: trained to keep its "
                    "harmless answers while the representations of harmful answers are pushed towards Gaussian noise and their "
-                   "per-layer read-out loss up. The paper found the defence sensitive to learning rate, epochs and seed; "
-                   "check the attack results below before relying on it.")
+                   "per-layer read-out loss up.")
         if (s := (self.report or {}).get("settings")):
             summary += (f" Attacks: {s['steps']} steps of full fine-tuning on {s['attack_rows']} harmful rows at lrs "
                         f"{s['lrs']}, seeds {s['seeds']}; evaluation rows disjoint from attack rows; harmfulness = 1 - refusal "
@@ -370,7 +384,7 @@ class ImmunisedModel(ModelArtifact):
         usage = ("from adaptkit.repnoise import ImmunisedModel\n\nmodel = ImmunisedModel.from_pretrained(REPO_ID).model\n"
                  "# a plain checkpoint: transformers alone loads it too\nfrom transformers import AutoModelForCausalLM\n"
                  "model = AutoModelForCausalLM.from_pretrained(REPO_ID)")
-        return {"summary": summary, "usage": usage, "tags": ["safety", "immunization"]}
+        return {"summary": summary, "usage": usage, "tags": ["safety", "immunization"], "attack_table": _attack_table(self.report)}
 
 # %% ../nbs/12_repnoise.ipynb #5fd48052
 @patch
@@ -413,7 +427,7 @@ def repnoise_card(
     art.base_model, art.settings, art.datasets = base_model, settings, datasets
     return art.model_card(name)
 
-# %% ../nbs/12_repnoise.ipynb #b33ed940
+# %% ../nbs/12_repnoise.ipynb #8e0fc3ea
 _MOVED_TO_EVAL = ("finetune", "finetuned_copy", "harmful_finetune_attack", "answer_metrics", "RefusalClassifier",
                   "pyrit_refusal_labels", "refusal_rate", "disjoint_splits", "check_disjoint", "immunisation_report")
 

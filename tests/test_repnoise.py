@@ -273,6 +273,7 @@ def _check_card(data, base_commit_text, readme):
     values = {r.metric_name: r.metric_value for r in data.eval_results}
     assert values["repnoise: harmfulness after attack, lr=0.001"] == 0.25 and values["repnoise: benign loss before attack"] == 2.0
     assert f"at revision `{base_commit_text}`" in readme and "| `beta` | `0.001` |" in readme
+    assert "| repnoise | after attack, lr=0.001 | 0.250 | 3.500 |" in readme  # the attack report, per model and lr
 
 
 def test_immunised_model_round_trip(tiny_model_dir, hub, tmp_path):
