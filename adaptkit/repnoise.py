@@ -56,6 +56,8 @@ class RepNoiseConfig(TrainingArguments):
         if self.mmd_kernels < 1 or not self.mmd_multiplier > 0:
             raise ValueError(f"need mmd_kernels >= 1 and mmd_multiplier > 0, got {self.mmd_kernels} and {self.mmd_multiplier}")
         if self.max_length < 2: raise ValueError(f"max_length must be >= 2, got {self.max_length}")
+        if self.layers is not None and not len(self.layers):
+            raise ValueError("layers must name at least one decoder layer (or be None: all layers)")
         if self.bf16 is None: self.bf16 = default_bf16() and not self.use_cpu
         super().__post_init__()
         self.remove_unused_columns = False
@@ -280,6 +282,7 @@ class RepNoiseTrainer(ArtifactTrainerMixin, Trainer):
         if peft_config is not None:
             from peft import get_peft_model
             model = get_peft_model(model, peft_config)
+        LayerCapture(model, args.layers)  # an unknown architecture or an out-of-range layer fails now, not at the first step
         super().__init__(model=model, args=args, train_dataset=tokenised, processing_class=processing_class, **kwargs)
         self._parts = defaultdict(list)
 

@@ -395,3 +395,10 @@ def test_mismatched_prompts_and_harmful_text_kept_out_of_errors():
     assert secret not in str(e.value)
     with pytest.raises(DataError, match="2 harmful rows but 1 harmless rows"):
         pair_rows([{"prompt": "a", "completion": "x"}] * 2, [{"prompt": "a", "completion": "no"}])
+
+
+def test_bad_layers_refused_before_training(tiny_tok, tmp_path):
+    with pytest.raises(ValueError, match=re.escape("layers [2] out of range for a model with 2 decoder layers")):
+        RepNoiseTrainer(tiny_causal_lm(tiny_tok), _args(tmp_path, layers=[0, 2]), ROWS, processing_class=tiny_tok)
+    with pytest.raises(ValueError, match="layers must name at least one decoder layer"):
+        _args(tmp_path, layers=[])
