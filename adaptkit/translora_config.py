@@ -6,18 +6,25 @@
 from __future__ import annotations
 
 import dataclasses
+import json
+import os
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from fastcore.basics import patch
+from safetensors import safe_open
 from trl import SFTConfig
 
+from .artifacts import check_base
+from .data import SEEDS, DataError, load_rows
+from .hub import read_metadata
 from .models import default_bf16
 
 # %% auto #0
 __all__ = ['SYNTHESIS_TEMPLATE', 'EXAMPLE_TEMPLATE', 'DISCRIMINATOR_TEMPLATE', 'EmptyGenerationError', 'AdapterMismatchError',
-           'SynthesisConfig', 'DiscriminatorConfig', 'DistillationConfig', 'TransLoRAConfig', 'stage_config']
+           'load_seeds', 'prompt_affixes', 'check_adapter', 'vocabularies_match', 'SynthesisConfig',
+           'DiscriminatorConfig', 'DistillationConfig', 'TransLoRAConfig', 'stage_config']
 
 # %% ../nbs/13a_translora_config.ipynb #b79a90ec
 SYNTHESIS_TEMPLATE = "Here are examples of inputs for one task. Every input is different.\n\n{examples}### Input\n"
@@ -32,7 +39,77 @@ class AdapterMismatchError(ValueError):
 
 def _help(text: str) -> dict: return {"help": text}
 
-# %% ../nbs/13a_translora_config.ipynb #c41f2ed6
+# %% ../nbs/13a_translora_config.ipynb #c8d85854
+def load_seeds(
+    seeds,  # task inputs (list of str) or prompt/completion rows: anything `adaptkit.data.load_rows` takes
+    min_seeds: int = 5,  # fewest distinct prompts accepted
+) -> list[str]:
+    "The distinct seed prompts, in order; `DataError` when there are fewer than `min_seeds`."
+    if isinstance(seeds, (list, tuple)) and seeds and all(isinstance(s, str) for s in seeds):
+        prompts = list(seeds)
+        if (bad := [i for i, s in enumerate(prompts) if not s.strip()]): raise DataError(f"seed {bad[0]}: empty text")
+    else: prompts = list(load_rows(seeds, SEEDS)["prompt"])
+    distinct = list(dict.fromkeys(prompts))
+    if len(distinct) < min_seeds:
+        raise DataError(f"Trans-LoRA needs at least {min_seeds} distinct seed examples, got {len(distinct)}"
+                        + (f" ({len(prompts)} with duplicates)" if len(prompts) != len(distinct) else ""))
+    return distinct
+
+def _cut_at_whitespace(text: str, is_suffix: bool) -> str:
+    "`text` cut back to a whitespace boundary: a prefix keeps up to its last whitespace, a suffix from its first."
+    spaces = [i for i, c in enumerate(text) if c.isspace()]
+    if not spaces: return ""
+    return text[spaces[0]:] if is_suffix else text[:spaces[-1] + 1]
+
+def prompt_affixes(
+    prompts: Sequence[str],  # the seed prompts
+) -> tuple[str, str]:
+    "The prefix and suffix all `prompts` share, cut at whitespace, leaving every prompt a non-empty middle."
+    prefix = _cut_at_whitespace(os.path.commonprefix(list(prompts)), is_suffix=False)
+    suffix = _cut_at_whitespace(os.path.commonprefix([p[len(prefix):][::-1] for p in prompts])[::-1], is_suffix=True)
+    if any(not p[len(prefix):len(p) - len(suffix)].strip() for p in prompts): return "", ""
+    return prefix, suffix
+
+# %% ../nbs/13a_translora_config.ipynb #9f5d3ad9
+def _lora_tensor_fits(key: str, shape: tuple, modules: dict) -> str | None:
+    "Why the LoRA tensor `key` of `shape` does not fit the base's `modules` (None when it does)."
+    path, kind = key.removeprefix("base_model.model.").split(".lora_")[0], key.split(".lora_")[1].split(".")[0]
+    module = modules.get(path)
+    if module is None: return f"tensor {key!r} targets {path!r}, which the base model does not have"
+    sizes = {"A": "in_features", "B": "out_features", "embedding_A": "num_embeddings", "embedding_B": "embedding_dim"}
+    want = getattr(module, sizes.get(kind, ""), None)
+    got = shape[1] if kind in ("A", "embedding_A") else shape[0]
+    if want is None or got == want: return None
+    return f"tensor {key!r} has shape {shape} but the base's {path!r} has {'in' if kind.endswith('A') else 'out'} size {want}"
+
+def check_adapter(
+    base: torch.nn.Module,  # the base model
+    adapter: str | Path,  # a local PEFT adapter folder
+) -> dict:
+    "The adapter's `adapter_config.json`, after checking every LoRA tensor fits a module of `base` (and its recorded base)."
+    import json
+    folder = Path(adapter)
+    config_file, weights = folder / "adapter_config.json", folder / "adapter_model.safetensors"
+    if not config_file.is_file() or not weights.is_file():
+        raise AdapterMismatchError(f"{folder}: not a PEFT adapter folder (needs adapter_config.json and adapter_model.safetensors)")
+    config = json.loads(config_file.read_text(encoding="utf-8"))
+    named = f" (trained on {config['base_model_name_or_path']!r})" if config.get("base_model_name_or_path") else ""
+    modules = dict(base.named_modules())
+    with safe_open(str(weights), "pt") as f:
+        for key in (k for k in f.keys() if ".lora_" in k):
+            if (why := _lora_tensor_fits(key, tuple(f.get_slice(key).get_shape()), modules)):
+                raise AdapterMismatchError(f"{folder}: {why}; this adapter does not match this base{named}")
+    check_base(base, read_metadata(folder).get("source") or {}, f"the adapter {folder.name!r}")
+    return config
+
+def vocabularies_match(
+    tokenizer_a,  # one tokenizer
+    tokenizer_b,  # the other
+) -> bool:
+    "Whether two tokenizers map the same tokens to the same ids (what logit-level distillation needs)."
+    return tokenizer_a.get_vocab() == tokenizer_b.get_vocab()
+
+# %% ../nbs/13a_translora_config.ipynb #333b259a
 @dataclass
 class SynthesisConfig:
     "Settings of the generating stages: synthetic prompts from the target base, and the teacher's answers to them."
@@ -63,7 +140,7 @@ class SynthesisConfig:
         if "{prompt}" not in self.example_template: raise ValueError("example_template needs a {prompt} field")
         if not self.stop: raise ValueError("stop must be a non-empty string")
 
-# %% ../nbs/13a_translora_config.ipynb #779def76
+# %% ../nbs/13a_translora_config.ipynb #da426968
 def _lora(r: int, alpha: int | None, target_modules) -> "peft.LoraConfig":
     "A causal-LM `peft.LoraConfig` (alpha defaults to 2r)."
     from peft import LoraConfig
@@ -101,7 +178,7 @@ class DiscriminatorConfig(SFTConfig):
         "The discriminator's `peft.LoraConfig`."
         return _lora(self.discriminator_r, self.discriminator_alpha, self.discriminator_target_modules)
 
-# %% ../nbs/13a_translora_config.ipynb #70d8c1a4
+# %% ../nbs/13a_translora_config.ipynb #b7487fd8
 @dataclass
 class DistillationConfig(SFTConfig):
     "`SFTConfig` of the distillation into the target LoRA: sequence or logit level, the target LoRA, GKD's settings."
@@ -141,7 +218,7 @@ class DistillationConfig(SFTConfig):
         kw = {f.name: getattr(self, f.name) for f in dataclasses.fields(SFTConfig) if f.init}
         return GKDConfig(**kw, lmbda=0.0, seq_kd=False, beta=self.gkd_beta, temperature=self.gkd_temperature)
 
-# %% ../nbs/13a_translora_config.ipynb #96ca8324
+# %% ../nbs/13a_translora_config.ipynb #6a61fcf9
 @dataclass
 class TransLoRAConfig:
     "Deprecated: every stage's settings in one dataclass; use `SynthesisConfig`, `DiscriminatorConfig`, `DistillationConfig`."
@@ -189,7 +266,7 @@ class TransLoRAConfig:
         if "{text}" not in self.discriminator_template: raise ValueError("discriminator_template needs a {text} field")
         if self.real_label == self.synthetic_label: raise ValueError("real_label and synthetic_label must differ")
 
-# %% ../nbs/13a_translora_config.ipynb #c0029590
+# %% ../nbs/13a_translora_config.ipynb #9c92484c
 _SYNTHESIS_FIELDS = ("min_seeds", "shots", "num_synthetic", "max_attempts_factor", "generation_batch_size", "synthesis_template",
                      "example_template", "stop", "keep_template", "prompt_max_new_tokens", "temperature", "top_p", "backend",
                      "completion_max_new_tokens")
@@ -224,7 +301,7 @@ def distillation_config(self: TransLoRAConfig,
                               distillation=self.distillation, lora_r=self.lora_r, lora_alpha=self.lora_alpha,
                               lora_target_modules=self.target_modules, gkd_beta=self.logit_beta, gkd_temperature=self.logit_temperature)
 
-# %% ../nbs/13a_translora_config.ipynb #b799fb25
+# %% ../nbs/13a_translora_config.ipynb #895f4017
 def stage_config(
     config,  # a stage's config, a deprecated `TransLoRAConfig`, or None for the defaults
     cls: type,  # `SynthesisConfig`, `DiscriminatorConfig` or `DistillationConfig`

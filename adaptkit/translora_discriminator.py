@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import logging
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,7 +25,8 @@ from .translora_config import (DISCRIMINATOR_TEMPLATE, DiscriminatorConfig, Empt
 logger = logging.getLogger("adaptkit.translora")
 
 # %% auto #0
-__all__ = ['logger', 'discriminator_rows', 'Discriminator', 'train_discriminator', 'Filtered', 'filter_prompts']
+__all__ = ['logger', 'discriminator_rows', 'Discriminator', 'train_discriminator', 'Filtered', 'filter_prompts',
+           'discriminator_card']
 
 # %% ../nbs/13b_translora_discriminator.ipynb #03ba5797
 def discriminator_rows(
@@ -190,3 +192,16 @@ def filter_prompts(
         raise EmptyGenerationError(f"the discriminator kept none of {len(prompts)} prompts at threshold {threshold} "
                                    f"(highest P(real) {max(scores):.3f}); lower the threshold or synthesize more")
     return result
+
+# %% ../nbs/13b_translora_discriminator.ipynb #3efd67bc
+def discriminator_card(
+    name: str,  # the discriminator's name on the card
+    disc: Discriminator,  # the discriminator
+    results: list[dict] | None = None,  # measured results
+):
+    "Deprecated: `disc.model_card(name)` (set `disc.results` first)."
+    warnings.warn("discriminator_card is deprecated: use disc.model_card(name)", FutureWarning, stacklevel=2)
+    card_of = Discriminator(disc.model, disc.tokenizer, template=disc.template, labels=disc.labels, threshold=disc.threshold,
+                            base_model=disc.base_model, base_revision=disc.base_revision, info=disc.settings)
+    card_of.results = results
+    return card_of.model_card(name)
