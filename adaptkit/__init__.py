@@ -23,7 +23,8 @@ _PUBLIC = {
               "quantization_error", "qpissa_error"],
     "aligner": ["Aligner", "AlignerConfig", "AlignerTrainer", "ALIGNER_V1_TEMPLATE", "format_aligner_prompt",
                 "preference_pairs", "dpo_rounds"],
-    "repnoise": ["RepNoiseConfig", "RepNoiseTrainer"],
+    "repnoise": ["RepNoiseConfig", "RepNoiseTrainer", "ImmunisedModel"],
+    "repnoise_eval": ["immunisation_report", "harmful_finetune_attack", "RefusalClassifier", "disjoint_splits"],
     "translora": ["transfer_lora", "Discriminator"],
     "emr": ["emr_merge", "EMRBundle", "task_arithmetic", "ties_merge"],
 }

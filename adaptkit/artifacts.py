@@ -75,7 +75,7 @@ def render_card(
                          eval_results=[_eval_result(r) for r in results] or None)
     base_line = ("Base model: " + ", ".join(f"[{b}](https://huggingface.co/{b})" for b in bases)
                  + (f" at revision `{base_revision}`." if base_revision else ".")) if bases else ""
-    results_table = _table([[r["task"], r.get("dataset_name", r["dataset"]), r.get("split", ""), r["metric"], r["value"]]
+    results_table = _table([[r["task"], r.get("dataset_name", r["dataset"]), r.get("split", ""), r.get("metric_name") or r["metric"], r["value"]]
                             for r in results], ["task", "dataset", "split", "metric", "value"]) if results else \
         "No evaluation results were recorded for this artifact."
     settings_table = _table([[f"`{k}`", f"`{v}`"] for k, v in (settings or {}).items()], ["setting", "value"]) if settings else \
