@@ -164,6 +164,7 @@ from fastcore.basics import patch
 def model_card(self: Artifact, repo_id: str | None = None, name: str | None = None) -> ModelCard:
     "The artifact's model card, named after `repo_id` (or `name`)."
     fields = {"library_name": self.library_name, "pipeline_tag": self.pipeline_tag, "settings": self.settings, **self._card_fields()}
+    if "usage" in fields: fields["usage"] = fields["usage"].replace("REPO_ID", repr(repo_id or "path/to/" + (name or self.kind)))
     base = self.base_model if self.base_model and is_repo_id(self.base_model) else None
     return render_card(self.method, model_name=(repo_id or name or self.kind).split("/")[-1], base_model=base,
                        base_revision=self.base_revision if base else None, datasets=self.datasets, results=self.results, **fields)
