@@ -1,29 +1,39 @@
 """Trans-LoRA across modules: a source LoRA on a Llama-style base moves to a Gemma-style base with another tokenizer,
-every input pulled by repo id from a LocalHub, the discriminator and the target adapter pushed with their cards and
-pulled back; bad inputs (too few seeds, an adapter on the wrong base, empty generations) fail early and clearly."""
+every input pulled by repo id from a LocalHub, the discriminator and the transferred adapter pushed with their cards
+and pulled back by repo id (and refused on another base); a trained discriminator keeps real rows and drops synthetic
+ones; the distilled count matches a hand count; the vLLM path runs with a stand-in `vllm` module; bad inputs (too few
+seeds, an adapter on the wrong base, empty generations) fail early and clearly."""
 import re
+import shutil
+import sys
+import types
+import warnings
 
 import pytest
 import torch
 from huggingface_hub import HfApi
-from peft import LoraConfig, get_peft_model
+from peft import LoraConfig, PeftModel, get_peft_model
 
 from adaptkit import translora
+from adaptkit.artifacts import BaseMismatchError
 from adaptkit.data import DataError
-from adaptkit.hub import push_folder, read_metadata
-from adaptkit.localhub import LocalHub
-from adaptkit.models import load_adapter, load_causal_lm, tiny_causal_lm, tiny_tokenizer
-from adaptkit.translora import (AdapterMismatchError, Discriminator, EmptyGenerationError, TransLoRAConfig, filter_prompts,
+from adaptkit.hub import pull, push_folder, read_metadata
+from adaptkit.models import load_causal_lm, load_tokenizer, tiny_causal_lm, tiny_tokenizer
+from adaptkit.translora import (AdapterMismatchError, Discriminator, DiscriminatorConfig, DistillationConfig,
+                                EmptyGenerationError, SynthesisConfig, TransferredAdapter, TransLoRAConfig, filter_prompts,
                                 synthesize_prompts, teacher_completions, train_discriminator, transfer_lora)
 
 SEEDS = [{"prompt": f"Question: what is {a} plus {b}?\nAnswer:", "completion": f" {a + b}"} for a, b in [(1, 2), (3, 4), (5, 6), (7, 8), (9, 1)]]
 FAST = {"use_cpu": True, "disable_tqdm": True}
 
 
-def _config(**kw):
-    return TransLoRAConfig(**{**dict(num_synthetic=5, prompt_max_new_tokens=8, completion_max_new_tokens=5, generation_batch_size=5,
-                                     max_steps=2, train_batch_size=2, learning_rate=1e-3, threshold=0.0, discriminator_epochs=1,
-                                     training_kwargs=FAST), **kw})
+def _synthesis(**kw):
+    return SynthesisConfig(**{**dict(num_synthetic=5, prompt_max_new_tokens=8, completion_max_new_tokens=5, generation_batch_size=5), **kw})
+
+
+def _distillation(tmp_path, **kw):
+    return DistillationConfig(**{**dict(output_dir=str(tmp_path / "work"), max_steps=2, per_device_train_batch_size=2,
+                                        learning_rate=1e-3, **FAST), **kw})
 
 
 @pytest.fixture(scope="module")
@@ -33,7 +43,8 @@ def bases(tmp_path_factory):
     tok_a, tok_b = tiny_tokenizer(), tiny_tokenizer(320)
     assert tok_a.get_vocab() != tok_b.get_vocab()
     made = {"src-base": (tiny_causal_lm(tok_a, seed=2), tok_a), "tgt-base": (tiny_causal_lm(tok_b, model_type="gemma", seed=4), tok_b),
-            "wide-base": (tiny_causal_lm(tok_a, hidden_size=64), tok_a), "same-vocab-base": (tiny_causal_lm(tok_a, model_type="qwen3", seed=6), tok_a)}
+            "wide-base": (tiny_causal_lm(tok_a, hidden_size=64), tok_a), "same-vocab-base": (tiny_causal_lm(tok_a, model_type="qwen3", seed=6), tok_a),
+            "other-tgt-base": (tiny_causal_lm(tok_b, model_type="gemma", seed=5), tok_b)}
     for name, (model, tok) in made.items():
         model.save_pretrained(root / name); tok.save_pretrained(root / name)
     lora = get_peft_model(tiny_causal_lm(tok_a, seed=2), LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], init_lora_weights=False))
@@ -41,48 +52,152 @@ def bases(tmp_path_factory):
     return root
 
 
-def test_transfer_through_localhub(bases, tmp_path):
-    cfg = _config()
-    with LocalHub(tmp_path / "hub") as hub:
-        ep = hub.endpoint
-        commits = {name: push_folder(bases / name, f"team/{name}", endpoint=ep) for name in ("src-base", "src-lora", "tgt-base")}
-        tok = translora.load_tokenizer(bases / "src-base")
-        fake = synthesize_prompts(load_causal_lm(bases / "src-base"), tok, SEEDS, cfg, progress=False)
-        disc = train_discriminator("team/src-base", tok, [r["prompt"] for r in SEEDS], fake, cfg, output_dir=tmp_path / "d", endpoint=ep)
-        assert (disc.base_model, disc.base_revision) == ("team/src-base", commits["src-base"])
-        disc.push_to_hub("team/disc", endpoint=ep)
-        res = transfer_lora("team/src-base", "team/src-lora", "team/tgt-base", SEEDS, output_dir=tmp_path / "out", discriminator="team/disc",
-                            config=cfg, push_to="team/tgt-lora", endpoint=ep,
+def test_transfer_through_localhub(bases, tmp_path, hub):
+    ep = hub.endpoint  # copies are pushed: a push records the repo in the folder, which other tests' folders must not have
+    commits = {name: push_folder(shutil.copytree(bases / name, tmp_path / "pushed" / name), f"team/{name}", endpoint=ep)
+               for name in ("src-base", "src-lora", "tgt-base")}
+    tok = load_tokenizer(bases / "src-base")
+    fake = synthesize_prompts(load_causal_lm(bases / "src-base"), tok, SEEDS, _synthesis(), progress=False)
+    disc = train_discriminator("team/src-base", tok, [r["prompt"] for r in SEEDS], fake,
+                               DiscriminatorConfig(output_dir=str(tmp_path / "d"), threshold=0.0, max_steps=2, **FAST), endpoint=ep)
+    assert (disc.base_model, disc.base_revision) == ("team/src-base", commits["src-base"])
+    disc.push_to_hub("team/disc", endpoint=ep)
+    adapter = transfer_lora("team/src-base", "team/src-lora", "team/tgt-base", SEEDS, output_dir=tmp_path / "out", discriminator="team/disc",
+                            synthesis=_synthesis(), distillation=_distillation(tmp_path), endpoint=ep,
                             evaluate=lambda m, t: [{"task": "text-generation", "dataset": "tiny-sums", "metric": "accuracy", "value": 0.0}])
-        api = HfApi(endpoint=ep)
-        data = api.model_info("team/tgt-lora").card_data
-        readme = (tmp_path / "out" / "README.md").read_text()
-        pulled_disc = Discriminator.from_pretrained("team/disc", endpoint=ep)
-        pulled = load_adapter(load_causal_lm("team/tgt-base", endpoint=ep), "team/tgt-lora", endpoint=ep, revision=res.commit)
-        assert api.model_info("team/disc").card_data.base_model == "team/src-base"
-    assert res.commit and res.counts["seeds"] == 5 and res.counts["synthetic"] == 5 and res.counts["kept"] == 5
-    assert (data.base_model, data.library_name) == ("team/tgt-base", "peft") and "translora" in data.tags
+    commit = adapter.push_to_hub("team/tgt-lora", endpoint=ep)
+    api = HfApi(endpoint=ep)
+    data, disc_data = api.model_info("team/tgt-lora").card_data, api.model_info("team/disc").card_data
+    readme = (pull("team/tgt-lora", endpoint=ep, revision=commit) / "README.md").read_text()
+    pulled_disc = Discriminator.from_pretrained("team/disc", endpoint=ep)
+    pulled = TransferredAdapter.from_pretrained("team/tgt-lora", endpoint=ep, revision=commit)  # on its recorded base, pulled
+    assert (adapter.counts["seeds"], adapter.counts["synthetic"], adapter.counts["kept"]) == (5, 5, 5)
+    assert (data.base_model, data.library_name) == ("team/tgt-base", "peft") and {"adaptkit", "translora"} <= set(data.tags)
+    assert (disc_data.base_model, disc_data.library_name) == ("team/src-base", "peft") and {"adaptkit", "translora", "discriminator"} <= set(disc_data.tags)
     assert data.eval_results[0].metric_value == 0.0
     for name in ("src-lora", "src-base", "disc"):
         assert f"team/{name}" in readme
     assert commits["src-lora"] in readme and commits["src-base"] in readme and "kept 5 (100%)" in readme
-    meta = read_metadata(tmp_path / "out")["translora"]
-    assert meta["source_adapter"] == {"repo_id": "team/src-lora", "revision": commits["src-lora"]}
-    assert meta["counts"] == res.counts and set(meta["timings"]) >= {"synthesize", "filter", "teacher", "distill"}
+    record = read_metadata(tmp_path / "out")
+    assert record["translora"]["provenance"]["source_adapter"] == {"repo_id": "team/src-lora", "revision": commits["src-lora"]}
+    assert record["source"]["base_model"] == "team/tgt-base" and record["source"]["base_revision"] == commits["tgt-base"]
+    assert record["translora"]["counts"] == adapter.counts and set(record["translora"]["timings"]) >= {"synthesize", "filter", "teacher", "distill"}
+    assert pulled.counts == adapter.counts and pulled.kept_fraction == 1.0 and pulled.base_model == "team/tgt-base"
     texts = [r["prompt"] for r in SEEDS] + fake
     assert pulled_disc.score(texts) == pytest.approx(disc.score(texts), abs=1e-5)
     ids = torch.tensor([[1, 5, 9, 12]])
     with torch.no_grad():
-        assert torch.allclose(pulled(input_ids=ids).logits, res.model.eval()(input_ids=ids).logits, atol=1e-5)
+        assert torch.allclose(pulled.model(input_ids=ids).logits, adapter.model.eval()(input_ids=ids).logits, atol=1e-5)
+    with pytest.raises(BaseMismatchError, match=r"made on the base team/tgt-base@.*other-tgt-base"):
+        TransferredAdapter.from_pretrained("team/tgt-lora", endpoint=ep, base=bases / "other-tgt-base")
+    with pytest.raises(BaseMismatchError, match="made on the base team/src-base"):
+        Discriminator.from_pretrained("team/disc", endpoint=ep, base=bases / "wide-base")
+
+
+def test_saved_adapter_round_trip_and_stock_peft(bases, tmp_path):
+    adapter = transfer_lora(bases / "src-base", bases / "src-lora", bases / "tgt-base", SEEDS, synthesis=_synthesis(),
+                            distillation=_distillation(tmp_path))
+    assert adapter.output_dir is None and not (tmp_path / "saved").exists()  # nothing saved unless asked
+    adapter.save_pretrained(tmp_path / "saved")
+    again = TransferredAdapter.from_pretrained(tmp_path / "saved", base=bases / "tgt-base")
+    stock = PeftModel.from_pretrained(load_causal_lm(bases / "tgt-base"), str(tmp_path / "saved"))
+    ids = torch.tensor([[3, 7, 11]])
+    with torch.no_grad():
+        want = adapter.model.eval()(input_ids=ids).logits
+        assert torch.allclose(again.model(input_ids=ids).logits, want, atol=1e-5)
+        assert torch.allclose(stock(input_ids=ids).logits, want, atol=1e-5)
+    assert (again.counts, again.provenance) == (adapter.counts, adapter.provenance) and set(adapter.provenance) == {"source_base", "source_adapter", "target_base"}
+    with pytest.raises(BaseMismatchError, match="other-tgt-base"):
+        TransferredAdapter.from_pretrained(tmp_path / "saved", base=bases / "other-tgt-base")
+    with pytest.raises(ValueError, match="records no base model repo id: pass base="):
+        TransferredAdapter.from_pretrained(tmp_path / "saved")
+
+
+def test_trained_discriminator_keeps_real_and_drops_synthetic(tmp_path):
+    tok = tiny_tokenizer()
+    base = tiny_causal_lm(tok, seed=3)
+    with torch.no_grad(): base.lm_head.weight.mul_(10)  # a random tiny model's logits barely move in a few steps otherwise
+    real = [f"apple tree number {i} is green" for i in range(12)]
+    synthetic = [f"zero zero {i} minus minus" for i in range(12)]
+    cfg = DiscriminatorConfig(output_dir=str(tmp_path / "d"), learning_rate=1e-2, num_train_epochs=4, discriminator_template="{text}",
+                              threshold=0.5, **FAST)
+    disc = train_discriminator(base, tok, real[:8], synthetic[:8], cfg)
+    held_out = [synthetic[8], real[8], synthetic[9], real[9], real[10], synthetic[10], real[11], synthetic[11]]
+    result = filter_prompts(disc, held_out)
+    assert result.kept == [real[8], real[9], real[10], real[11]] and result.kept_fraction == 0.5
+    assert disc.evaluate(real[8:], synthetic[8:]) == {"accuracy": 1.0, "real_kept": 1.0, "synthetic_kept": 0.0}
+
+
+def test_distilled_count_matches_a_hand_count(bases, tmp_path, monkeypatch):
+    real_generate, answered = translora.generate_texts, []
+    def generate(model, tok, prompts, **kw):
+        if kw.get("desc") != "teacher completions": return real_generate(model, tok, prompts, **kw)
+        answers = ["  \n" if i % 3 == 0 else f" {i}" for i in range(len(prompts))]  # every third answer is empty
+        answered.append(answers)
+        return answers
+    monkeypatch.setattr(translora, "generate_texts", generate)
+    adapter = transfer_lora(bases / "src-base", bases / "src-lora", bases / "tgt-base", SEEDS, synthesis=_synthesis(num_synthetic=7),
+                            distillation=_distillation(tmp_path))
+    hand_count = sum(1 for a in answered[0] if a.strip())
+    assert len(answered[0]) == adapter.counts["kept"] == 7 and hand_count == 4
+    assert adapter.counts["distilled"] == hand_count
+
+
+class _StandInLLM:
+    "Looks like a `vllm.LLM` to `generate_texts`: its class lives in a module named `vllm...`."
+    __module__ = "vllm.entrypoints.llm"
+    built, calls = [], []
+
+    def __init__(self, model, **kwargs):
+        self.built.append(model)
+
+    def generate(self, prompts, params):
+        self.calls.append((len(prompts), params))
+        start = sum(n for n, _ in self.calls[:-1])
+        return [types.SimpleNamespace(outputs=[types.SimpleNamespace(text=f" input number {start + i}\n\n### Input")])
+                for i in range(len(prompts))]
+
+
+def test_vllm_path_with_a_stand_in(bases, tmp_path, monkeypatch):
+    stand_in = types.ModuleType("vllm")
+    stand_in.LLM, stand_in.SamplingParams = _StandInLLM, lambda **kw: kw
+    monkeypatch.setitem(sys.modules, "vllm", stand_in)
+    _StandInLLM.built, _StandInLLM.calls = [], []
+    adapter = transfer_lora(bases / "src-base", bases / "src-lora", bases / "tgt-base", SEEDS,
+                            synthesis=_synthesis(backend="vllm", num_synthetic=4, temperature=0.7), distillation=_distillation(tmp_path))
+    assert _StandInLLM.built == [str(bases / "tgt-base")] and adapter.counts["synthetic"] == 4
+    n, params = _StandInLLM.calls[0]
+    assert params == {"max_tokens": 8, "temperature": 0.7, "top_p": 0.95, "stop": ["###"]}
+    greedy = translora.generate_texts(_StandInLLM("x"), None, ["a"], max_new_tokens=3)
+    assert greedy[0].startswith("input number ") and greedy[0].endswith("### Input") and _StandInLLM.calls[-1][1]["temperature"] == 0.0
+    assert adapter.settings["backend"] == "vllm"
 
 
 def test_logit_level_needs_one_vocabulary(bases, tmp_path):
-    cfg = _config(distillation="logit")
+    logit = _distillation(tmp_path, distillation="logit")
     with pytest.raises(ValueError, match="share one vocabulary"):
-        transfer_lora(bases / "src-base", bases / "src-lora", bases / "tgt-base", SEEDS, output_dir=tmp_path / "x", config=cfg)
-    res = transfer_lora(bases / "src-base", bases / "src-lora", bases / "same-vocab-base", SEEDS, output_dir=tmp_path / "y", config=cfg)
-    assert "filter" not in res.timings and "no discriminator was used" in (tmp_path / "y" / "README.md").read_text()
-    assert "logit-level distillation" in (tmp_path / "y" / "README.md").read_text()
+        transfer_lora(bases / "src-base", bases / "src-lora", bases / "tgt-base", SEEDS, output_dir=tmp_path / "x",
+                      synthesis=_synthesis(), distillation=logit)
+    res = transfer_lora(bases / "src-base", bases / "src-lora", bases / "same-vocab-base", SEEDS, output_dir=tmp_path / "y",
+                        synthesis=_synthesis(), distillation=logit)
+    readme = (tmp_path / "y" / "README.md").read_text()
+    assert "filter" not in res.timings and "no discriminator was used" in readme and "logit-level distillation" in readme
+    assert "library_name: peft" in readme and read_metadata(tmp_path / "y")["artifact"] == "translora-adapter"
+
+
+def test_deprecated_flat_config_and_push_to(bases, tmp_path, hub):  # pushes a new folder, not the bases
+    with pytest.warns(FutureWarning, match="TransLoRAConfig is deprecated"):
+        flat = TransLoRAConfig(num_synthetic=4, prompt_max_new_tokens=8, completion_max_new_tokens=4, generation_batch_size=4, max_steps=1,
+                               train_batch_size=2, training_kwargs=FAST)
+    with pytest.warns(FutureWarning, match=r"push_to=\.\.\.\) is deprecated"):
+        res = transfer_lora(bases / "src-base", bases / "src-lora", bases / "tgt-base", SEEDS, output_dir=tmp_path / "out", config=flat,
+                            push_to="team/flat", endpoint=hub.endpoint)
+    assert res.commit and res.output_dir == tmp_path / "out" and (tmp_path / ".out.trainer").is_dir()
+    assert HfApi(endpoint=hub.endpoint).model_info("team/flat").sha == res.commit
+    with pytest.raises(ValueError, match="not both"):
+        transfer_lora(bases / "src-base", bases / "src-lora", bases / "tgt-base", SEEDS, config=flat, synthesis=_synthesis())
+    with pytest.warns(FutureWarning, match="TransferResult is deprecated"):
+        assert translora.TransferResult is TransferredAdapter
 
 
 def test_too_few_seeds_fail_before_anything_is_pulled(tmp_path):
@@ -101,19 +216,19 @@ def test_adapter_on_the_wrong_base_is_refused(bases, tmp_path):
 
 
 def test_empty_generations_are_refused(bases, monkeypatch):
-    tok = translora.load_tokenizer(bases / "src-base")
+    tok = load_tokenizer(bases / "src-base")
     model = load_causal_lm(bases / "src-base")
     monkeypatch.setattr(translora, "generate_texts", lambda m, t, prompts, **kw: ["" for _ in prompts])
     with pytest.raises(EmptyGenerationError, match="wrote no usable prompt in 15 generations"):
-        synthesize_prompts(model, tok, SEEDS, _config(), progress=False)
+        synthesize_prompts(model, tok, SEEDS, _synthesis(), progress=False)
     with pytest.raises(EmptyGenerationError, match="answered none of 2 prompts"):
-        teacher_completions(model, tok, ["a", "b"], _config(), progress=False)
+        teacher_completions(model, tok, ["a", "b"], _synthesis(), progress=False)
     monkeypatch.setattr(translora, "generate_texts", lambda m, t, prompts, **kw: ["### only a separator" for _ in prompts])
     with pytest.raises(EmptyGenerationError, match="no usable prompt"):
-        synthesize_prompts(model, tok, SEEDS, _config(), progress=False)
+        synthesize_prompts(model, tok, SEEDS, _synthesis(), progress=False)
 
 
-def test_filter_reports_kept_fraction_and_refuses_nothing_kept(bases, caplog):
+def test_filter_reports_kept_fraction_and_refuses_nothing_kept(caplog):
     class Half(Discriminator):
         def score(self, texts, batch_size=16): return [0.9 if i % 2 == 0 else 0.1 for i in range(len(texts))]
     disc = Half(None, None)
