@@ -44,7 +44,8 @@ def vllm_generator(
 ):
     "A `vllm.LLM` on the model in `folder` (vLLM is optional: install it to use this)."
     try: from vllm import LLM
-    except ImportError: raise ImportError("backend='vllm' needs vLLM (`pip install vllm`); use backend='transformers' without it") from None
+    except ImportError:
+        raise ImportError("backend='vllm' needs vLLM (`pip install vllm`); use backend='transformers' without it") from None
     return LLM(model=str(folder), **kwargs)
 
 def _vllm_generate(llm, prompts, *, max_new_tokens, do_sample=False, temperature=1.0, top_p=1.0, stop_strings=None, **_) -> list[str]:
@@ -117,7 +118,8 @@ def synthesize_prompts(
     with torch.random.fork_rng(), tqdm(total=n, desc="synthetic prompts", disable=not progress) as bar:
         torch.manual_seed(config.synthesis_seed)
         while len(out) < n and tries < budget:
-            shown = [fewshot_prompt(rng.sample(cores, min(config.shots, len(cores))), config) for _ in range(min(batch_size, budget - tries))]
+            shots = min(config.shots, len(cores))
+            shown = [fewshot_prompt(rng.sample(cores, shots), config) for _ in range(min(batch_size, budget - tries))]
             texts = generate_texts(model, tokenizer, shown, batch_size=batch_size, **sampling)
             for core in _new_inputs(texts, config.stop, seen)[:n - len(out)]: out.append(prefix + core + suffix); bar.update(1)
             tries += len(shown)
@@ -196,10 +198,12 @@ class TransferredAdapter(AdapterArtifact):
 # %% ../nbs/13_translora.ipynb #034d9bf5
 def _transfer_summary(provenance: dict, counts: dict, distillation: str) -> str:
     "What the card says about how this adapter was made."
-    if not counts: return f"A LoRA for {_markdown_link(provenance.get('target_base'))}, distilled ({distillation}-level) from a teacher's answers."
-    kept = (f"the discriminator {_markdown_link(provenance['discriminator'])} kept {counts['kept']} ({counts['kept'] / max(1, counts['synthetic']):.0%}); "
+    target = _markdown_link(provenance.get("target_base"))
+    if not counts: return f"A LoRA for {target}, distilled ({distillation}-level) from a teacher's answers."
+    fraction = counts["kept"] / max(1, counts["synthetic"])
+    kept = (f"the discriminator {_markdown_link(provenance['discriminator'])} kept {counts['kept']} ({fraction:.0%}); "
             if provenance.get("discriminator") else f"no discriminator was used (all {counts['kept']} kept, unfiltered); ")
-    return (f"A LoRA for {_markdown_link(provenance.get('target_base'))}, transferred with Trans-LoRA from the adapter "
+    return (f"A LoRA for {target}, transferred with Trans-LoRA from the adapter "
             f"{_markdown_link(provenance.get('source_adapter'))} on {_markdown_link(provenance.get('source_base'))}, without "
             f"the original training data: the target base wrote {counts['synthetic']} synthetic prompts few-shot from "
             f"{counts['seeds']} seed examples; {kept}the source adapter answered them ({counts['distilled']} non-empty answers) "
@@ -371,11 +375,13 @@ def _stage_settings(config, synthesis, distillation, threshold, output_dir) -> t
     "The synthesis and distillation settings and the threshold, from the stage configs or a deprecated flat config."
     work = None if output_dir is None else Path(output_dir).parent / f".{Path(output_dir).name}.trainer"
     if config is None:
-        return stage_config(synthesis, SynthesisConfig), stage_config(distillation, DistillationConfig, None if distillation else work), threshold
+        distillation = stage_config(distillation, DistillationConfig, None if distillation else work)
+        return stage_config(synthesis, SynthesisConfig), distillation, threshold
     if synthesis is not None or distillation is not None:
         raise ValueError("pass the stage configs (synthesis=, distillation=) or the deprecated config=, not both")
     if not isinstance(config, TransLoRAConfig): raise TypeError(f"config= takes a TransLoRAConfig, got a {type(config).__name__}")
-    return stage_config(config, SynthesisConfig), stage_config(config, DistillationConfig, work), threshold if threshold is not None else config.threshold
+    threshold = config.threshold if threshold is None else threshold
+    return stage_config(config, SynthesisConfig), stage_config(config, DistillationConfig, work), threshold
 
 # %% ../nbs/13_translora.ipynb #26dec7de
 def _load_models(folders: dict, distillation: DistillationConfig) -> tuple:
@@ -394,6 +400,12 @@ def _filter_stage(discriminator, discriminator_base, synthetic: list[str], thres
         folder = pull(discriminator, revision=revision, **hub)
         disc, ref = Discriminator.from_pretrained(folder, base=discriminator_base, **hub), _provenance(folder, discriminator)
     return filter_prompts(disc, synthetic, threshold).kept, ref
+
+def _record_synthesis(adapter: TransferredAdapter, synthesis: SynthesisConfig, threshold: float | None, timings: dict) -> None:
+    "Add the synthesis settings, the threshold applied and the stage timings to the adapter's record."
+    adapter.timings = timings
+    adapter.settings.update(shots=synthesis.shots, num_synthetic=synthesis.num_synthetic, synthesis_seed=synthesis.synthesis_seed,
+                            threshold=threshold, backend=synthesis.backend)
 
 def _deliver(adapter: TransferredAdapter, output_dir, push_to: str | None, name: str | None, hub: dict) -> TransferredAdapter:
     "Save the adapter to `output_dir` (when given) and push it to `push_to` (deprecated)."
@@ -451,9 +463,8 @@ def transfer_lora(
         trainer.train()
     adapter = trainer.artifact()
     adapter.counts = {"seeds": len(seed_prompts), "synthetic": len(synthetic), "kept": len(kept), "distilled": len(rows)}
-    adapter.timings, adapter.results = timings, list(evaluate(adapter.model, target_tok)) if evaluate else []
-    adapter.settings.update(shots=synthesis.shots, num_synthetic=synthesis.num_synthetic, synthesis_seed=synthesis.synthesis_seed,
-                            threshold=threshold if discriminator is not None else None, backend=synthesis.backend)
+    _record_synthesis(adapter, synthesis, threshold if discriminator is not None else None, timings)
+    adapter.results = list(evaluate(adapter.model, target_tok)) if evaluate else []
     return _deliver(adapter, output_dir, push_to, name, hub)
 
 # %% ../nbs/13_translora.ipynb #12c365f0

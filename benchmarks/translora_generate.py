@@ -20,7 +20,8 @@ from peft import LoraConfig
 from trl import SFTConfig, SFTTrainer
 
 from adaptkit.models import load_causal_lm, load_tokenizer, smollm2
-from adaptkit.translora import TransLoRAConfig, synthesize_prompts, train_discriminator, transfer_lora
+from adaptkit.translora import (DiscriminatorConfig, DistillationConfig, SynthesisConfig, synthesize_prompts, train_discriminator,
+                                transfer_lora)
 
 OUT = Path(__file__).parent / "results" / "translora.json"
 warnings.filterwarnings("ignore")
@@ -41,7 +42,7 @@ def generation_rate(model, tok, seeds, cfg, n, batch_size, repeats):
     "Distinct synthetic prompts per second over `repeats` runs (fresh seed each run)."
     runs = []
     for r in range(repeats):
-        c = dataclasses.replace(cfg, seed=r)
+        c = dataclasses.replace(cfg, synthesis_seed=r)
         t = time.perf_counter()
         prompts = synthesize_prompts(model, tok, seeds, c, n=n, batch_size=batch_size, progress=False)
         s = time.perf_counter() - t
@@ -59,15 +60,17 @@ def small_transfer(folder, tok, seeds, n, work: Path):
                      peft_config=LoraConfig(r=8, lora_alpha=16, target_modules="all-linear", task_type="CAUSAL_LM"))
     src.train(); src.model.save_pretrained(work / "src-lora")
     source_lora_s = time.perf_counter() - t
-    cfg = TransLoRAConfig(num_synthetic=n, prompt_max_new_tokens=24, completion_max_new_tokens=6, max_steps=4, train_batch_size=8,
-                          discriminator_epochs=1, threshold=0.0, training_kwargs=CPU)  # keep all: timing, not quality
+    synthesis = SynthesisConfig(num_synthetic=n, prompt_max_new_tokens=24, completion_max_new_tokens=6)
+    distillation = DistillationConfig(str(work / "tgt-work"), max_steps=4, per_device_train_batch_size=8, **CPU)
     t = time.perf_counter()
-    fake = synthesize_prompts(load_causal_lm(folder), tok, seeds, cfg, progress=False)
-    disc = train_discriminator(folder, tok, [r["prompt"] for r in train[:n]], fake, cfg, output_dir=work / "disc")
+    fake = synthesize_prompts(load_causal_lm(folder), tok, seeds, synthesis, progress=False)
+    disc = train_discriminator(folder, tok, [r["prompt"] for r in train[:n]], fake,
+                               DiscriminatorConfig(str(work / "disc"), num_train_epochs=1, per_device_train_batch_size=8, **CPU))
     disc.save_pretrained(work / "disc-out")
     discriminator_s = time.perf_counter() - t
     res = transfer_lora(folder, work / "src-lora", folder, seeds, output_dir=work / "tgt", discriminator=work / "disc-out",
-                        discriminator_base=folder, config=cfg)
+                        discriminator_base=folder, synthesis=synthesis, distillation=distillation,
+                        threshold=0.0)  # keep all: timing, not quality
     return {"source_lora_train_s": source_lora_s, "discriminator_prep_and_train_s": discriminator_s, "threshold": 0.0, "stages_s": res.timings,
             "counts": res.counts, "kept_fraction": res.kept_fraction,
             "settings": {"num_synthetic": n, "prompt_max_new_tokens": 24, "completion_max_new_tokens": 6, "distill_steps": 4,
@@ -84,7 +87,7 @@ def main():
     folder = smollm2()
     tok, model = load_tokenizer(folder), load_causal_lm(folder)
     seeds = [r["prompt"] for r in arithmetic(5, seed=0)]
-    cfg = TransLoRAConfig(num_synthetic=a.n, prompt_max_new_tokens=24)
+    cfg = SynthesisConfig(num_synthetic=a.n, prompt_max_new_tokens=24)
     batched = generation_rate(model, tok, seeds, cfg, a.n, a.n, a.repeats)
     print(f"batched ({a.n}): {batched['median_prompts_per_s']:.2f} prompts/s")
     single = generation_rate(model, tok, seeds, cfg, a.n, 1, a.repeats)
