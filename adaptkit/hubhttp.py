@@ -126,7 +126,8 @@ HubHandler._check_request = _check_request
 def _source(self: HubHandler):
     "The request body's chunks (a generator made once): Content-Length or chunked; `_left` is -1 for chunked."
     if self._src is None:
-        if "chunked" in self.headers.get("Transfer-Encoding", "").lower(): self._src, self._left = read_chunked(self.rfile), -1
+        if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
+            self._src, self._left = read_chunked(self.rfile), -1
         else:
             try: self._left = int(self.headers.get("Content-Length") or 0)
             except ValueError:
@@ -250,7 +251,8 @@ def _repo_type(body: dict) -> str:
     if typ not in URL_PREFIXES: raise HubError(400, f"field 'type' must be model, dataset or space, not {typ[:40]!r}")
     return typ
 
-HubHandler._whoami, HubHandler._harnesses, HubHandler._telemetry, HubHandler._no_xet = _whoami, _harnesses, _telemetry, _no_xet
+HubHandler._whoami, HubHandler._harnesses, HubHandler._telemetry = _whoami, _harnesses, _telemetry
+HubHandler._no_xet = _no_xet
 HubHandler._validate_yaml = _validate_yaml
 
 # %% ../nbs/00_hubhttp.ipynb #7d1ef8df
@@ -317,7 +319,8 @@ def _refs(self: HubHandler, t, ns, name): self._send(200, refs_json(self._repo(t
 
 def _commits(self: HubHandler, t, ns, name, rev):
     meta = self._repo(t, ns, name)
-    self._send(200, [commit_json(x) for x in self.server.store.history(meta["type"], meta["id"], self._rev(meta, rev)["id"])])
+    history = self.server.store.history(meta["type"], meta["id"], self._rev(meta, rev)["id"])
+    self._send(200, [commit_json(x) for x in history])
 
 HubHandler._list_repos, HubHandler._info, HubHandler._refs, HubHandler._commits = _list_repos, _info, _refs, _commits
 
@@ -439,21 +442,24 @@ def _lfs_batch(self: HubHandler, ns, name, t="model"):
 
 def _lfs_upload(self: HubHandler, ns, name, oid, t="model"):
     try: size, sig = int(self.query["size"][0]), self.query["sig"][0]
-    except (KeyError, ValueError): raise HubError(400, "LFS upload URL without size/sig: ask the batch API for one") from None
+    except (KeyError, ValueError):
+        raise HubError(400, "LFS upload URL without size/sig: ask the batch API for one") from None
     typ = REPO_TYPES.get(t, "model")
     if not hmac.compare_digest(sig, self._sign(typ, check_repo_id(f"{ns}/{name}").lower(), oid, size)):
         raise HubError(403, "bad LFS upload signature")
-    self.server.store.blobs.put(self._body(), sha256=oid, size=size, git_sha1=False)
+    self.server.store.blobs.put(self._body(), sha256=oid, size=size, git_sha1=False, threaded=True)
     self._send(200, b"")
 
 def _lfs_verify(self: HubHandler, ns, name, t="model"):
     self._repo(t, ns, name)
     body = self._json()
     oid, size = field(body, "oid", str), field(body, "size", int)
-    if self.server.store.blobs.size(oid) != size: raise HubError(404, f"LFS object {oid[:64]} with {size} bytes is not stored")
+    if self.server.store.blobs.size(oid) != size:
+        raise HubError(404, f"LFS object {oid[:64]} with {size} bytes is not stored")
     self._send(200, {"oid": oid, "size": size})
 
-HubHandler._sign, HubHandler._lfs_batch, HubHandler._lfs_upload, HubHandler._lfs_verify = _sign, _lfs_batch, _lfs_upload, _lfs_verify
+HubHandler._sign, HubHandler._lfs_batch = _sign, _lfs_batch
+HubHandler._lfs_upload, HubHandler._lfs_verify = _lfs_upload, _lfs_verify
 
 # %% ../nbs/00_hubhttp.ipynb #7ea4d38e
 class HubServer(ThreadingHTTPServer):

@@ -7,8 +7,8 @@ __all__ = ['log', 'CHUNK', 'LFS_MIN_SIZE', 'LFS_SUFFIXES', 'USER', 'RESERVED_NAM
            'check_repo_id', 'check_path', 'check_ref_name', 'YamlError', 'front_matter', 'disk_errors', 'git_blob_sha1',
            'BlobWriter', 'BlobStore', 'RepoStore']
 
-# %% ../nbs/00_hubstore.ipynb #e0e7309c
-import errno, fcntl, hashlib, json, logging, os, re, shutil, tempfile, threading, uuid
+# %% ../nbs/00_hubstore.ipynb #30e2d35c
+import errno, fcntl, hashlib, json, logging, os, queue, re, shutil, tempfile, threading, uuid
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
@@ -62,7 +62,8 @@ def check_ref_name(
     name: str,  # a branch or tag name
 ) -> str:
     "Return `name` if it can name a branch or tag (not a commit id, no '..', '//' or trailing '/'); else a 400."
-    if (not isinstance(name, str) or not _REF.fullmatch(name) or ".." in name or "//" in name or name.endswith(("/", ".lock"))
+    if (not isinstance(name, str) or not _REF.fullmatch(name) or ".." in name or "//" in name
+            or name.endswith(("/", ".lock"))
             or re.fullmatch(r"[0-9a-f]{40}", name) or name.startswith("refs/")):
         raise HubError(400, f"Invalid branch or tag name {str(name)[:200]!r}: use A-Z a-z 0-9 . _ - /, at most 200 "
                             "characters, not a commit id, no '..' and no 'refs/' prefix")
@@ -107,24 +108,44 @@ def git_blob_sha1(path: Path, size: int) -> str:
 
 class BlobWriter:
     "One blob being written: `write` bytes as they come, then `close` (checks, renames) or `abort`; `head`: its start."
-    def __init__(self, store: "BlobStore", sha256: str | None = None, size: int | None = None):
-        self.store, self.want, self.want_size, self.n, self.head = store, sha256, size, 0, b""
+    def __init__(self, store: "BlobStore", sha256: str | None = None, size: int | None = None, threaded: bool = False):
+        self.store, self.want, self.want_size, self.n, self.head, self.error = store, sha256, size, 0, b"", None
         fd, self.tmp = tempfile.mkstemp(dir=store.root / "tmp")
-        self.f, self.h = os.fdopen(fd, "wb"), hashlib.sha256()
+        self.f, self.h, self.queue = os.fdopen(fd, "wb"), hashlib.sha256(), queue.Queue(8) if threaded else None
+        if threaded: self.thread = threading.Thread(target=self._drain, daemon=True); self.thread.start()
 
-    def write(self, data) -> None:
+    def _consume(self, data: bytes) -> None: self.h.update(data); self.f.write(data)
+
+    def _drain(self) -> None:
+        "The writer thread: hash and write queued pieces (both release the GIL) until `None`; keep the first error."
+        while (data := self.queue.get()) is not None:
+            if self.error is None:
+                try: self._consume(data)
+                except BaseException as e: self.error = e
+
+    def write(self, data: bytes) -> None:
+        if self.error is not None: raise self.error
         if len(self.head) < 512: self.head += bytes(data[:512 - len(self.head)])
-        self.h.update(data); self.f.write(data); self.n += len(data)
+        self.n += len(data)
+        if self.queue is None: self._consume(data)
+        else: self.queue.put(data)
+
+    def _finish(self) -> None:
+        "Wait for the writer thread to be done; raise its error."
+        if self.queue is not None: self.queue.put(None); self.thread.join(); self.queue = None
+        if self.error is not None: raise self.error
 
     def abort(self) -> None:
         "Drop the temporary file."
+        try: self._finish()
+        except BaseException: pass
         self.f.close(); Path(self.tmp).unlink(missing_ok=True)
 
     def close(self, git_sha1: bool = True) -> dict:
         "Check and store the blob; return its sha256, size and (if `git_sha1`, for small files) git blob id."
         try:
             with disk_errors(self.store.root):
-                self.f.flush(); os.fsync(self.f.fileno()); self.f.close()
+                self._finish(); self.f.flush(); os.fsync(self.f.fileno()); self.f.close()
             sha = self.h.hexdigest()
             if (self.want and sha != self.want) or (self.want_size is not None and self.n != self.want_size):
                 raise HubError(400, f"upload does not match: got sha256 {sha} and {self.n} bytes, expected "
@@ -155,13 +176,14 @@ class BlobStore:
         p = self.path(sha256)
         return p.stat().st_size if p.is_file() else None
 
-    def writer(self, sha256: str | None = None, size: int | None = None) -> BlobWriter:
-        "A `BlobWriter` for a new blob (checked against `sha256`/`size` when given)."
-        with disk_errors(self.root): return BlobWriter(self, sha256, size)
+    def writer(self, sha256: str | None = None, size: int | None = None, threaded: bool = False) -> BlobWriter:
+        "A `BlobWriter` for a new blob (checked against `sha256`/`size` when given; `threaded`: hash and write aside)."
+        with disk_errors(self.root): return BlobWriter(self, sha256, size, threaded)
 
-    def put(self, chunks, sha256: str | None = None, size: int | None = None, git_sha1: bool = True) -> dict:
+    def put(self, chunks, sha256: str | None = None, size: int | None = None, git_sha1: bool = True,
+            threaded: bool = False) -> dict:
         "Store the bytes of `chunks` (checked against `sha256`/`size` when given); return sha256, size, git sha1."
-        w = self.writer(sha256, size)
+        w = self.writer(sha256, size, threaded)
         try:
             with disk_errors(self.root):
                 for chunk in chunks: w.write(chunk)
@@ -326,10 +348,11 @@ def _move(self: RepoStore, typ: str, src: str, dest: str) -> dict:
         if target.exists() and target != self.dir(typ, src):
             raise HubError(409, f"You already have a {typ} repo named {dest}")
         target.parent.mkdir(parents=True, exist_ok=True)
-        meta["id"] = dest
-        _write_json(self.dir(typ, src) / "repo.json", meta)
         os.rename(self.dir(typ, src), target)
-        return meta
+        try: _write_json(target / "repo.json", {**meta, "id": dest})
+        except BaseException:
+            os.rename(target, self.dir(typ, src)); raise
+        return {**meta, "id": dest}
 
 def _update_settings(self: RepoStore, typ: str, repo_id: str, private: bool | None = None, gated=None) -> dict:
     "Change a repo's visibility (`private`) and gating (`gated`: False, 'auto' or 'manual')."
@@ -360,7 +383,8 @@ def _commit(self: RepoStore, typ: str, repo_id: str, branch: str, ops: list, tit
         meta = self._need(typ, repo_id)
         head = meta["refs"].get(branch)
         if head is None:
-            raise HubError(404, f"Invalid rev id: {branch} is not a branch of {repo_id} (create it first)", "RevisionNotFound")
+            raise HubError(404, f"Invalid rev id: {branch} is not a branch of {repo_id} (create it first)",
+                           "RevisionNotFound")
         if parent and (len(parent) < 7 or not head.startswith(parent)):
             raise HubError(412, f"A commit has happened since {parent[:40]}: {branch} of {repo_id} is now at {head}. "
                                 "Please refresh and try again.")
@@ -402,7 +426,8 @@ def _drop_ref(self: RepoStore, typ: str, repo_id: str, kind: str, name: str) -> 
         meta = self._need(typ, repo_id)
         refs = meta["refs"] if kind == "branch" else meta["tags"]
         if kind == "branch" and name == "main": raise HubError(403, "You cannot delete the default branch (main)")
-        if name not in refs: raise HubError(404, f"Invalid rev id: {name[:100]} is not a {kind} of {repo_id}", "RevisionNotFound")
+        if name not in refs:
+            raise HubError(404, f"Invalid rev id: {name[:100]} is not a {kind} of {repo_id}", "RevisionNotFound")
         del refs[name]
         self._save(meta)
         return meta

@@ -128,13 +128,14 @@ def _decode(piece: bytes, n: int) -> bytes:
 
 def _stream_content(body: _Body, n: int, blobs: BlobStore) -> dict:
     "Decode the base64 string at the start of `body.buf` into a new blob, up to its closing quote; the blob's entry."
-    w, rest, done = blobs.writer(), b"", False
+    w, rest, done = blobs.writer(threaded=True), b"", False
     try:
         with disk_errors(blobs.root):
             while not done:
                 if not body.buf and not body.more(): raise HubError(400, f"commit line {n} ends inside field 'content'")
                 end = body.buf.find(b'"')
-                done, piece, body.buf = end >= 0, body.buf[:end] if end >= 0 else body.buf, body.buf[end + 1:] if end >= 0 else b""
+                done = end >= 0
+                piece, body.buf = (body.buf[:end], body.buf[end + 1:]) if done else (body.buf, b"")
                 piece = rest + piece
                 if b"\\" in piece: piece = piece.replace(b"\\/", b"/")  # JSON may escape '/'
                 cut = len(piece) if done else len(piece) - len(piece) % 4
@@ -244,5 +245,6 @@ def parse_range(
     if not m or not (m[1] or m[2]): return None
     start, stop = (int(m[1]), min(int(m[2]) + 1, size) if m[2] else size) if m[1] else (max(size - int(m[2]), 0), size)
     if start >= stop:
-        raise HubError(416, f"Range {header} is not satisfiable for {size} bytes", headers={"Content-Range": f"bytes */{size}"})
+        raise HubError(416, f"Range {header} is not satisfiable for {size} bytes",
+                       headers={"Content-Range": f"bytes */{size}"})
     return start, stop
