@@ -25,7 +25,8 @@ _PUBLIC = {
                 "preference_pairs", "dpo_rounds"],
     "repnoise": ["RepNoiseConfig", "RepNoiseTrainer", "ImmunisedModel"],
     "repnoise_eval": ["immunisation_report", "harmful_finetune_attack", "RefusalClassifier", "disjoint_splits"],
-    "translora": ["transfer_lora", "Discriminator"],
+    "translora": ["transfer_lora", "TransferredAdapter", "Discriminator", "TransLoRATrainer", "SynthesisConfig",
+                  "DiscriminatorConfig", "DistillationConfig", "train_discriminator", "filter_prompts"],
     "emr": ["emr_merge", "EMRBundle", "task_arithmetic", "ties_merge"],
 }
 _WHERE = {name: module for module, names in _PUBLIC.items() for name in names}

@@ -9,6 +9,7 @@ import json
 import os
 import re
 import sys
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -193,28 +194,31 @@ class TransLoRAArguments:
     source_adapter: str = field(metadata={"help": "The LoRA trained on the source base: folder or repo id."})
     target_base: str = field(metadata={"help": "The base to move the LoRA to: folder or repo id."})
     seeds: str = field(metadata={"help": "Seed examples (prompt/completion rows): a file, folder or Hub dataset repo id."})
-    output_dir: str = field(default="translora-out", metadata={"help": "Where the target adapter is saved."})
+    adapter_dir: str = field(default="translora-adapter", metadata={"help": "Where the target adapter is saved (output_dir is the trainer's working folder)."})
     discriminator: str | None = field(default=None, metadata={"help": "A trained discriminator (folder or repo id) to filter synthetic prompts; none: no filter."})
+    threshold: float | None = field(default=None, metadata={"help": "P(real) a synthetic prompt needs to be kept; default: the discriminator's own."})
 
 def _translora():
     import adaptkit.translora
     return adaptkit.translora
 
-@command("translora", lambda: [TransLoRAArguments, _translora().TransLoRAConfig, PushArguments],
+@command("translora", lambda: [TransLoRAArguments, _translora().SynthesisConfig, _translora().DistillationConfig, HubArguments],
          "move a LoRA to another base model with synthetic data, a discriminator filter and distillation")
 def run_translora(
     args: TransLoRAArguments,  # the models and seeds
-    cfg,  # the stages' settings
-    push_args: PushArguments,  # where inputs come from and the artifact goes
+    synthesis,  # SynthesisConfig: synthetic prompts and teacher answers
+    distillation,  # DistillationConfig: the target LoRA, its training and push settings
+    hub: HubArguments,  # where inputs come from and the artifact goes
 ) -> dict:
     "Transfer `--source_adapter` onto `--target_base`."
     from adaptkit.data import SEEDS, load_rows
-    push = _push_target(push_args, push_args)
-    seeds = load_rows(args.seeds, SEEDS, endpoint=push_args.hub_endpoint, token=push_args.hub_token)
-    res = _translora().transfer_lora(args.source_base, args.source_adapter, args.target_base, seeds, output_dir=args.output_dir,
-                                     discriminator=args.discriminator, config=cfg, push_to=push and push["repo_id"],
-                                     endpoint=push_args.hub_endpoint, token=push_args.hub_token)
-    return _report(push, res.commit, adapter=res.output_dir, **res.counts, kept_fraction=res.kept_fraction)
+    push = _push_target(distillation, hub)
+    seeds = load_rows(args.seeds, SEEDS, endpoint=hub.hub_endpoint, token=distillation.hub_token)
+    adapter = _translora().transfer_lora(args.source_base, args.source_adapter, args.target_base, seeds, discriminator=args.discriminator,
+                                         synthesis=synthesis, distillation=_no_trainer_push(distillation), threshold=args.threshold,
+                                         endpoint=hub.hub_endpoint, token=distillation.hub_token)
+    out, commit = _save_or_push(adapter, Path(args.adapter_dir), push)
+    return _report(push, commit, adapter=out, **adapter.counts, kept_fraction=adapter.kept_fraction)
 
 # %% ../nbs/20_cli.ipynb #bdc06f81
 @dataclass
@@ -316,6 +320,7 @@ def parser_for(
     p = TrlParser(cmd.dataclasses(), prog=f"adaptkit {name}", description=cmd.help)
     for action in p._actions:  # argparse formats help with %: a literal "3%" in a field's help would break --help
         if action.help: action.help = re.sub(r"%(?!\()", "%%", action.help)
+        if action.dest == "report_to" and action.default is None: action.default = ["none"]  # a list field's default, as a list
     if cmd.defaults: p.set_defaults_with_config(**cmd.defaults())
     return p
 
@@ -344,6 +349,8 @@ def main(
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv or os.environ.get("ADAPTKIT_DEBUG", "") not in ("", "0")
     argv = [a for a in argv if a != "--debug"]
+    if not debug:  # the libraries' deprecation notices are for their callers (adaptkit), not for the command's user
+        warnings.filterwarnings("ignore", category=FutureWarning, module=r"(transformers|trl|peft|accelerate)\b")
     words = next((" ".join(argv[:n]) for n in (2, 1) if " ".join(argv[:n]) in COMMANDS), None)
     if words is None:
         print(_usage(), file=sys.stdout if not argv or argv[0] in ("-h", "--help") else sys.stderr)

@@ -196,32 +196,32 @@ def _repnoise(args: DemoArguments, hub: dict, base: tuple, work: Path, log: _Log
     log.add("repnoise", f"immunised ({args.repnoise_steps} steps), pulled", repo, commit, **measure(pulled.model))
 
 # %% ../nbs/21_demo.ipynb #f2914890
-def _translora(args: DemoArguments, hub: dict, smol: tuple, gemma: tuple, teacher, data, work: Path, log: _Log):
-    "Train and push a discriminator, transfer the PiSSA adapter to Gemma, push, pull, and score Gemma before/after."
+def _translora(args: DemoArguments, hub: dict, smol: tuple, gemma: tuple, pissa: tuple, data, work: Path, log: _Log):
+    "Train and push a discriminator, transfer the pushed PiSSA adapter to Gemma, push, pull, and score Gemma before/after."
     from adaptkit.models import generate_batched, load_causal_lm, load_tokenizer
     from adaptkit import translora as tl
-    stok, gtok = load_tokenizer(smol[0], revision=smol[1], **hub), load_tokenizer(gemma[0], revision=gemma[1], **hub)
-    real = _arith_prompts(stok, data["train"].select(range(40)))
+    source_tok, target_tok = load_tokenizer(smol[0], revision=smol[1], **hub), load_tokenizer(gemma[0], revision=gemma[1], **hub)
+    real = _arith_prompts(source_tok, data["train"].select(range(40)))
     seeds, test = real[:5], data["test"]
-    synth = tl.SynthesisConfig(num_synthetic=args.translora_synthetic, prompt_max_new_tokens=32, generation_batch_size=12,
-                               completion_max_new_tokens=6)
-    disc_cfg = tl.DiscriminatorConfig(str(work / "disc"), num_train_epochs=1, per_device_train_batch_size=8, **_CPU)
-    fake = tl.synthesize_prompts(load_causal_lm(smol[0], revision=smol[1], **hub), stok, seeds, synth, n=16, progress=False)
-    disc = tl.train_discriminator(smol[0], stok, real[5:21], fake, disc_cfg, endpoint=hub["endpoint"], token=hub["token"])
+    synthesis = tl.SynthesisConfig(num_synthetic=args.translora_synthetic, prompt_max_new_tokens=32, generation_batch_size=12,
+                                   completion_max_new_tokens=6)
+    fake = tl.synthesize_prompts(load_causal_lm(smol[0], revision=smol[1], **hub), source_tok, seeds, synthesis, n=24, progress=False)
+    disc = tl.train_discriminator(smol[0], source_tok, real[5:21], fake[:16], tl.DiscriminatorConfig(
+        str(work / "disc"), num_train_epochs=1, per_device_train_batch_size=8, **_CPU), endpoint=hub["endpoint"], token=hub["token"])
     disc_repo = f"{args.namespace}/SmolLM2-135M-arithmetic-discriminator"
     disc_commit = disc.push_to_hub(disc_repo, **hub)
     disc = tl.Discriminator.from_pretrained(disc_repo, revision=disc_commit, **hub)
-    log.add("translora", "discriminator (real vs synthetic prompts), pulled", disc_repo, disc_commit,
-            held_out_accuracy=disc.evaluate(real[21:37], fake[:8])["accuracy"])
-    dist = tl.DistillationConfig(str(work / "distill"), max_steps=args.translora_steps, per_device_train_batch_size=4,
-                                 learning_rate=5e-4, **_CPU)
-    adapter = tl.transfer_lora(teacher, gemma[0], seeds, discriminator=disc, synthesis=synth, distillation=dist,
-                               target_revision=gemma[1], endpoint=hub["endpoint"], token=hub["token"])
+    log.add("translora", "discriminator (real vs SmolLM2's synthetic prompts), pulled", disc_repo, disc_commit,
+            held_out_accuracy=disc.evaluate(real[21:37], fake[16:])["accuracy"])
+    distillation = tl.DistillationConfig(str(work / "distill"), max_steps=args.translora_steps, per_device_train_batch_size=4,
+                                         learning_rate=5e-4, **_CPU)
+    adapter = tl.transfer_lora(smol[0], pissa[0], gemma[0], seeds, discriminator=disc, synthesis=synthesis, distillation=distillation,
+                               revisions={"source_base": smol[1], "source_adapter": pissa[1], "target_base": gemma[1]}, **hub)
     repo = f"{args.namespace}/gemma-3-270m-arithmetic-translora"
     commit = adapter.push_to_hub(repo, **hub)
     pulled = tl.TransferredAdapter.from_pretrained(repo, revision=commit, **hub)
-    prompts = _arith_prompts(stok, test)
-    score = lambda m: _first_number_right(generate_batched(m, gtok, prompts, batch_size=32, max_new_tokens=6, progress=False), test)
+    prompts = _arith_prompts(source_tok, test)
+    score = lambda m: _first_number_right(generate_batched(m, target_tok, prompts, batch_size=32, max_new_tokens=6, progress=False), test)
     log.add("translora", "Gemma-3-270M alone", *gemma, accuracy=score(load_causal_lm(gemma[0], revision=gemma[1], **hub)))
     log.add("translora", f"Gemma + transferred LoRA (kept {adapter.counts['kept']} of {adapter.counts['synthetic']} prompts), pulled",
             repo, commit, accuracy=score(pulled.model))
@@ -280,10 +280,10 @@ def run_demo(
         hub, work = {"endpoint": endpoint, "token": args.hub_token}, Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="adaptkit-demo-")))
         print(f"adaptkit demo: Hub at {endpoint}" + ("" if args.hub_endpoint else f" (LocalHub, data in {cache_dir() / 'localhub'})"), flush=True)
         bases, data = _bases(hub, args.namespace, log), arithmetic_task(8 * max(args.pissa_steps, args.aligner_steps), args.n_test)
-        pissa_adapter, *_ = _pissa(args, hub, bases["smol"], data, work, log)
+        _, *pissa_repo = _pissa(args, hub, bases["smol"], data, work, log)
         _aligner(args, hub, bases["smol"], data, work, log)
         _repnoise(args, hub, bases["smol"], work, log)
-        _translora(args, hub, bases["smol"], bases["gemma"], pissa_adapter.model, data, work, log)
+        _translora(args, hub, bases["smol"], bases["gemma"], tuple(pissa_repo), data, work, log)
         _emr(args, hub, bases["minilm"], work, log)
     out = cache_dir() / "demo" / "results.json"
     out.parent.mkdir(parents=True, exist_ok=True)

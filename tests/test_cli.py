@@ -84,11 +84,12 @@ def test_translora_recipe_moves_a_lora(tiny_model_dir, tmp_path, capsys):
     get_peft_model(load(tiny_model_dir), LoraConfig(r=2, lora_alpha=4, target_modules=["q_proj", "v_proj"])).save_pretrained(tmp_path / "lora")
     seeds = jsonl(tmp_path / "seeds.jsonl", [{"prompt": f"what is {a} plus {a}?", "completion": f" {2 * a}"} for a in range(5)])
     res = run(["translora", "--config", RECIPES / "translora.yaml", "--source_base", tiny_model_dir, "--source_adapter", tmp_path / "lora",
-               "--target_base", tiny_model_dir, "--seeds", seeds, "--output_dir", tmp_path / "out", "--num_synthetic", "4",
-               "--prompt_max_new_tokens", "6", "--completion_max_new_tokens", "4", "--max_steps", "1", "--train_batch_size", "2",
-               "--target_modules", "q_proj", "--lora_r", "2"], capsys)
+               "--target_base", tiny_model_dir, "--seeds", seeds, "--output_dir", tmp_path / "run", "--adapter_dir", tmp_path / "out",
+               "--num_synthetic", "4", "--prompt_max_new_tokens", "6", "--completion_max_new_tokens", "4", "--max_steps", "1",
+               "--per_device_train_batch_size", "2", "--lora_target_modules", "q_proj", "--lora_r", "2", "--use_cpu", "true"], capsys)
     assert res["seeds"] == 5 and res["kept_fraction"] == 1.0
-    assert (Path(res["adapter"]) / "adapter_config.json").exists()
+    assert Path(res["adapter"]) == tmp_path / "out" and (tmp_path / "out" / "adapter_config.json").exists()
+    assert json.loads((tmp_path / "out" / "adaptkit.json").read_text())["artifact"] == "translora-adapter"
 
 
 @pytest.mark.parametrize("argv, message", [
