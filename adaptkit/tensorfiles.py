@@ -15,6 +15,7 @@ from pathlib import Path
 import torch
 from huggingface_hub import split_state_dict_into_shards_factory
 from safetensors import safe_open
+from transformers.utils.hub import convert_file_size_to_int  # ~0.8 s to import transformers' utils, once
 
 # %% auto #0
 __all__ = ['DTYPES', 'DTYPE_NAMES', 'nbytes', 'StreamWriter', 'size_in_bytes', 'ShardWriter', 'SafetensorsHeaderError',
@@ -78,7 +79,6 @@ def size_in_bytes(
     size: int | str,  # bytes, or a string such as "5GB", "500MB", "2GiB" (transformers' `max_shard_size` format)
 ) -> int:
     "Bytes from a shard size as transformers' `save_pretrained(max_shard_size=...)` takes it (transformers' own parser)."
-    from transformers.utils.hub import convert_file_size_to_int  # imported here: transformers takes a second to import
     try: return convert_file_size_to_int(size)
     except (ValueError, AttributeError) as e:
         raise ValueError(f"max_shard_size {size!r}: expected bytes as an int or a string like '5GB' or '2GiB'") from e
