@@ -143,32 +143,42 @@ def timed(fn):
     return time.perf_counter() - t
 
 
-def run_server(kind: str, folder: Path, root: Path, lfs: bool) -> dict:
-    "Medians of push (upload_folder) and pull (snapshot_download, fresh cache) through one server process."
-    from huggingface_hub import HfApi, constants, snapshot_download
+def start_server(kind: str, folder: Path, root: Path, lfs: bool) -> tuple:
+    "(process, endpoint) of one server in its own process."
     proc = subprocess.Popen([sys.executable, __file__, "--serve", kind, str(folder), str(root / f"{kind}-lfs{lfs}"),
                              str(int(lfs))], stdout=subprocess.PIPE, text=True)
+    return proc, f"http://127.0.0.1:{int(proc.stdout.readline())}"
+
+
+def run_mode(folder: Path, root: Path, lfs: bool) -> dict:
+    "Push (upload_folder) and pull (snapshot_download, fresh cache) through both servers, interleaved; medians."
+    from huggingface_hub import HfApi, constants, snapshot_download
+    servers = {kind: start_server(kind, folder, root, lfs) for kind in ("null", "localhub")}
+    times = {kind: {"push_s": [], "pull_s": []} for kind in servers}
+    ok = True
+    constants.HF_HUB_DISABLE_XET = lfs  # the LFS path is what clients with Xet disabled use
     try:
-        endpoint = f"http://127.0.0.1:{int(proc.stdout.readline())}"
-        constants.HF_HUB_DISABLE_XET = lfs  # the LFS path is what clients with Xet disabled use
-        api, pushes, pulls, ok = HfApi(endpoint=endpoint, token="bench"), [], [], True
         for i in range(REPEATS):
-            repo = f"bench/artifact-{i}"
-            api.create_repo(repo, exist_ok=True)
             fresh_bytes(folder)
-            pushes.append(timed(lambda: api.upload_folder(folder_path=folder, repo_id=repo)))
-            cache, got = root / f"cache-{kind}-{lfs}-{i}", {}
-            pulls.append(timed(lambda: got.setdefault("p", snapshot_download(repo, endpoint=endpoint, token="bench",
-                                                                              cache_dir=cache))))
-            if kind == "localhub":  # the null server serves the bytes it read at its start
-                ok &= all((Path(got["p"]) / f.name).read_bytes() == f.read_bytes() for f in folder.iterdir())
-            shutil.rmtree(cache)
-        constants.HF_HUB_DISABLE_XET = False
+            order = list(servers) if i % 2 == 0 else list(servers)[::-1]  # back to back, first one alternating
+            for kind in order:
+                endpoint = servers[kind][1]
+                api, repo, got = HfApi(endpoint=endpoint, token="bench"), f"bench/artifact-{i}", {}
+                api.create_repo(repo, exist_ok=True)
+                times[kind]["push_s"].append(timed(lambda: api.upload_folder(folder_path=folder, repo_id=repo)))
+                cache = root / f"cache-{kind}-{lfs}-{i}"
+                times[kind]["pull_s"].append(timed(lambda: got.setdefault("p", snapshot_download(
+                    repo, endpoint=endpoint, token="bench", cache_dir=cache))))
+                if kind == "localhub":  # the null server serves the bytes it read at its start
+                    ok &= all((Path(got["p"]) / f.name).read_bytes() == f.read_bytes() for f in folder.iterdir())
+                shutil.rmtree(cache)
     finally:
-        proc.terminate(); proc.wait(10)
-    out = {"push_s": pushes, "pull_s": pulls, "push_median_s": statistics.median(pushes),
-           "pull_median_s": statistics.median(pulls)}
-    return {**out, "identical_bytes": ok} if kind == "localhub" else out
+        constants.HF_HUB_DISABLE_XET = False
+        for proc, _ in servers.values(): proc.terminate(); proc.wait(10)
+    for t in times.values():
+        t.update(push_median_s=statistics.median(t["push_s"]), pull_median_s=statistics.median(t["pull_s"]))
+    times["localhub"]["identical_bytes"] = ok
+    return times
 
 
 def wait_for_quiet(limit_s: float = 300, below: float = 1.5) -> tuple:
@@ -190,7 +200,8 @@ def main():
                   "cpus": os.cpu_count(), "loadavg_at_start": load, "client": "huggingface_hub upload_folder / snapshot_download",
                   "copy_s": copies, "copy_median_s": copy_s, "profile": PROFILE, "modes": {}}
         for name, lfs in [("inline (client defaults, Xet on)", False), ("lfs (Xet disabled)", True)]:
-            null, hub = run_server("null", folder, root, lfs), run_server("localhub", folder, root, lfs)
+            times = run_mode(folder, root, lfs)
+            null, hub = times["null"], times["localhub"]
             m = {"localhub": hub, "null_server": null}
             for op in ("push", "pull"):
                 m[f"{op}_vs_null"] = hub[f"{op}_median_s"] / null[f"{op}_median_s"]
