@@ -22,7 +22,8 @@ import torch
 from fastcore.basics import patch
 
 from .emr_inputs import _MERGEABLE, _build_model, _check_task_name, _exclude_patterns
-from .hub import is_repo_id, model_card, pull, push_folder, write_metadata
+from .artifacts import render_card
+from .hub import is_repo_id, pull, push_folder, write_metadata
 from .tensorfiles import DTYPES, TensorFiles
 
 # %% auto #0
@@ -292,9 +293,9 @@ def _card(meta: dict, configs: dict, repo_id: str | None, results: list):
                 "format": f"{FORMAT} v{meta['version']}"}
     if base.get("prefix"): settings["base tensors read as"] = f"{base['prefix']}<name> (the tasks' names for the bare base's tensors)"
     origin = base.get("origin", {})
-    return model_card("emr", model_name=(repo_id or "emr-bundle").split("/")[-1], base_model=base.get("repo_id") or origin.get("repo_id"),
-                      base_revision=base.get("revision") or origin.get("revision"), summary=summary, usage=usage,
-                      settings=settings, results=results, pipeline_tag=kinds.pop() if len(kinds) == 1 else None)
+    return render_card("emr", model_name=(repo_id or "emr-bundle").split("/")[-1], base_model=base.get("repo_id") or origin.get("repo_id"),
+                       base_revision=base.get("revision") or origin.get("revision"), summary=summary, usage=usage,
+                       settings=settings, results=results, pipeline_tag=kinds.pop() if len(kinds) == 1 else None)
 
 # %% ../nbs/16_emr_bundle.ipynb #d99a7c92
 class EMRBundle:
