@@ -103,7 +103,7 @@ def _load_json(path: Path) -> dict:
 
 def _check_fields(path: Path, meta: dict):
     "Raise unless emr.json has its format and version and every field with the right JSON type."
-    if meta.get("format") != FORMAT or meta.get("version") not in (1, VERSION):
+    if meta.get("format") != FORMAT or type(meta.get("version")) is not int or meta["version"] not in (1, VERSION):
         raise BundleError(f"{path}: format {meta.get('format')!r} version {meta.get('version')!r}, expected {FORMAT!r} "
                           f"version 1 or {VERSION}")
     for field, kind in _FIELDS.items():
