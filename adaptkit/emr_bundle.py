@@ -23,7 +23,7 @@ from fastcore.basics import patch
 
 from .emr_inputs import _MERGEABLE, _build_model, _check_task_name, _exclude_patterns
 from .artifacts import render_card
-from .hub import is_repo_id, pull, push_folder, write_metadata
+from .hub import is_repo_id, leftover_folders, pull, push_folder, write_folder, write_metadata
 from .tensorfiles import DTYPES, TensorFiles
 
 # %% auto #0
@@ -198,10 +198,7 @@ def _check_headers(folder: Path, meta: dict, specs: dict):
     if meta["base"].get("path") == "base": _expect(TensorFiles.of_folder(folder / "base"), specs, f"{folder}/base/")
 
 # %% ../nbs/16_emr_bundle.ipynb #3b8e0ee5
-def _leftovers(folder: Path) -> list[Path]:
-    "Hidden `.{name}.tmp-*` / `.{name}.old-*` folders beside `folder`: saves in progress, or left by killed ones."
-    pattern = re.compile(rf"\.{re.escape(folder.name)}\.(tmp|old)-.*")
-    return sorted(p for p in folder.parent.glob(".*") if pattern.fullmatch(p.name) and p.is_dir())
+_leftovers = leftover_folders
 
 def _read_meta(folder: Path, verify: bool = True) -> dict:
     "emr.json of `folder`, checked field by field; with `verify`, the files' sha256s; then the weight files' headers."
@@ -225,43 +222,9 @@ def _read_meta(folder: Path, verify: bool = True) -> dict:
     return meta
 
 # %% ../nbs/16_emr_bundle.ipynb #c91e2c81
-def _is_dead(leftover: Path) -> bool:
-    "Whether the process that made `leftover` (its name holds the process id) is gone."
-    pid = re.search(r"\.(?:tmp|old)-(\d+)-", leftover.name)
-    if pid is None: return True  # an older adaptkit's name, without a pid
-    try: os.kill(int(pid[1]), 0)
-    except ProcessLookupError: return True
-    except PermissionError: return False
-    return False
-
-def _recover(out_dir: Path):
-    "Before a save: restore a previous bundle that a killed save moved aside, then remove dead saves' hidden folders."
-    dead = [p for p in _leftovers(out_dir) if _is_dead(p)]
-    saved = [p for p in dead if ".old-" in p.name and (p / "emr.json").is_file()]
-    if saved and not out_dir.exists():
-        os.rename(saved[-1], out_dir)
-        dead.remove(saved[-1])
-    for p in dead: shutil.rmtree(p, ignore_errors=True)
-
 def _replace_folder(out_dir: Path, write: Callable) -> Path:
-    "Call `write(tmp)` on a fresh hidden folder beside `out_dir`, then swap it in for `out_dir` (see above); return `out_dir`."
-    out_dir = Path(out_dir)
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    _recover(out_dir)
-    if out_dir.exists() and not (out_dir.is_dir() and ((out_dir / "emr.json").is_file() or not any(out_dir.iterdir()))):
-        raise FileExistsError(f"{out_dir} exists and is not an EMR bundle: not replacing it")
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-{os.getpid()}-", dir=out_dir.parent))
-    try:
-        write(tmp)
-        if not out_dir.exists(): os.rename(tmp, out_dir); return out_dir
-        old = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.old-{os.getpid()}-", dir=out_dir.parent))
-        os.rename(out_dir, old)  # onto the empty folder just made: an atomic rename of a directory onto an empty one
-        try: os.rename(tmp, out_dir)
-        except BaseException: os.rename(old, out_dir); raise
-        shutil.rmtree(old, ignore_errors=True)
-        return out_dir
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+    "`hub.write_folder` with emr.json as the marker: an existing folder is replaced only when it is a bundle."
+    return write_folder(out_dir, write, marker="emr.json")
 
 # %% ../nbs/16_emr_bundle.ipynb #b6104eda
 _PIPELINES = {"ForSequenceClassification": "text-classification", "ForCausalLM": "text-generation",

@@ -23,8 +23,8 @@ from huggingface_hub.utils import HFValidationError, validate_repo_id
 _log = logging.getLogger(__name__)
 
 # %% auto #0
-__all__ = ['METADATA_FILE', 'PAPERS', 'is_repo_id', 'looks_like_path', 'read_metadata', 'write_metadata', 'write_folder', 'pull',
-           'source_of', 'model_card', 'PushConflictError', 'push_folder']
+__all__ = ['METADATA_FILE', 'PAPERS', 'is_repo_id', 'looks_like_path', 'read_metadata', 'write_metadata', 'leftover_folders',
+           'write_folder', 'pull', 'source_of', 'model_card', 'PushConflictError', 'push_folder']
 
 # %% ../nbs/01_hub.ipynb #6d2b5f6a
 _PATH_SUFFIXES = (".jsonl", ".json", ".csv", ".tsv", ".txt", ".parquet", ".arrow", ".safetensors", ".gguf", ".bin",
@@ -85,21 +85,57 @@ def write_metadata(
     return meta
 
 # %% ../nbs/01_hub.ipynb #3ed44929
+def leftover_folders(
+    folder: str | Path,  # the folder a save writes
+) -> list[Path]:
+    "Hidden `.{name}.tmp-*` / `.{name}.old-*` folders beside `folder`: saves in progress, or left by killed ones."
+    folder = Path(folder)
+    pattern = re.compile(rf"\.{re.escape(folder.name)}\.(tmp|old)-.*")
+    return sorted(p for p in folder.parent.glob(".*") if pattern.fullmatch(p.name) and p.is_dir())
+
+def _is_dead(leftover: Path) -> bool:
+    "Whether the process that made `leftover` (its name holds the process id) is gone."
+    pid = re.search(r"\.(?:tmp|old)-(\d+)-", leftover.name)
+    if pid is None: return True  # an older adaptkit's name, without a pid
+    try: os.kill(int(pid[1]), 0)
+    except ProcessLookupError: return True
+    except PermissionError: return False
+    return False
+
+def _recover(out_dir: Path, marker: str):
+    "Before a save: restore what a killed save moved aside (when `out_dir` is gone), then remove dead saves' folders."
+    dead = [p for p in leftover_folders(out_dir) if _is_dead(p)]
+    saved = [p for p in dead if ".old-" in p.name and (p / marker).exists()]
+    if saved and not out_dir.exists():
+        os.rename(saved[-1], out_dir)
+        dead.remove(saved[-1])
+    for p in dead: shutil.rmtree(p, ignore_errors=True)
+
 def write_folder(
     out_dir: str | Path,  # the folder to create or replace
     write,  # a function filling the folder it is given
+    *,
+    marker: str = METADATA_FILE,  # a file that makes an existing folder one this save may replace
 ) -> Path:
-    "Call `write(tmp)` on a fresh folder beside `out_dir`, then move it to `out_dir` (replacing it); all or nothing."
+    "Call `write(tmp)` on a fresh folder beside `out_dir`, then swap it in for `out_dir`: the old one or the new one, never half."
     out_dir = Path(out_dir)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
+    _recover(out_dir, marker)
+    if out_dir.exists() and not (out_dir.is_dir() and ((out_dir / marker).exists() or not any(out_dir.iterdir()))):
+        raise FileExistsError(f"{out_dir} exists and was not written by adaptkit (no {marker}): not replacing it; "
+                              "remove it or choose another folder")
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-{os.getpid()}-", dir=out_dir.parent))
     try:
         write(tmp)
-        if out_dir.exists(): shutil.rmtree(out_dir)
-        os.replace(tmp, out_dir)
+        if not out_dir.exists(): os.rename(tmp, out_dir); return out_dir
+        old = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.old-{os.getpid()}-", dir=out_dir.parent))
+        os.rename(out_dir, old)  # onto the empty folder just made: a directory renamed onto an empty one, atomically
+        try: os.rename(tmp, out_dir)
+        except BaseException: os.rename(old, out_dir); raise
+        shutil.rmtree(old, ignore_errors=True)
+        return out_dir
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    return out_dir
 
 # %% ../nbs/01_hub.ipynb #f79b1a0e
 def _local_path(repo_id_or_path: str | Path) -> Path | None:
