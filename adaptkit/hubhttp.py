@@ -52,7 +52,10 @@ ROUTES = [(m, re.compile(p), h, k) for m, p, h, k in [
     ("PUT", _F + r"\.git/info/lfs/objects/(?P<oid>[0-9a-f]{64})", "lfs_upload", "r"),  # authorised by its signature
     ("POST", _F + r"\.git/info/lfs/verify", "lfs_verify", "w")]]
 
-def match_route(method: str, path: str) -> tuple:
+def match_route(
+    method: str,  # the HTTP method, e.g. "GET"
+    path: str,  # the request path, without the query
+) -> tuple:
     "(handler name, kind, URL-decoded groups) for a request; a 404 or 405 `HubError` if no row serves it."
     allowed = []
     for methods, rx, name, kind in ROUTES:

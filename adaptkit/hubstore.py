@@ -27,7 +27,11 @@ USER = "localhub"  # the user every valid token belongs to, and the namespace of
 # %% ../nbs/00_hubstore.ipynb #20e460d4
 class HubError(Exception):
     "An HTTP error answer: a status, a message, the `X-Error-Code` the client maps to an exception, extra headers."
-    def __init__(self, status: int, message: str, code: str | None = None, headers: dict | None = None):
+    def __init__(self,
+                 status: int,  # the HTTP status to answer with
+                 message: str,  # what went wrong, sent as the JSON `error`
+                 code: str | None = None,  # the Hub's `X-Error-Code` (RepoNotFound, RevisionNotFound, ...)
+                 headers: dict | None = None):  # more response headers
         super().__init__(message)
         self.status, self.message, self.code, self.headers = status, message, code, headers or {}
 
@@ -91,7 +95,9 @@ def front_matter(
 def _is_sha256(s) -> bool: return isinstance(s, str) and re.fullmatch(r"[0-9a-f]{64}", s) is not None
 
 @contextmanager
-def disk_errors(where: Path):
+def disk_errors(
+    where: Path,  # what is being written, for the message
+):
     "Turn a full disk or quota while writing under `where` into a 507 `HubError`."
     try: yield
     except OSError as e:
@@ -99,7 +105,10 @@ def disk_errors(where: Path):
         raise HubError(507, f"Insufficient storage: the LocalHub disk at {where} is full ({os.strerror(e.errno)}); "
                             "nothing was written") from None
 
-def git_blob_sha1(path: Path, size: int) -> str:
+def git_blob_sha1(
+    path: Path,  # the file
+    size: int,  # its size in bytes (git hashes a header with it)
+) -> str:
     "The git blob id of the file at `path` (sha1 of `blob <size>\\0` and its bytes)."
     h = hashlib.sha1(b"blob %d\0" % size)
     with open(path, "rb") as f:
@@ -108,7 +117,11 @@ def git_blob_sha1(path: Path, size: int) -> str:
 
 class BlobWriter:
     "One blob being written: `write` bytes as they come, then `close` (checks, renames) or `abort`; `head`: its start."
-    def __init__(self, store: "BlobStore", sha256: str | None = None, size: int | None = None, threaded: bool = False):
+    def __init__(self,
+                 store: "BlobStore",  # where the blob goes
+                 sha256: str | None = None,  # the expected hash (LFS uploads announce it); checked at the end
+                 size: int | None = None,  # the expected size; checked at the end
+                 threaded: bool = False):  # hash and write in a background thread while the caller reads the body
         self.store, self.want, self.want_size, self.n, self.head, self.error = store, sha256, size, 0, b"", None
         fd, self.tmp = tempfile.mkstemp(dir=store.root / "tmp")
         self.f, self.h, self.queue = os.fdopen(fd, "wb"), hashlib.sha256(), queue.Queue(8) if threaded else None
@@ -162,7 +175,8 @@ class BlobWriter:
 # %% ../nbs/00_hubstore.ipynb #a304e714
 class BlobStore:
     "Files stored once by sha256 under `root`, written atomically and checked against their hash when served."
-    def __init__(self, root: Path):
+    def __init__(self,
+                 root: Path):  # the hub's root folder (blobs live in `blobs/`)
         self.root, self.verified = Path(root), {}
         (self.root / "tmp").mkdir(parents=True, exist_ok=True)
         for stale in (self.root / "tmp").iterdir(): stale.unlink(missing_ok=True)  # left by a killed server
@@ -273,7 +287,8 @@ def _lock_root(root: Path):
 # %% ../nbs/00_hubstore.ipynb #d040a2c5
 class RepoStore:
     "Repos (visibility, gating, branches, tags) and their commits as JSON files under `root`; bytes in a `BlobStore`."
-    def __init__(self, root: Path):
+    def __init__(self,
+                 root: Path):  # the hub's root folder (repos live in `repos/`)
         self.root = Path(root)
         self.root.mkdir(parents=True, exist_ok=True)
         self._lockfile = _lock_root(self.root)

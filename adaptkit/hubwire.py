@@ -13,35 +13,55 @@ from .hubstore import (CHUNK, LFS_MIN_SIZE, LFS_SUFFIXES, BlobStore, HubError, c
                                git_blob_sha1)
 
 # %% ../nbs/00_hubwire.ipynb #97ab7f71
-def is_lfs(path: str, size: int, sample: bytes = b"") -> bool:
+def is_lfs(
+    path: str,  # the file's path in the repo
+    size: int,  # its size in bytes
+    sample: bytes = b"",  # its first bytes, to tell text from binary
+) -> bool:
     "Whether the Hub would store this file with LFS: large, binary, or a weights/archive suffix."
     return size > 0 and (size >= LFS_MIN_SIZE or path.lower().endswith(LFS_SUFFIXES) or b"\0" in sample[:512])
 
 def _pointer(e: dict) -> bytes:
     return f"version https://git-lfs.github.com/spec/v1\noid sha256:{e['sha256']}\nsize {e['size']}\n".encode()
 
-def blob_id(e: dict) -> str:
+def blob_id(
+    e: dict,  # a file entry of a commit's tree
+) -> str:
     "The git blob id the Hub lists for a file: of its content, or of its LFS pointer."
     if e["lfs"] or not e.get("sha1"): p = _pointer(e); return hashlib.sha1(b"blob %d\0" % len(p) + p).hexdigest()
     return e["sha1"]
 
-def last_commit_json(c: dict) -> dict: return {"id": c["id"], "title": c["title"], "date": c["date"]}
+def last_commit_json(
+    c: dict,  # a commit record
+) -> dict: return {"id": c["id"], "title": c["title"], "date": c["date"]}
 
-def file_json(path: str, e: dict, last: dict | None = None) -> dict:
+def file_json(
+    path: str,  # the file's path in the repo
+    e: dict,  # its tree entry
+    last: dict | None = None,  # the last commit that touched it (expand=True)
+) -> dict:
     "A tree/paths-info entry for a file (`last`: the commit that last changed it, for `expand=True`)."
     d = {"type": "file", "oid": blob_id(e), "size": e["size"], "path": path}
     if e["lfs"]: d["lfs"] = {"oid": e["sha256"], "size": e["size"], "pointerSize": len(_pointer(e))}
     if last: d["lastCommit"] = last_commit_json(last)
     return d
 
-def dir_json(files: dict, path: str, last: dict | None = None) -> dict:
+def dir_json(
+    files: dict,  # the commit's tree: path -> entry
+    path: str,  # the folder's path in the repo
+    last: dict | None = None,  # the last commit that touched it (expand=True)
+) -> dict:
     "A tree/paths-info entry for a folder; its oid hashes what it holds."
     inside = "\n".join(f"{p} {blob_id(e)}" for p, e in sorted(files.items()) if p.startswith(path + "/"))
     d = {"type": "directory", "oid": hashlib.sha1(inside.encode()).hexdigest(), "path": path}
     if last: d["lastCommit"] = last_commit_json(last)
     return d
 
-def tree_paths(files: dict, base: str = "", recursive: bool = False) -> tuple | None:
+def tree_paths(
+    files: dict,  # the commit's tree: path -> entry
+    base: str = "",  # the folder listed ("" for the root)
+    recursive: bool = False,  # list the whole subtree, not just the folder's children
+) -> tuple | None:
     "(folders, files) under folder `base` (all levels if `recursive`), sorted; None if `base` is not a folder."
     prefix, dirs, out = base + "/" if base else "", set(), []
     for p in sorted(files):
@@ -53,7 +73,12 @@ def tree_paths(files: dict, base: str = "", recursive: bool = False) -> tuple | 
     return sorted(dirs), out
 
 # %% ../nbs/00_hubwire.ipynb #82c08dc9
-def info_json(meta: dict, c: dict, card: dict | None, siblings: bool = True) -> dict:
+def info_json(
+    meta: dict,  # the repo's record
+    c: dict,  # the commit shown
+    card: dict | None,  # its README's YAML metadata
+    siblings: bool = True,  # list the files
+) -> dict:
     "What `model_info`/`dataset_info`/`repo_info` parse: id, sha, siblings, cardData, visibility, gating, dates."
     def sibling(p, e):
         s = {"rfilename": p, "size": e["size"], "blobId": blob_id(e)}
@@ -72,12 +97,16 @@ def info_json(meta: dict, c: dict, card: dict | None, siblings: bool = True) -> 
     if meta["type"] == "model": d["modelId"] = meta["id"]
     return d
 
-def commit_json(c: dict) -> dict:
+def commit_json(
+    c: dict,  # a commit record
+) -> dict:
     "A `list_repo_commits` entry."
     return {"id": c["id"], "title": c["title"], "message": c["message"], "date": c["date"],
             "authors": [{"user": u, "avatar": None} for u in c["authors"]]}
 
-def refs_json(meta: dict) -> dict:
+def refs_json(
+    meta: dict,  # the repo's record (branches and tags)
+) -> dict:
     "What `list_repo_refs` parses: branches and tags with the commits they point to."
     ref = lambda name, kind, sha: {"name": name, "ref": f"refs/{kind}/{name}", "targetCommit": sha}
     return {"branches": [ref(b, "heads", sha) for b, sha in sorted(meta["refs"].items())],
@@ -87,7 +116,10 @@ def refs_json(meta: dict) -> dict:
 # %% ../nbs/00_hubwire.ipynb #4393ae73
 _MISSING = object()
 
-def json_body(raw: bytes, what: str = "request body") -> dict:
+def json_body(
+    raw: bytes,  # the request body
+    what: str = "request body",  # its name in error messages
+) -> dict:
     "`raw` parsed as a JSON object; a 400 `HubError` naming `what` otherwise."
     try: body = json.loads(raw.strip() or b"{}")
     except (ValueError, RecursionError) as e:
@@ -95,7 +127,13 @@ def json_body(raw: bytes, what: str = "request body") -> dict:
     if not isinstance(body, dict): raise HubError(400, f"the {what} must be a JSON object, not {type(body).__name__}")
     return body
 
-def field(body: dict, name: str, types, default=_MISSING, what: str = "the request body"):
+def field(
+    body: dict,  # the parsed JSON body
+    name: str,  # the field to read
+    types,  # the type (or tuple of types) it must have
+    default=_MISSING,  # its value when absent; without one the field is required
+    what: str = "the request body",  # where the field is, for messages
+):
     "`body[name]` if it has one of `types` (`default` if absent, when given); a 400 naming the field otherwise."
     if name not in body or body[name] is None:
         if default is not _MISSING: return default

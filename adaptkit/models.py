@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerFast
 
-from .hub import pull, source_of, write_folder
+from .hub import pull, read_metadata, source_of, write_folder
 
 # %% auto #0
 __all__ = ['CHATML_TEMPLATE', 'SMOLLM2_REPO', 'load_causal_lm', 'load_tokenizer', 'load_base', 'load_adapter', 'tiny_tokenizer',
@@ -69,10 +69,13 @@ def load_adapter(
     endpoint: str | None = None,  # Hub endpoint
     is_trainable: bool = False,  # load for further training
     adapter_name: str = "default",  # the adapter's name in the PEFT model
+    ignore_base_mismatch: bool = False,  # load even when `model` is not the base the adapter records
 ):
-    "A `peft.PeftModel`: `model` with the adapter at `repo_or_path`."
+    "A `peft.PeftModel`: `model` with the adapter at `repo_or_path`, refused when the adapter records another base."
     from peft import PeftModel
+    from adaptkit.artifacts import check_base  # (artifacts builds on this module: imported here, when used)
     folder = pull(repo_or_path, revision=revision, token=token, endpoint=endpoint)
+    check_base(model, read_metadata(folder).get("source") or {}, f"the adapter {str(repo_or_path)!r}", ignore_base_mismatch)
     return PeftModel.from_pretrained(model, folder, is_trainable=is_trainable, adapter_name=adapter_name)
 
 # %% ../nbs/03_models.ipynb #470a0375

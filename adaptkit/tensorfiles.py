@@ -28,7 +28,9 @@ DTYPES = {"F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF1
           "U8": torch.uint8, "BOOL": torch.bool}  # safetensors' dtype names
 DTYPE_NAMES = {v: k for k, v in DTYPES.items()}
 
-def nbytes(spec: tuple) -> int:
+def nbytes(
+    spec: tuple,  # (dtype name, shape) as in a safetensors header
+) -> int:
     "The bytes of a tensor of `spec` = (safetensors dtype name, shape)."
     return math.prod(spec[1]) * DTYPES[spec[0]].itemsize
 
@@ -160,7 +162,8 @@ def read_header(
 
 class TensorFiles:
     "The tensors of one or more safetensors files: specs from the headers, one tensor (or rows of one) read at a time."
-    def __init__(self, paths: list[Path]):
+    def __init__(self,
+                 paths: list[Path]):  # the safetensors files of one model (shards), headers validated
         self.specs, self.file, self.where, self.key, self._open = {}, {}, {}, {}, {}
         for p in paths:
             for k, v in read_header(p).items():

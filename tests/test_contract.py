@@ -78,6 +78,8 @@ def test_pissa_adapter_round_trip_and_wrong_base(hub, base_repo, tiny_tok, tmp_p
     _check_card(hub, "me/pissa", "pissa", base_repo[0], "peft")
     with pytest.raises(BaseMismatchError, match=r"made on the base me/tiny-base"):
         adaptkit.PiSSAAdapter.from_pretrained("me/pissa", endpoint=hub.endpoint, revision="v1", base=tiny_causal_lm(tiny_tok, seed=5))
+    with pytest.raises(BaseMismatchError, match=r"made on the base me/tiny-base"):  # adaptkit's plain loader checks too
+        adaptkit.load_adapter(tiny_causal_lm(tiny_tok, seed=5), "me/pissa", endpoint=hub.endpoint)
 
 
 def test_aligner_round_trip(hub, base_repo, tiny_tok, tmp_path):
