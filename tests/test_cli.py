@@ -190,3 +190,25 @@ def test_hub_serve_subprocess_with_a_token_file(tmp_path):
     finally:
         proc.terminate(); proc.wait(timeout=30)
     assert "hf_secret_from_file" not in " ".join(proc.args)
+
+
+def test_refused_token_and_wrong_base_are_user_errors(tmp_path, capsys):
+    "A token the Hub refuses, and task models that do not fit their base: one line each, exit 2."
+    from adaptkit.localhub import LocalHub
+    (tmp_path / "f").mkdir(); (tmp_path / "f" / "a.txt").write_text("hi")
+    with LocalHub(tmp_path / "hub", token="hf_right_token") as hub:
+        code = main(["hub", "push", "--folder", str(tmp_path / "f"), "--repo_id", "me/x", "--hub_endpoint", hub.endpoint,
+                     "--token", "hf_wrong_token"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1 and "Traceback" not in err and "hf_wrong_token" not in err, err
+    tiny_classifier(0).save_pretrained(tmp_path / "base")
+    for i, task in enumerate(["a", "b"]):
+        other = BertForSequenceClassification(BertConfig(vocab_size=64, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                                                         intermediate_size=32, max_position_embeddings=32))
+        other.save_pretrained(tmp_path / task)
+    capsys.readouterr()  # (the saves' progress bars)
+    code = main(["emr", "--pretrained", str(tmp_path / "base"), "--finetuned", f"a={tmp_path / 'a'}", f"b={tmp_path / 'b'}",
+                 "--output_dir", str(tmp_path / "bundle")])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1 and "hidden_size" in err, err
+    assert not (tmp_path / "bundle").exists()
