@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import copy
 import importlib.resources
-import logging
 import math
 import tempfile
 import warnings
@@ -18,14 +17,12 @@ from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
 from .hub import PAPERS, is_repo_id, pull, push_folder, read_metadata, write_folder, write_metadata
 
-logger = logging.getLogger(__name__)
-
 # %% auto #0
-__all__ = ['logger', 'TEMPLATES', 'render_card', 'BaseMismatchError', 'fingerprint', 'check_base', 'Artifact', 'ModelArtifact',
-           'AdapterArtifact', 'ArtifactTrainerMixin']
+__all__ = ['render_card', 'BaseMismatchError', 'fingerprint', 'check_base', 'Artifact', 'ModelArtifact', 'AdapterArtifact',
+           'ArtifactTrainerMixin']
 
 # %% ../nbs/06_artifacts.ipynb #bbd778d9
-TEMPLATES = Path(str(importlib.resources.files("adaptkit"))) / "templates"  # shipped as package data
+_TEMPLATES = Path(str(importlib.resources.files("adaptkit"))) / "templates"  # shipped as package data
 
 def _eval_result(r: dict) -> EvalResult:
     "A `model-index` entry from a plain result dict (task, dataset, metric, value; optional split, names)."
@@ -80,7 +77,7 @@ def render_card(
         "No evaluation results were recorded for this artifact."
     settings_table = _table([[f"`{k}`", f"`{v}`"] for k, v in (settings or {}).items()], ["setting", "value"]) if settings else \
         "No settings were recorded."
-    return ModelCard.from_template(data, template_path=str(TEMPLATES / f"{method or 'checkpoint'}.md"), model_name=model_name,
+    return ModelCard.from_template(data, template_path=str(_TEMPLATES / f"{method or 'checkpoint'}.md"), model_name=model_name,
                                    summary=summary, made_with=_made_with(method), base_line=base_line, usage=usage.strip(),
                                    settings_table=settings_table, results_table=results_table, **template_kwargs)
 

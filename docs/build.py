@@ -154,13 +154,24 @@ def _render_value(obj, name, level):
     return f"{'#' * level} {name} {{ #{_anchor(name)} }}\n\n```python\n{name}: {type(obj).__name__} = {text}\n```"
 
 
+def _in_body(fn, cls) -> bool:
+    "Whether `fn` is written inside `cls`'s body (a method added later with `@patch` gets its own entry instead)."
+    import inspect
+    try:
+        lines, start = inspect.getsourcelines(cls)
+    except (OSError, TypeError):
+        return True
+    code = getattr(fn, "__code__", None)
+    return code is None or start <= code.co_firstlineno < start + len(lines)
+
+
 def _methods(cls, mod):
     "Public methods and properties defined in `cls`'s own body (inherited ones are documented upstream)."
     for k, v in vars(cls).items():
         if k.startswith("_"):
             continue
         fn = v.fget if isinstance(v, property) else getattr(v, "__func__", v)
-        if callable(fn) and getattr(fn, "__module__", None) == mod.__name__:
+        if callable(fn) and getattr(fn, "__module__", None) == mod.__name__ and _in_body(fn, cls):
             yield k, fn
 
 

@@ -42,5 +42,5 @@ def test_adapter_round_trip(tiny_model_dir, tmp_path):
 
 
 def test_missing_source_is_a_clear_error():
-    with pytest.raises(FileNotFoundError, match="neither an existing local path nor a Hub repo id"):
+    with pytest.raises(FileNotFoundError, match="no such local file or folder"):
         load_causal_lm("./not/a/../folder")
