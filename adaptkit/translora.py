@@ -413,7 +413,15 @@ def _deliver(adapter: TransferredAdapter, output_dir, push_to: str | None, name:
     if push_to: adapter.commit = adapter.push_to_hub(push_to, **hub, commit_message="Trans-LoRA transfer")
     return adapter
 
+def _open_inputs(inputs: dict, revisions: dict, hub: dict, timings: dict, distillation) -> tuple:
+    "`(folders, provenance, models)`: the transfer's inputs pulled and loaded (each stage timed), and where each came from."
+    with _timed_stage(timings, "pull"): folders = {k: pull(v, revision=revisions.get(k), **hub) for k, v in inputs.items()}
+    with _timed_stage(timings, "load"): models = _load_models(folders, distillation)
+    return folders, {k: _provenance(folders[k], inputs[k]) for k in inputs}, models
+
 # %% ../nbs/13_translora.ipynb #404eb438
+_PUSH_TO_DEPRECATED = "transfer_lora(push_to=...) is deprecated: call .push_to_hub(repo_id) on the TransferredAdapter it returns"
+
 def transfer_lora(
     source_base,  # the source base model: folder or Hub repo id
     source_adapter,  # the source LoRA: folder or Hub repo id
@@ -435,15 +443,13 @@ def transfer_lora(
     token: str | None = None,  # Hub token
 ) -> TransferredAdapter:
     "Move `source_adapter` from `source_base` to `target_base` with Trans-LoRA; the target adapter (saved to `output_dir`)."
-    if push_to: warnings.warn("transfer_lora(push_to=...) is deprecated: call .push_to_hub(repo_id) on the TransferredAdapter "
-                              "it returns", FutureWarning, stacklevel=2)
+    if push_to: warnings.warn(_PUSH_TO_DEPRECATED, FutureWarning, stacklevel=2)
     synthesis, distillation, threshold = _stage_settings(config, synthesis, distillation, threshold, output_dir)
     seed_prompts = load_seeds(seeds, synthesis.min_seeds)
     revisions, hub, timings = revisions or {}, dict(endpoint=endpoint, token=token), {}
-    inputs = {"source_base": source_base, "source_adapter": source_adapter, "target_base": target_base}
-    with _timed_stage(timings, "pull"): folders = {k: pull(v, revision=revisions.get(k), **hub) for k, v in inputs.items()}
-    provenance = {k: _provenance(folders[k], inputs[k]) for k in inputs}
-    with _timed_stage(timings, "load"): source_model, adapter_config, source_tok, target_tok, target = _load_models(folders, distillation)
+    folders, provenance, models = _open_inputs(dict(source_base=source_base, source_adapter=source_adapter, target_base=target_base),
+                                               revisions, hub, timings, distillation)
+    source_model, adapter_config, source_tok, target_tok, target = models
     with _timed_stage(timings, "synthesize"):
         generator = vllm_generator(folders["target_base"]) if synthesis.backend == "vllm" else target
         synthetic = synthesize_prompts(generator, target_tok, seed_prompts, synthesis)
