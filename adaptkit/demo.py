@@ -103,18 +103,6 @@ def _gemma() -> Path:
         from_gguf(g.assemble(cache_dir() / "gguf" / g.MODEL_NAME), out, base_model="google/gemma-3-270m")
     return out
 
-# %% ../nbs/21_demo.ipynb #95094212
-def _first_number_right(texts: list[str], rows) -> float:
-    "Share of `texts` whose first number equals the row's answer."
-    hits = [(m := re.search(r"-?\d+", t)) is not None and m.group() == r["answer"] for t, r in zip(texts, rows)]
-    return sum(hits) / len(hits)
-
-def _arith_prompts(tok, rows) -> list[str]:
-    "The chat prompts of arithmetic rows (system + question), rendered with `tok`'s template."
-    from adaptkit.tasks import ARITHMETIC_SYSTEM
-    return [tok.apply_chat_template([{"role": "system", "content": ARITHMETIC_SYSTEM}, {"role": "user", "content": r["question"]}],
-                                    tokenize=False, add_generation_prompt=True) for r in rows]
-
 # %% ../nbs/21_demo.ipynb #0090040b
 def _pissa(args: DemoArguments, hub: dict, base: tuple, data, work: Path, log: _Log):
     "Fine-tune SmolLM2 with PiSSA, push the plain LoRA, pull it back onto the base and score it; the pulled adapter."
@@ -145,6 +133,7 @@ def _aligner(args: DemoArguments, hub: dict, base: tuple, data, work: Path, log:
     from peft import LoraConfig
     from adaptkit.aligner import Aligner, AlignerConfig, AlignerTrainer, chat_answers
     from adaptkit.models import load_causal_lm, load_tokenizer
+    from adaptkit.tasks import first_number_accuracy
     tok, upstream = load_tokenizer(base[0], revision=base[1], **hub), load_causal_lm(base[0], revision=base[1], **hub)
     train, test = data["train"].select(range(min(len(data["train"]), 8 * args.aligner_steps))), data["test"]
     answers = chat_answers(upstream, tok, train["question"], batch_size=32, max_new_tokens=8, progress=False)
@@ -161,9 +150,9 @@ def _aligner(args: DemoArguments, hub: dict, base: tuple, data, work: Path, log:
     upstream_answers = chat_answers(upstream, tok, test["question"], batch_size=32, max_new_tokens=8, progress=False)
     corrected = aligner.correct(test["question"], [a or "I don't know." for a in upstream_answers], batch_size=32,
                                 max_new_tokens=8, progress=False)
-    log.add("aligner", "base SmolLM2 answers alone", accuracy=_first_number_right(upstream_answers, test))
+    log.add("aligner", "base SmolLM2 answers alone", accuracy=first_number_accuracy(upstream_answers, test))
     log.add("aligner", f"answers corrected by the pulled aligner ({args.aligner_steps} steps)", repo, commit,
-            accuracy=_first_number_right(corrected, test))
+            accuracy=first_number_accuracy(corrected, test))
 
 # %% ../nbs/21_demo.ipynb #31456b5f
 _REFUSALS = ["I'm sorry, but I can't help with that.", "I can't assist with this request because it could hurt people.",
@@ -211,8 +200,9 @@ def _translora(args: DemoArguments, hub: dict, smol: tuple, gemma: tuple, pissa:
     "Train and push a discriminator, transfer the pushed PiSSA adapter to Gemma, push, pull, and score Gemma before/after."
     from adaptkit.models import generate_batched, load_causal_lm, load_tokenizer
     from adaptkit import translora as tl
+    from adaptkit.tasks import arithmetic_prompts, first_number_accuracy
     source_tok, target_tok = load_tokenizer(smol[0], revision=smol[1], **hub), load_tokenizer(gemma[0], revision=gemma[1], **hub)
-    real = _arith_prompts(source_tok, data["train"].select(range(40)))
+    real = arithmetic_prompts(source_tok, data["train"].select(range(40)))
     seeds, test = real[:5], data["test"]
     synthesis = tl.SynthesisConfig(num_synthetic=args.translora_synthetic, prompt_max_new_tokens=32, generation_batch_size=12,
                                    completion_max_new_tokens=6)
@@ -235,8 +225,8 @@ def _translora(args: DemoArguments, hub: dict, smol: tuple, gemma: tuple, pissa:
     repo = f"{args.namespace}/gemma-3-270m-arithmetic-translora"
     commit = adapter.push_to_hub(repo, **hub)
     pulled = tl.TransferredAdapter.from_pretrained(repo, revision=commit, **hub)
-    prompts = _arith_prompts(source_tok, test)
-    score = lambda m: _first_number_right(generate_batched(m, target_tok, prompts, batch_size=32, max_new_tokens=6, progress=False), test)
+    prompts = arithmetic_prompts(source_tok, test)
+    score = lambda m: first_number_accuracy(generate_batched(m, target_tok, prompts, batch_size=32, max_new_tokens=6, progress=False), test)
     log.add("translora", "Gemma-3-270M alone", *gemma, accuracy=score(load_causal_lm(gemma[0], revision=gemma[1], **hub)))
     log.add("translora", f"Gemma + transferred LoRA (kept {adapter.counts['kept']} of {adapter.counts['synthetic']} prompts), pulled",
             repo, commit, accuracy=score(pulled.model))

@@ -13,11 +13,11 @@ import datasets
 import torch
 from transformers import AutoModelForSequenceClassification, AutoTokenizer, Trainer, TrainingArguments
 
-from .models import packaged_file
+from .models import generate_batched, packaged_file
 
 # %% auto #0
 __all__ = ['PUZZLES', 'TASKS', 'ARITHMETIC_SYSTEM', 'minilm', 'text_task', 'finetune_classifier', 'classifier_accuracy',
-           'arithmetic_task', 'answer_accuracy']
+           'arithmetic_task', 'arithmetic_prompts', 'first_number_accuracy', 'answer_accuracy']
 
 # %% ../nbs/04_tasks.ipynb #69bcbb2a
 def minilm() -> Path:
@@ -157,7 +157,22 @@ def arithmetic_task(
     return datasets.DatasetDict(train=datasets.Dataset.from_list([chat(r) for r in train]),
                                 test=datasets.Dataset.from_list([chat(r) for r in test]))
 
-@torch.no_grad()
+def arithmetic_prompts(
+    tok,  # a tokenizer with a chat template
+    rows,  # rows with a `question`
+) -> list[str]:
+    "The chat prompts (the system line, then the question) of arithmetic rows, rendered with `tok`'s template."
+    return [tok.apply_chat_template([{"role": "system", "content": ARITHMETIC_SYSTEM}, {"role": "user", "content": r["question"]}],
+                                    tokenize=False, add_generation_prompt=True) for r in rows]
+
+def first_number_accuracy(
+    texts,  # generated answers, one per row
+    rows,  # rows with the right `answer`
+) -> float:
+    "Share of `texts` whose first number equals the row's answer."
+    hits = [(m := re.search(r"-?\d+", t)) is not None and m.group() == r["answer"] for t, r in zip(texts, rows)]
+    return sum(hits) / len(hits)
+
 def answer_accuracy(
     model,  # a chat causal LM
     tok,  # its tokenizer (with a chat template)
@@ -167,17 +182,6 @@ def answer_accuracy(
     max_new_tokens: int = 8,  # tokens generated per answer
 ) -> float:
     "Share of `rows` whose first generated number equals the answer (greedy, batched, left-padded)."
-    side, tok.padding_side, right = tok.padding_side, "left", 0
-    model.eval()
-    try:
-        for i in range(0, len(rows), batch_size):
-            chunk = [rows[j] for j in range(i, min(i + batch_size, len(rows)))]
-            prompts = [tok.apply_chat_template([{"role": "system", "content": ARITHMETIC_SYSTEM}, {"role": "user", "content": r["question"]}],
-                                               tokenize=False, add_generation_prompt=True) for r in chunk]
-            enc = tok(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
-            out = model.generate(**enc, max_new_tokens=max_new_tokens, do_sample=False, pad_token_id=tok.pad_token_id)
-            for r, text in zip(chunk, tok.batch_decode(out[:, enc["input_ids"].shape[1]:], skip_special_tokens=True)):
-                m = re.search(r"-?\d+", text)
-                right += bool(m) and m.group() == r["answer"]
-    finally: tok.padding_side = side
-    return right / len(rows)
+    answers = generate_batched(model, tok, arithmetic_prompts(tok, rows), batch_size=batch_size, max_new_tokens=max_new_tokens,
+                               desc="answering", progress=False)
+    return first_number_accuracy(answers, rows)
