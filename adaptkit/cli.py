@@ -58,6 +58,13 @@ def command(
     return register
 
 # %% ../nbs/20_cli.ipynb #57180376
+def _lazy(
+    module: str,  # a module's import name
+):
+    "The module `module`, imported when a command is parsed or run (so `adaptkit --help` imports nothing heavy)."
+    import importlib
+    return importlib.import_module(module)
+
 def _push_target(args, hub: HubArguments) -> dict | None:
     "`{repo_id, endpoint, token, private, revision}` when `args` asks for a push (validated up front), else None."
     if not getattr(args, "push_to_hub", False): return None
@@ -104,7 +111,8 @@ class ModelArguments:
     model_name_or_path: str = field(default=None, metadata={"help": "The base model: a folder or a Hub repo id."})
     model_revision: str = field(default="main", metadata={"help": "Branch, tag or commit of the base model."})
 
-@command("pissa", lambda: [_trl().ScriptArguments, _pissa().PiSSAConfig, ModelArguments, HubArguments],
+@command("pissa", lambda: [_lazy("trl").ScriptArguments, _lazy("adaptkit.pissa").PiSSAConfig, ModelArguments,
+                           HubArguments],
          "fine-tune with PiSSA (SFT) and save/push the adapter as a plain LoRA")
 def run_pissa(
     script,  # TRL's ScriptArguments: the dataset
@@ -114,26 +122,20 @@ def run_pissa(
 ) -> dict:
     "Train a PiSSA adapter on `--dataset_name` rows (prompt/completion) and save it as a plain LoRA."
     from adaptkit.data import PROMPT_COMPLETION
+    from adaptkit.pissa import PiSSATrainer
     push = _push_target(cfg, hub)
     rows = _rows(script, PROMPT_COMPLETION, hub, cfg.hub_token)
-    trainer = _pissa().PiSSATrainer(model.model_name_or_path, _no_trainer_push(cfg), train_dataset=rows, base_revision=_revision(model),
-                                    hub_endpoint=hub.hub_endpoint, hub_token=cfg.hub_token)
+    trainer = PiSSATrainer(model.model_name_or_path, _no_trainer_push(cfg), train_dataset=rows, base_revision=_revision(model),
+                           hub_endpoint=hub.hub_endpoint, hub_token=cfg.hub_token)
     metrics = trainer.train().metrics
     if not trainer.is_world_process_zero(): return {}  # under accelerate launch, one process saves and pushes
     adapter = trainer.artifact(); adapter.datasets = _datasets(script)
     out, commit = _save_or_push(adapter, Path(cfg.output_dir) / "adapter", push)
     return _report(push, commit, adapter=out, train_loss=metrics.get("train_loss"), steps=trainer.state.global_step)
 
-def _trl():
-    import trl
-    return trl
-
-def _pissa():
-    import adaptkit.pissa
-    return adaptkit.pissa
-
 # %% ../nbs/20_cli.ipynb #64243dac
-@command("aligner", lambda: [_trl().ScriptArguments, _aligner().AlignerConfig, _trl().ModelConfig, HubArguments],
+@command("aligner", lambda: [_lazy("trl").ScriptArguments, _lazy("adaptkit.aligner").AlignerConfig, _lazy("trl").ModelConfig,
+                             HubArguments],
          "train an Aligner (identity warm-up, then Q-A-C corrections) and save/push it")
 def run_aligner(
     script,  # TRL's ScriptArguments: the dataset
@@ -143,23 +145,21 @@ def run_aligner(
 ) -> dict:
     "Train an aligner on `--dataset_name` rows (question/answer/correction)."
     from trl.trainer.utils import get_peft_config
+    from adaptkit.aligner import AlignerTrainer
     from adaptkit.data import QAC
     push = _push_target(cfg, hub)
     rows = _rows(script, QAC, hub, cfg.hub_token)
-    trainer = _aligner().AlignerTrainer(model.model_name_or_path, _no_trainer_push(cfg), rows, peft_config=get_peft_config(model),
-                                        hub_endpoint=hub.hub_endpoint, hub_token=cfg.hub_token)
+    trainer = AlignerTrainer(model.model_name_or_path, _no_trainer_push(cfg), rows, peft_config=get_peft_config(model),
+                             hub_endpoint=hub.hub_endpoint, hub_token=cfg.hub_token)
     metrics = trainer.train().metrics
     if not trainer.is_world_process_zero(): return {}
     aligner = trainer.artifact(); aligner.datasets = _datasets(script)
     out, commit = _save_or_push(aligner, Path(cfg.output_dir) / "aligner", push)
     return _report(push, commit, aligner=out, train_loss=metrics.get("train_loss"), warmup_rows=len(trainer.warmup))
 
-def _aligner():
-    import adaptkit.aligner
-    return adaptkit.aligner
-
 # %% ../nbs/20_cli.ipynb #63033592
-@command("repnoise", lambda: [_trl().ScriptArguments, _repnoise().RepNoiseConfig, _trl().ModelConfig, HubArguments],
+@command("repnoise", lambda: [_lazy("trl").ScriptArguments, _lazy("adaptkit.repnoise").RepNoiseConfig, _lazy("trl").ModelConfig,
+                              HubArguments],
          "immunise a model against harmful fine-tuning with RepNoise and save/push it")
 def run_repnoise(
     script,  # TRL's ScriptArguments: the dataset
@@ -171,20 +171,17 @@ def run_repnoise(
     from trl.trainer.utils import get_peft_config
     from adaptkit.data import HARMFUL_PAIRS
     from adaptkit.models import load_tokenizer
+    from adaptkit.repnoise import RepNoiseTrainer
     push = _push_target(cfg, hub)
     rows = _rows(script, HARMFUL_PAIRS, hub, cfg.hub_token)
     tok = load_tokenizer(model.model_name_or_path, revision=_revision(model), endpoint=hub.hub_endpoint, token=cfg.hub_token)
-    trainer = _repnoise().RepNoiseTrainer(model.model_name_or_path, _no_trainer_push(cfg), rows, processing_class=tok,
-                                          peft_config=get_peft_config(model), hub_endpoint=hub.hub_endpoint, hub_token=cfg.hub_token)
+    trainer = RepNoiseTrainer(model.model_name_or_path, _no_trainer_push(cfg), rows, processing_class=tok,
+                              peft_config=get_peft_config(model), hub_endpoint=hub.hub_endpoint, hub_token=cfg.hub_token)
     metrics = trainer.train().metrics
     if not trainer.is_world_process_zero(): return {}
     immunised = trainer.artifact(); immunised.datasets = _datasets(script)
     out, commit = _save_or_push(immunised, Path(cfg.output_dir) / "immunised", push)
     return _report(push, commit, model=out, train_loss=metrics.get("train_loss"))
-
-def _repnoise():
-    import adaptkit.repnoise
-    return adaptkit.repnoise
 
 # %% ../nbs/20_cli.ipynb #4bc4d843
 @dataclass
@@ -198,11 +195,8 @@ class TransLoRAArguments:
     discriminator: str | None = field(default=None, metadata={"help": "A trained discriminator (folder or repo id) to filter synthetic prompts; none: no filter."})
     threshold: float | None = field(default=None, metadata={"help": "P(real) a synthetic prompt needs to be kept; default: the discriminator's own."})
 
-def _translora():
-    import adaptkit.translora
-    return adaptkit.translora
-
-@command("translora", lambda: [TransLoRAArguments, _translora().SynthesisConfig, _translora().DistillationConfig, HubArguments],
+@command("translora", lambda: [TransLoRAArguments, _lazy("adaptkit.translora").SynthesisConfig,
+                               _lazy("adaptkit.translora").DistillationConfig, HubArguments],
          "move a LoRA to another base model with synthetic data, a discriminator filter and distillation")
 def run_translora(
     args: TransLoRAArguments,  # the models and seeds
@@ -212,11 +206,12 @@ def run_translora(
 ) -> dict:
     "Transfer `--source_adapter` onto `--target_base`."
     from adaptkit.data import SEEDS, load_rows
+    from adaptkit.translora import transfer_lora
     push = _push_target(distillation, hub)
     seeds = load_rows(args.seeds, SEEDS, endpoint=hub.hub_endpoint, token=distillation.hub_token)
-    adapter = _translora().transfer_lora(args.source_base, args.source_adapter, args.target_base, seeds, discriminator=args.discriminator,
-                                         synthesis=synthesis, distillation=_no_trainer_push(distillation), threshold=args.threshold,
-                                         endpoint=hub.hub_endpoint, token=distillation.hub_token)
+    adapter = transfer_lora(args.source_base, args.source_adapter, args.target_base, seeds, discriminator=args.discriminator,
+                            synthesis=synthesis, distillation=_no_trainer_push(distillation), threshold=args.threshold,
+                            endpoint=hub.hub_endpoint, token=distillation.hub_token)
     out, commit = _save_or_push(adapter, Path(args.adapter_dir), push)
     return _report(push, commit, adapter=out, **adapter.counts, kept_fraction=adapter.kept_fraction)
 
@@ -373,12 +368,9 @@ def main(
     return result if isinstance(result, int) else 0
 
 # %% ../nbs/20_cli.ipynb #d361749e
-def _demo():
-    import adaptkit.demo
-    return adaptkit.demo
-
-command("demo", lambda: [_demo().DemoArguments], "run the end-to-end demo: all five methods on real small models through a local Hub")(
-    lambda args: _demo().run_demo(args))
+command("demo", lambda: [_lazy("adaptkit.demo").DemoArguments],
+        "run the end-to-end demo: all five methods on real small models through a local Hub")(
+    lambda args: _lazy("adaptkit.demo").run_demo(args))
 
 # %% ../nbs/20_cli.ipynb #e14b2f67
 #| eval: false
