@@ -198,13 +198,11 @@ def _check_headers(folder: Path, meta: dict, specs: dict):
     if meta["base"].get("path") == "base": _expect(TensorFiles.of_folder(folder / "base"), specs, f"{folder}/base/")
 
 # %% ../nbs/16_emr_bundle.ipynb #3b8e0ee5
-_leftovers = leftover_folders
-
 def _read_meta(folder: Path, verify: bool = True) -> dict:
     "emr.json of `folder`, checked field by field; with `verify`, the files' sha256s; then the weight files' headers."
     path = folder / "emr.json"
     if not path.is_file():
-        old = [p for p in _leftovers(folder) if ".old-" in p.name]
+        old = [p for p in leftover_folders(folder) if ".old-" in p.name]
         hint = f"; an interrupted save left the previous bundle in {old[-1]} (the next save there restores it)" if old else ""
         raise FileNotFoundError(f"{folder}: no emr.json, not an EMR bundle{hint}")
     meta = _load_json(path)
@@ -404,7 +402,7 @@ def from_pretrained(
 ) -> EMRBundle:
     "Open a bundle from a folder or a Hub repo, verified (sha256 of every file) before any weight is read."
     path = Path(repo_id_or_path).expanduser()
-    if not path.exists() and [p for p in _leftovers(path) if ".old-" in p.name]: _read_meta(path)  # names the leftover
+    if not path.exists() and [p for p in leftover_folders(path) if ".old-" in p.name]: _read_meta(path)  # names the leftover
     folder = pull(repo_id_or_path, revision=revision, endpoint=endpoint, token=token)
     return cls(folder, endpoint=endpoint, token=token, **load_kwargs)
 
