@@ -11,13 +11,12 @@ __version__ = "0.1.0"
 import importlib
 
 _PUBLIC = {
-    "artifacts": ["Artifact", "AdapterArtifact", "ModelArtifact", "ArtifactTrainerMixin", "BaseMismatchError", "render_card",
-                  "fingerprint", "check_base"],
+    "artifacts": ["Artifact", "AdapterArtifact", "ModelArtifact", "ArtifactTrainerMixin", "render_card"],
     "hub": ["push_folder", "pull", "source_of", "read_metadata"],
     "localhub": ["LocalHub"],
     "data": ["load_rows", "validate_rows", "DataError", "Schema", "QAC", "PREFERENCE", "HARMFUL_PAIRS", "SEEDS",
              "PROMPT_COMPLETION", "CLASSIFICATION"],
-    "models": ["load_causal_lm", "load_tokenizer", "load_adapter", "generate_batched", "encode_completion", "from_gguf",
+    "models": ["BaseMismatchError", "fingerprint", "check_base", "load_causal_lm", "load_tokenizer", "load_adapter", "generate_batched", "encode_completion", "from_gguf",
                "smollm2", "tiny_causal_lm", "tiny_tokenizer"],
     "pissa": ["pissa_config", "PiSSAConfig", "PiSSATrainer", "PiSSAAdapter", "init_pissa", "save_pissa_as_lora",
               "quantization_error", "qpissa_error"],

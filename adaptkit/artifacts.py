@@ -16,10 +16,10 @@ import torch
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
 from .hub import PAPERS, is_repo_id, pull, push_folder, read_metadata, write_folder, write_metadata
+from .models import BaseMismatchError, check_base, fingerprint  # the base checks every artifact records
 
 # %% auto #0
-__all__ = ['render_card', 'BaseMismatchError', 'fingerprint', 'check_base', 'Artifact', 'ModelArtifact', 'AdapterArtifact',
-           'ArtifactTrainerMixin']
+__all__ = ['render_card', 'Artifact', 'ModelArtifact', 'AdapterArtifact', 'ArtifactTrainerMixin']
 
 # %% ../nbs/06_artifacts.ipynb #bbd778d9
 _TEMPLATES = Path(str(importlib.resources.files("adaptkit"))) / "templates"  # shipped as package data
@@ -81,53 +81,6 @@ def render_card(
                                    summary=summary, made_with=_made_with(method), base_line=base_line, usage=usage.strip(),
                                    settings_table=settings_table, results_table=results_table, **template_kwargs)
 
-# %% ../nbs/06_artifacts.ipynb #33ebdcad
-class BaseMismatchError(ValueError):
-    "An artifact loaded on a base model other than the one it was made from."
-
-def _weights(model) -> dict[str, torch.Tensor]:
-    "The weight matrices of `model` by their plain names (through a PEFT wrapper: no adapter tensors, no `base_layer`)."
-    model = model.get_base_model() if hasattr(model, "get_base_model") else model
-    return {n.replace(".base_layer.", "."): p for n, p in model.named_parameters() if p.dim() == 2 and "lora_" not in n}
-
-def fingerprint(
-    model,  # a transformers model, possibly PEFT-wrapped
-    n: int = 4,  # how many weight matrices (the first by name)
-    names: list[str] | None = None,  # exactly these weights instead (a recorded fingerprint's names)
-) -> dict[str, list[float]]:
-    "Sum and sum of squares (float64) of a few named weight matrices: cheap evidence of which base a model is."
-    weights = _weights(model)
-    out = {}
-    for name in names if names is not None else sorted(weights)[:n]:
-        w = weights.get(name)
-        out[name] = None if w is None else [w.detach().double().sum().item(), w.detach().double().square().sum().item()]
-    return out
-
-def _model_name(model) -> str:
-    name = getattr(getattr(model, "config", None), "name_or_path", "") or ""
-    return repr(name) if name else f"an in-memory {type(model).__name__}"
-
-def check_base(
-    model,  # the base the artifact is about to be used with
-    source: dict,  # the artifact's record: `base_model`, `base_revision`, `fingerprint`
-    what: str,  # the artifact, for the message
-    ignore_base_mismatch: bool = False,  # warn instead of raising
-    rtol: float = 1e-4,  # relative tolerance of each sum
-) -> None:
-    "Raise `BaseMismatchError` naming both bases when `model` is not the base `source` records (nothing recorded: no check)."
-    want = source.get("fingerprint")
-    if not want: return
-    got = fingerprint(model, names=list(want))
-    bad = next((k for k in want if got[k] is None or not all(math.isclose(a, b, rel_tol=rtol, abs_tol=1e-6) for a, b in zip(want[k], got[k]))), None)
-    if bad is None: return
-    recorded = source.get("base_model") or "a local base"
-    if source.get("base_revision"): recorded += f"@{source['base_revision'][:12]}"
-    why = "has no tensor" if got[bad] is None else "differs in"
-    msg = (f"{what} was made on the base {recorded}, but the model given ({_model_name(model)}) {why} {bad!r}: load it on "
-           "its own base (or pass ignore_base_mismatch=True to use it anyway)")
-    if not ignore_base_mismatch: raise BaseMismatchError(msg)
-    warnings.warn(msg, stacklevel=2)
-
 # %% ../nbs/06_artifacts.ipynb #1f3f8503
 class Artifact:
     "Base of every adaptkit artifact: `save_pretrained`, `from_pretrained`, `push_to_hub`, each with the method's card."
@@ -167,13 +120,16 @@ def model_card(self: Artifact, repo_id: str | None = None, name: str | None = No
                        base_revision=self.base_revision if base else None, datasets=self.datasets, results=self.results, **fields)
 
 @patch
+def _fill(self: Artifact, folder: Path, repo_id: str | None = None, name: str | None = None) -> None:
+    "Write the artifact's files, its record and its card into the existing `folder`."
+    self._write(folder)
+    write_metadata(folder, **self.record())
+    self.model_card(repo_id, name=name or Path(folder).name).save(folder / "README.md")
+
+@patch
 def _save(self: Artifact, folder: Path, repo_id: str | None = None) -> Path:
     "Write the artifact, its record and its card into `folder`, atomically (a temporary folder renamed into place)."
-    def write(tmp: Path):
-        self._write(tmp)
-        write_metadata(tmp, **self.record())
-        self.model_card(repo_id, name=Path(folder).name).save(tmp / "README.md")
-    return write_folder(folder, write)
+    return write_folder(folder, lambda tmp: self._fill(tmp, repo_id, name=Path(folder).name))
 
 @patch
 def save_pretrained(
@@ -315,7 +271,4 @@ class ArtifactTrainerMixin:
         out = Path(output_dir or self.args.output_dir)
         if out.name.startswith("checkpoint-"): return super()._save(output_dir, state_dict)
         out.mkdir(parents=True, exist_ok=True)
-        art = self.artifact()
-        art._write(out)
-        write_metadata(out, **art.record())
-        art.model_card(self.args.hub_model_id, name=out.name).save(out / "README.md")
+        self.artifact()._fill(out, self.args.hub_model_id)

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import math
 import os
+import warnings
 from pathlib import Path
 
 import torch
@@ -18,7 +20,7 @@ from .hub import pull, read_metadata, source_of, write_folder
 # %% auto #0
 __all__ = ['CHATML_TEMPLATE', 'SMOLLM2_REPO', 'load_causal_lm', 'load_tokenizer', 'load_base', 'load_adapter', 'tiny_tokenizer',
            'tiny_causal_lm', 'default_bf16', 'merged', 'generate_batched', 'encode_completion', 'completion_collator',
-           'from_gguf', 'cache_dir', 'packaged_file', 'smollm2']
+           'BaseMismatchError', 'fingerprint', 'check_base', 'from_gguf', 'cache_dir', 'packaged_file', 'smollm2']
 
 # %% ../nbs/03_models.ipynb #798be5b5
 def load_causal_lm(
@@ -73,7 +75,6 @@ def load_adapter(
 ):
     "A `peft.PeftModel`: `model` with the adapter at `repo_or_path`, refused when the adapter records another base."
     from peft import PeftModel
-    from adaptkit.artifacts import check_base  # (artifacts builds on this module: imported here, when used)
     folder = pull(repo_or_path, revision=revision, token=token, endpoint=endpoint)
     check_base(model, read_metadata(folder).get("source") or {}, f"the adapter {str(repo_or_path)!r}", ignore_base_mismatch)
     return PeftModel.from_pretrained(model, folder, is_trainable=is_trainable, adapter_name=adapter_name)
@@ -201,6 +202,53 @@ def completion_collator(
     if pad is None: raise ValueError("the tokenizer has no pad token: set tokenizer.pad_token (e.g. to its eos token) first")
     collate = DataCollatorForSeq2Seq(tokenizer, padding=True, label_pad_token_id=-100, return_tensors="pt")
     return lambda rows: collate([{k: r[k] for k in ("input_ids", "labels")} for r in rows])
+
+# %% ../nbs/03_models.ipynb #33ebdcad
+class BaseMismatchError(ValueError):
+    "An artifact loaded on a base model other than the one it was made from."
+
+def _weights(model) -> dict[str, torch.Tensor]:
+    "The weight matrices of `model` by their plain names (through a PEFT wrapper: no adapter tensors, no `base_layer`)."
+    model = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return {n.replace(".base_layer.", "."): p for n, p in model.named_parameters() if p.dim() == 2 and "lora_" not in n}
+
+def fingerprint(
+    model,  # a transformers model, possibly PEFT-wrapped
+    n: int = 4,  # how many weight matrices (the first by name)
+    names: list[str] | None = None,  # exactly these weights instead (a recorded fingerprint's names)
+) -> dict[str, list[float]]:
+    "Sum and sum of squares (float64) of a few named weight matrices: cheap evidence of which base a model is."
+    weights = _weights(model)
+    out = {}
+    for name in names if names is not None else sorted(weights)[:n]:
+        w = weights.get(name)
+        out[name] = None if w is None else [w.detach().double().sum().item(), w.detach().double().square().sum().item()]
+    return out
+
+def _model_name(model) -> str:
+    name = getattr(getattr(model, "config", None), "name_or_path", "") or ""
+    return repr(name) if name else f"an in-memory {type(model).__name__}"
+
+def check_base(
+    model,  # the base the artifact is about to be used with
+    source: dict,  # the artifact's record: `base_model`, `base_revision`, `fingerprint`
+    what: str,  # the artifact, for the message
+    ignore_base_mismatch: bool = False,  # warn instead of raising
+    rtol: float = 1e-4,  # relative tolerance of each sum
+) -> None:
+    "Raise `BaseMismatchError` naming both bases when `model` is not the base `source` records (nothing recorded: no check)."
+    want = source.get("fingerprint")
+    if not want: return
+    got = fingerprint(model, names=list(want))
+    bad = next((k for k in want if got[k] is None or not all(math.isclose(a, b, rel_tol=rtol, abs_tol=1e-6) for a, b in zip(want[k], got[k]))), None)
+    if bad is None: return
+    recorded = source.get("base_model") or "a local base"
+    if source.get("base_revision"): recorded += f"@{source['base_revision'][:12]}"
+    why = "has no tensor" if got[bad] is None else "differs in"
+    msg = (f"{what} was made on the base {recorded}, but the model given ({_model_name(model)}) {why} {bad!r}: load it on "
+           "its own base (or pass ignore_base_mismatch=True to use it anyway)")
+    if not ignore_base_mismatch: raise BaseMismatchError(msg)
+    warnings.warn(msg, stacklevel=2)
 
 # %% ../nbs/03_models.ipynb #ae1c69cf
 def from_gguf(
