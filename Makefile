@@ -58,7 +58,7 @@ readme: $(STAMP)
 	$(BIN)/python docs/make_readme.py
 
 bench: $(STAMP)
-	@for f in benchmarks/*.py; do echo "== $$f"; $(BIN)/python $$f || exit 1; done
+	@for f in benchmarks/[!_]*.py; do echo "== $$f"; $(BIN)/python $$f || exit 1; done
 
 clean-venv:
 	rm -rf $(VENV) .venv-olah

@@ -10,6 +10,7 @@ import re
 from pathlib import Path
 
 import datasets
+import numpy as np
 import torch
 from transformers import AutoModelForSequenceClassification, AutoTokenizer, Trainer, TrainingArguments
 
@@ -17,7 +18,8 @@ from .models import generate_batched, packaged_file
 
 # %% auto #0
 __all__ = ['PUZZLES', 'TASKS', 'ARITHMETIC_SYSTEM', 'minilm', 'text_task', 'finetune_classifier', 'classifier_accuracy',
-           'arithmetic_task', 'arithmetic_prompts', 'first_number_accuracy', 'answer_accuracy']
+           'arithmetic_task', 'arithmetic_prompts', 'first_number_hits', 'first_number_accuracy', 'answer_hits',
+           'answer_accuracy', 'bootstrap_ci']
 
 # %% ../nbs/04_tasks.ipynb #69bcbb2a
 def minilm() -> Path:
@@ -165,13 +167,34 @@ def arithmetic_prompts(
     return [tok.apply_chat_template([{"role": "system", "content": ARITHMETIC_SYSTEM}, {"role": "user", "content": r["question"]}],
                                     tokenize=False, add_generation_prompt=True) for r in rows]
 
+def first_number_hits(
+    texts,  # generated answers, one per row
+    rows,  # rows with the right `answer`
+) -> list[bool]:
+    "For each of `texts`, whether its first number equals the row's answer."
+    if len(texts) != len(rows): raise ValueError(f"{len(texts)} answers for {len(rows)} rows")
+    return [(m := re.search(r"-?\d+", t)) is not None and m.group() == r["answer"] for t, r in zip(texts, rows)]
+
 def first_number_accuracy(
     texts,  # generated answers, one per row
     rows,  # rows with the right `answer`
 ) -> float:
     "Share of `texts` whose first number equals the row's answer."
-    hits = [(m := re.search(r"-?\d+", t)) is not None and m.group() == r["answer"] for t, r in zip(texts, rows)]
+    hits = first_number_hits(texts, rows)
     return sum(hits) / len(hits)
+
+def answer_hits(
+    model,  # a chat causal LM
+    tok,  # its tokenizer (with a chat template)
+    rows,  # rows with `question` and `answer`
+    *,
+    batch_size: int = 50,  # prompts per generate call
+    max_new_tokens: int = 8,  # tokens generated per answer
+) -> list[bool]:
+    "For each of `rows`, whether the first generated number equals the answer (greedy, batched, left-padded)."
+    answers = generate_batched(model, tok, arithmetic_prompts(tok, rows), batch_size=batch_size, max_new_tokens=max_new_tokens,
+                               desc="answering", progress=False)
+    return first_number_hits(answers, rows)
 
 def answer_accuracy(
     model,  # a chat causal LM
@@ -182,6 +205,24 @@ def answer_accuracy(
     max_new_tokens: int = 8,  # tokens generated per answer
 ) -> float:
     "Share of `rows` whose first generated number equals the answer (greedy, batched, left-padded)."
-    answers = generate_batched(model, tok, arithmetic_prompts(tok, rows), batch_size=batch_size, max_new_tokens=max_new_tokens,
-                               desc="answering", progress=False)
-    return first_number_accuracy(answers, rows)
+    hits = answer_hits(model, tok, rows, batch_size=batch_size, max_new_tokens=max_new_tokens)
+    return sum(hits) / len(hits)
+
+# %% ../nbs/04_tasks.ipynb #16f48856
+def bootstrap_ci(
+    scores,  # per-item scores of one run, or one such list per seed (seeds may score different numbers of items)
+    *,
+    level: float = 0.95,  # coverage of the interval
+    n_boot: int = 4000,  # bootstrap replicates
+    seed: int = 0,  # seed of the resampling, so a report is reproducible
+) -> dict:
+    "Mean of the seeds' mean scores with a percentile bootstrap interval that resamples seeds, then items within them."
+    runs = [np.asarray(s, dtype=float) for s in (scores if isinstance(scores[0], (list, tuple, np.ndarray)) else [scores])]
+    if any(r.ndim != 1 or r.size == 0 for r in runs): raise ValueError("each seed needs a flat, non-empty list of item scores")
+    rng = np.random.default_rng(seed)
+    item_means = np.stack([r[rng.integers(0, r.size, (n_boot, r.size))].mean(1) for r in runs])  # seeds x replicates
+    picks = rng.integers(0, len(runs), (n_boot, len(runs)))
+    replicates = item_means[picks, np.arange(n_boot)[:, None]].mean(1)
+    low, high = np.quantile(replicates, [(1 - level) / 2, (1 + level) / 2])
+    return {"mean": float(np.mean([r.mean() for r in runs])), "low": float(low), "high": float(high), "level": level,
+            "n_seeds": len(runs), "n_items": [int(r.size) for r in runs]}

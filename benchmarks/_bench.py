@@ -1,0 +1,66 @@
+"""What every benchmark shares: a quiet machine before timing, the device named, medians, and one way to write results.
+
+A benchmark calls `start = quiet_start()` before its first timed run and `write_result(name, result, start)` at the
+end. On a loaded machine (1-minute load average above 0.75 per core, i.e. 1.5 on the 2-core box) `quiet_start` waits
+up to `ADAPTKIT_BENCH_WAIT` seconds (default 600) for the load to fall; if it does not, the benchmark refuses to run,
+unless `ADAPTKIT_BENCH_ALLOW_LOADED=1`, in which case the results are written to `<name>.loaded.json`, marked
+`"loaded": true`, and never replace the quiet `<name>.json`. Results from a GPU machine go to `<name>.<device>.json`.
+"""
+import datetime
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+RESULTS = Path(__file__).parent / "results"
+MAX_LOAD_PER_CORE = 0.75
+
+
+def max_load() -> float:
+    "The highest 1-minute load average at which timings are trusted on this machine (1.5 on 2 cores)."
+    return MAX_LOAD_PER_CORE * (os.cpu_count() or 1)
+
+
+def device() -> str:
+    "'cpu', or the CUDA device's name with spaces as dashes (e.g. 'NVIDIA-H100-80GB-HBM3')."
+    import torch
+    return torch.cuda.get_device_name().replace(" ", "-") if torch.cuda.is_available() else "cpu"
+
+
+def quiet_start(wait_s: float | None = None) -> dict:
+    "Wait for a quiet machine; return the start record (load average, time, whether it stayed loaded); exit if loaded."
+    wait_s = float(os.environ.get("ADAPTKIT_BENCH_WAIT", 600)) if wait_s is None else wait_s
+    deadline = time.monotonic() + wait_s
+    while os.getloadavg()[0] > max_load() and time.monotonic() < deadline: time.sleep(10)
+    load = os.getloadavg()
+    loaded = load[0] > max_load()
+    if loaded and os.environ.get("ADAPTKIT_BENCH_ALLOW_LOADED") != "1":
+        sys.exit(f"load average {load[0]:.2f} > {max_load():.2f} after waiting {wait_s:.0f} s: timings would be "
+                 f"inflated, so nothing is measured (ADAPTKIT_BENCH_ALLOW_LOADED=1 writes results marked loaded)")
+    return {"load_average_at_start": [round(x, 2) for x in load], "loaded": loaded,
+            "started": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
+
+
+def median(xs) -> float:
+    "Median of a non-empty sequence of numbers."
+    return statistics.median(xs)
+
+
+def write_result(name: str, result: dict, start: dict) -> Path:
+    "Write `result` with the start record, machine and device to results/<name>[.<device>][.loaded].json."
+    dev = device()
+    record = {**result, **start, "load_average_at_end": [round(x, 2) for x in os.getloadavg()], "device": dev,
+              "machine": platform.machine(), "cpus": os.cpu_count(), "python": platform.python_version()}
+    import torch
+    record["torch"], record["torch_threads"] = torch.__version__, torch.get_num_threads()
+    suffix = ("" if dev == "cpu" else f".{dev}") + (".loaded" if start["loaded"] else "")
+    out = RESULTS / f"{name}{suffix}.json"
+    RESULTS.mkdir(exist_ok=True)
+    tmp = out.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(record, indent=1) + "\n")
+    os.replace(tmp, out)
+    print(f"wrote {out}")
+    return out
