@@ -55,8 +55,12 @@ def test_pissa_recipe_pushes_a_plain_lora(hub, tiny_model_dir, tmp_path, capsys)
     adapter = pull("team/tiny-pissa", revision=res["commit"], endpoint=hub.endpoint)
     assert json.loads((adapter / "adapter_config.json").read_text())["r"] == 8  # 2r: the plain-LoRA form
     assert commit in (adapter / "README.md").read_text()  # the base's commit, pinned
+    ids = torch.tensor([[1, 2, 3]])
     model = PeftModel.from_pretrained(load_causal_lm("team/tiny", endpoint=hub.endpoint), adapter)
-    assert torch.isfinite(model(torch.tensor([[1, 2, 3]])).logits).all()
+    local = PeftModel.from_pretrained(load_causal_lm(tiny_model_dir), res["adapter"])
+    assert torch.equal(model(ids).logits, local(ids).logits)  # the pushed adapter is the one saved locally
+    base = load_causal_lm(tiny_model_dir)(ids).logits
+    assert torch.isfinite(base).all() and not torch.allclose(model(ids).logits, base)  # and it changes the base
 
 
 def test_aligner_recipe_with_lora_saves_template(tiny_model_dir, tmp_path, capsys):

@@ -7,6 +7,7 @@ import threading
 
 import datasets
 import pytest
+from huggingface_hub.errors import HfHubHTTPError
 
 from adaptkit.data import CLASSIFICATION, PROMPT_COMPLETION, QAC, DataError, load_rows, validate_rows
 
@@ -248,6 +249,7 @@ def test_a_missing_file_asks_no_hub(request_log, tmp_path, monkeypatch, name):
     with pytest.raises(FileNotFoundError, match=re.escape(f"{name!r}: no such local file or folder")):
         load_rows(name, QAC, endpoint=endpoint)
     assert log == []
-    with pytest.raises(Exception):  # the control: a repo id does reach the server
-        load_rows("team/data", QAC, endpoint=endpoint)
+    with pytest.raises(HfHubHTTPError, match=re.escape("404 Not Found' for url '" + endpoint + "/api/datasets/team/data")) as e:
+        load_rows("team/data", QAC, endpoint=endpoint)  # the control: a repo id does reach the server
+    assert e.value.response.status_code == 404
     assert log and log[0].startswith("GET /api/datasets/team/data")

@@ -72,9 +72,9 @@ def test_push_mirrors_the_folder(hub, tmp_path):
 
 def test_private_repo_and_token_hygiene(hub, tiny_model_dir, caplog):
     push_folder(tiny_model_dir, "team/private", endpoint=hub.endpoint, token=TOKEN, private=True, card=_card())
-    with pytest.raises(Exception) as anonymous:
+    with pytest.raises(RepositoryNotFoundError, match="404 Client Error") as anonymous:  # private: hidden from strangers
         pull("team/private", endpoint=hub.endpoint)
-    assert TOKEN not in str(anonymous.value)
+    assert anonymous.value.response.status_code == 404 and TOKEN not in str(anonymous.value)
     wrong = TOKEN[:-1] + "X"
     with caplog.at_level(logging.DEBUG), pytest.raises(HfHubHTTPError) as refused:
         push_folder(tiny_model_dir, "team/other", endpoint=hub.endpoint, token=wrong)
