@@ -16,6 +16,7 @@ from typing import Any
 import datasets
 import torch
 import torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint
 from fastcore.basics import patch
 from transformers import Trainer, TrainingArguments
 
@@ -28,8 +29,9 @@ logger = logging.getLogger(__name__)
 
 # %% auto #0
 __all__ = ['logger', 'RepNoiseConfig', 'pair_rows', 'format_prompt', 'encode_answer', 'repnoise_dataset', 'pad_answers',
-           'RepNoiseCollator', 'decoder_layers', 'readout', 'LayerCapture', 'mmd', 'layer_ce', 'repnoise_loss',
-           'RepNoiseTrainer', 'defence_settings', 'report_results', 'ImmunisedModel', 'save_repnoise', 'repnoise_card']
+           'RepNoiseCollator', 'decoder_layers', 'readout', 'LayerCapture', 'mmd', 'layer_ce', 'readout_ce',
+           'repnoise_loss', 'RepNoiseTrainer', 'defence_settings', 'report_results', 'ImmunisedModel', 'save_repnoise',
+           'repnoise_card']
 
 # %% ../nbs/12_repnoise.ipynb #7ef90bcb
 @dataclass
@@ -226,6 +228,60 @@ def layer_ce(
     logits = head(norm(hidden[:, :-1][keep])).float()
     return F.cross_entropy(logits, target[keep])
 
+# %% ../nbs/12_repnoise.ipynb #40981396
+class _LinearCE(torch.autograd.Function):
+    "Mean CE of `x @ weight.T + bias` against `target`, a chunk of rows at a time; the gradients are made in forward."
+    @staticmethod
+    def forward(ctx, x, weight, bias, target, rows_per_chunk: int, grads: bool):
+        n, total = len(x), x.new_zeros((), dtype=torch.float32)
+        gx = torch.zeros_like(x) if grads else None
+        gw = torch.zeros(weight.shape, dtype=torch.float32, device=x.device) if grads else None
+        gb = torch.zeros(weight.shape[0], dtype=torch.float32, device=x.device) if grads and bias is not None else None
+        for s in range(0, n, rows_per_chunk):
+            xc, tc = x[s:s + rows_per_chunk], target[s:s + rows_per_chunk]
+            logits = (xc @ weight.T).float()
+            if bias is not None: logits += bias.float()
+            lse = logits.logsumexp(-1)
+            total += (lse - logits.gather(1, tc[:, None]).squeeze(1)).sum()
+            if not grads: continue
+            p = logits.sub_(lse[:, None]).exp_()  # softmax, in place of the logits
+            p[torch.arange(len(tc), device=p.device), tc] -= 1
+            gx[s:s + rows_per_chunk] = (p.to(x.dtype) @ weight) / n
+            if gw.dtype == x.dtype: gw.addmm_(p.T, xc, alpha=1 / n)
+            else: gw.add_(p.T.to(x.dtype) @ xc, alpha=1 / n)  # bf16 product, float32 sum
+            if gb is not None: gb += p.sum(0) / n
+        ctx.dtypes = (x.dtype, weight.dtype, None if bias is None else bias.dtype)
+        ctx.save_for_backward(gx, gw, gb)
+        return total / n
+
+    @staticmethod
+    def backward(ctx, g):
+        scaled = [None if t is None else (t * g).to(d) for t, d in zip(ctx.saved_tensors, ctx.dtypes)]
+        return *scaled, None, None, None
+
+def readout_ce(
+    hiddens: Sequence[torch.Tensor],  # (batch, seq, width) residual streams, one per decoder layer
+    labels: torch.Tensor,  # (batch, seq) token ids, -100 where not scored
+    norm: torch.nn.Module,  # the model's final norm
+    head: torch.nn.Module,  # the model's LM head
+    *,
+    chunk_elements: int = 2**24,  # most logits held at once (rows x vocab)
+) -> torch.Tensor:
+    "Mean over layers of `layer_ce`, made at the answer positions only, without a layers x tokens x vocab tensor."
+    target = labels[:, 1:]
+    keep = target != -100
+    x = norm(torch.cat([h[:, :-1][keep] for h in hiddens]))  # (layers x answer tokens, width)
+    t = target[keep].repeat(len(hiddens))
+    rows = max(1, chunk_elements // getattr(head, "out_features", 2**16))
+    if type(head) is not torch.nn.Linear:  # e.g. an adapter on the head: recompute each chunk's logits in backward
+        ce = lambda xc, tc: F.cross_entropy(head(xc).float(), tc, reduction="sum")
+        return sum(checkpoint(ce, x[s:s + rows], t[s:s + rows], use_reentrant=False) for s in range(0, len(t), rows)) / len(t)
+    dev, weight, bias = x.device.type, head.weight, head.bias
+    dtype = torch.get_autocast_dtype(dev) if torch.is_autocast_enabled(dev) else weight.dtype
+    grads = torch.is_grad_enabled() and any(v is not None and v.requires_grad for v in (x, weight, bias))
+    with torch.autocast(dev, enabled=False):
+        return _LinearCE.apply(x.to(dtype), weight.to(dtype), bias, t, rows, grads)
+
 # %% ../nbs/12_repnoise.ipynb #511db0bf
 def repnoise_loss(
     model,  # the causal LM being trained (PEFT-wrapped or not)
@@ -247,7 +303,7 @@ def repnoise_loss(
     norm, head = readout(model)
     noise = torch.stack([mmd(a.float() * mask, torch.randn(a.shape, device=a.device) * mask, kernels=kernels, multiplier=multiplier)
                          for a in (cap.mlp[i] for i in cap.layers)]).mean()
-    harmful = torch.stack([layer_ce(cap.hidden[i], labels, norm, head) for i in cap.layers]).mean()
+    harmful = readout_ce([cap.hidden[i] for i in cap.layers], labels, norm, head)
     loss = harmless + beta * noise - alpha * torch.log1p(harmful)
     return {"loss": loss, "harmless_ce": harmless, "noise_mmd": noise, "harmful_ce": harmful}
 

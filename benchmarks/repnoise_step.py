@@ -1,12 +1,13 @@
-"""RepNoise training step vs a plain SFT step on the same batch (SmolLM2-135M, fp32, CPU): time per step and peak
-memory; then the hook-leak check: RSS after 200 vs 20 RepNoiseTrainer steps (a tiny Llama, so 200 steps fit in a
-minute on 2 cores; the per-step hook code is the same for any model).
+"""RepNoise training step vs a plain SFT step on the same batch (SmolLM2-135M, fp32, CPU): time per step, peak memory,
+and the multiply-adds each step does, counted analytically, so the time ratio can be read against the work ratio;
+then the hook-leak check: RSS after 200 vs 20 RepNoiseTrainer steps (a tiny Llama; the per-step hook code is the same
+for any model).
 Each variant runs in its own process and reads its own peak RSS (VmHWM, which starts afresh at exec; ru_maxrss would
-include the parent's peak).
-Writes benchmarks/results/repnoise.json. Run: .venv/bin/python benchmarks/repnoise_step.py"""
+include the parent's peak). Times are medians of the measured steps after warm-up steps.
+Writes benchmarks/results/repnoise.json through `_bench.write_result` (which waits for a quiet machine first).
+Run: .venv/bin/python benchmarks/repnoise_step.py"""
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -17,8 +18,10 @@ from pathlib import Path
 
 import torch
 
-OUT = Path(__file__).parent / "results" / "repnoise.json"
-BATCH, WARMUP, STEPS = 4, 2, 8
+sys.path.insert(0, str(Path(__file__).parent))
+from _bench import quiet_start, write_result  # noqa: E402
+
+BATCH, WARMUP, STEPS = 4, 2, 5
 warnings.filterwarnings("ignore")
 torch.set_num_threads(2)
 
@@ -42,8 +45,36 @@ def peak_mb():
     with open("/proc/self/status") as f: return next(int(l.split()[1]) for l in f if l.startswith("VmHWM")) / 1024
 
 
+def forward_macs(config, batch: int, seq: int, layers: int, head_tokens: int) -> int:
+    "Multiply-adds of a Llama-style forward over `layers` decoder layers of `batch x seq` tokens, LM head on `head_tokens`."
+    d, f, h, kv = config.hidden_size, config.intermediate_size, config.num_attention_heads, config.num_key_value_heads
+    hd = getattr(config, "head_dim", None) or d // h
+    projections = d * h * hd + 2 * d * kv * hd + h * hd * d + 3 * d * f  # q, k, v, o and the gated MLP, per token
+    attention = 2 * seq * h * hd  # scores and weighted values, per token (full seq x seq, as SDPA with a mask computes)
+    return layers * batch * seq * (projections + attention) + head_tokens * d * config.vocab_size
+
+
+def step_macs(config, batch: dict, variant: str, layers=None) -> dict:
+    "Multiply-adds of one training step (forward + backward = 3x forward for matmuls), by part; the optimiser is left out."
+    n_layers = config.num_hidden_layers
+    b, t_ok = batch["harmless_input_ids"].shape
+    parts = {"harmless_model": 3 * forward_macs(config, b, t_ok, n_layers, b * t_ok)}
+    if variant == "repnoise":
+        chosen = sorted({i % n_layers for i in layers}) if layers is not None else list(range(n_layers))
+        b, t = batch["harmful_input_ids"].shape
+        answer = int((batch["harmful_labels"][:, 1:] != -100).sum())
+        # the harmful forward runs every layer with the LM head on the last token only (logits_to_keep=1); backward
+        # reaches only the layers up to the last one read out
+        fwd = forward_macs(config, b, t, n_layers, b)
+        parts["harmful_model"] = fwd + 2 * forward_macs(config, b, t, max(chosen) + 1, 0)
+        parts["readouts_at_answer_tokens"] = 3 * len(chosen) * answer * config.hidden_size * config.vocab_size
+        parts["mmd"] = 3 * len(chosen) * (2 * b) ** 2 * t * config.hidden_size
+    parts["total"] = sum(parts.values())
+    return parts
+
+
 def step_variant(variant):
-    "Time `variant` ('repnoise' or 'sft') steps on SmolLM2-135M with one fixed batch; report times and memory."
+    "Time `variant` ('repnoise' or 'sft') steps on SmolLM2-135M with one fixed batch; report times, memory and MACs."
     from adaptkit.models import load_causal_lm, load_tokenizer, smollm2
     from adaptkit.repnoise import RepNoiseCollator, repnoise_dataset, repnoise_loss
     folder = smollm2()
@@ -61,7 +92,8 @@ def step_variant(variant):
         loss.backward(); opt.step(); opt.zero_grad(set_to_none=True)
         if i >= WARMUP: times.append(time.perf_counter() - t)
     return {"seconds": times, "median_s": statistics.median(times), "rss_after_load_mb": loaded, "peak_rss_mb": peak_mb(),
-            "peak_minus_loaded_mb": peak_mb() - loaded,
+            "peak_minus_loaded_mb": peak_mb() - loaded, "macs": step_macs(model.config, batch, variant),
+            "answer_tokens": int((batch["harmful_labels"][:, 1:] != -100).sum()),
             "tokens": {"harmful": list(batch["harmful_input_ids"].shape), "harmless": list(batch["harmless_input_ids"].shape)}}
 
 
@@ -95,20 +127,25 @@ def run(mode):
 
 
 def main():
+    start = quiet_start()
     result = {"model": "SmolLM2-135M-Instruct (fp32, CPU)", "batch_pairs": BATCH, "warmup_steps": WARMUP, "measured_steps": STEPS,
-              "optimizer": "AdamW", "torch_threads": torch.get_num_threads(), "machine": platform.processor() or platform.machine(),
+              "optimizer": "AdamW", "layers": "all",
               "note": "sft = forward+backward+AdamW on the harmless sequences only; repnoise = the full RepNoise loss "
-                      "(harmless forward + hooked harmful forward + per-layer readout CE + MMD) on the same batch",
+                      "(harmless forward + hooked harmful forward + per-layer read-out CE at the answer tokens + MMD) on "
+                      "the same batch. macs: multiply-adds of the matmuls (forward + backward = 3x forward), counted "
+                      "from the config and the padded batch; norms, activations, softmax and the optimiser are left out.",
               "variants": {v: run(v) for v in ("sft", "repnoise")}}
     sft, rep = result["variants"]["sft"], result["variants"]["repnoise"]
     result["time_ratio_repnoise_vs_sft"] = rep["median_s"] / sft["median_s"]
+    result["mac_ratio_repnoise_vs_sft"] = rep["macs"]["total"] / sft["macs"]["total"]
+    result["time_ratio_over_mac_ratio"] = result["time_ratio_repnoise_vs_sft"] / result["mac_ratio_repnoise_vs_sft"]
     result["peak_rss_ratio_repnoise_vs_sft"] = rep["peak_rss_mb"] / sft["peak_rss_mb"]
     result["step_memory_ratio_repnoise_vs_sft"] = rep["peak_minus_loaded_mb"] / sft["peak_minus_loaded_mb"]
     result["leak_check"] = run("leak")
-    OUT.parent.mkdir(exist_ok=True)
-    OUT.write_text(json.dumps(result, indent=2) + "\n")
+    write_result("repnoise", result, start)
     print(json.dumps({k: v for k, v in result.items() if k != "variants"}, indent=2))
-    for v, r in result["variants"].items(): print(f"{v}: median {r['median_s']:.2f} s/step, peak RSS {r['peak_rss_mb']:.0f} MiB")
+    for v, r in result["variants"].items():
+        print(f"{v}: median {r['median_s']:.2f} s/step, peak RSS {r['peak_rss_mb']:.0f} MiB, {r['macs']['total'] / 1e9:.1f} GMAC")
 
 
 if __name__ == "__main__":
