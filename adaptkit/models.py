@@ -146,6 +146,29 @@ def _new_text(tok, prompt_ids: torch.Tensor, ids: torch.Tensor, strip: bool) -> 
     full, pre = tok.batch_decode(ids, skip_special_tokens=True), tok.batch_decode(prompt_ids, skip_special_tokens=True)
     return [f[len(p):] if f.startswith(p) else n for f, p, n in zip(full, pre, new)]
 
+def _left_padded(rows: list[list[int]], pad_id: int, device) -> dict:
+    "`input_ids` and `attention_mask` of token lists, padded on the left to the longest."
+    width = max(len(r) for r in rows)
+    ids = torch.tensor([[pad_id] * (width - len(r)) + r for r in rows], device=device)
+    mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows], device=device)
+    return {"input_ids": ids, "attention_mask": mask}
+
+def _length_batches(rows: list[list[int]], batch_size: int, sort_by_length: bool) -> list[list[int]]:
+    "Row indices in batches: longest rows first when sorting (ties keep the caller's order), else the caller's order."
+    order = sorted(range(len(rows)), key=lambda i: -len(rows[i])) if sort_by_length else list(range(len(rows)))
+    return [order[i:i + batch_size] for i in range(0, len(order), batch_size)]
+
+def _checked_prompts(tokenizer, prompts, batch_size: int) -> list[str]:
+    "`prompts` as a list of strings, refused early when they, the batch size or the pad token are unusable."
+    if isinstance(prompts, str): raise TypeError("prompts: expected a list of strings, got one string (wrap it in a list)")
+    prompts = list(prompts)
+    if (bad := next((i for i, p in enumerate(prompts) if not isinstance(p, str)), None)) is not None:
+        raise TypeError(f"prompts[{bad}]: expected a string, got {type(prompts[bad]).__name__}")
+    if not isinstance(batch_size, int) or batch_size < 1: raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
+    if tokenizer.pad_token_id is None:
+        raise ValueError("the tokenizer has no pad token: set tokenizer.pad_token (e.g. to its eos token) first")
+    return prompts
+
 @torch.no_grad()
 def generate_batched(
     model,  # a causal LM
@@ -158,23 +181,27 @@ def generate_batched(
     progress: bool = True,  # show a progress bar (only when there is more than one batch)
     strip: bool = True,  # strip whitespace around each continuation
     add_special_tokens: bool = False,  # let the tokenizer add its special tokens (prompts usually carry them already)
+    sort_by_length: bool = True,  # batch prompts of similar token counts together (results stay in the caller's order)
     **generate_kwargs,  # passed to `generate` (do_sample, temperature, top_p, stop_strings, ...)
 ) -> list[str]:
     "The continuation of each prompt (new text only), generated in left-padded batches; greedy by default."
     from tqdm.auto import tqdm
+    prompts = _checked_prompts(tokenizer, prompts, batch_size)
     kw = {"do_sample": False, "pad_token_id": tokenizer.pad_token_id, **generate_kwargs}
     if not kw["do_sample"]: kw = {k: v for k, v in kw.items() if k not in ("temperature", "top_p", "top_k")}
     if "stop_strings" in kw: kw["tokenizer"] = tokenizer
-    side, training, out = tokenizer.padding_side, model.training, []
-    tokenizer.padding_side = "left"; model.eval()
+    rows = tokenizer(prompts, add_special_tokens=add_special_tokens)["input_ids"] if prompts else []
+    out, training = [None] * len(prompts), model.training
+    model.eval()
     try:
-        for i in tqdm(range(0, len(prompts), batch_size), desc=desc, disable=not progress or len(prompts) <= batch_size):
-            enc = tokenizer(list(prompts[i:i + batch_size]), return_tensors="pt", padding=True,
-                            add_special_tokens=add_special_tokens).to(model.device)
+        batches = _length_batches(rows, batch_size, sort_by_length)
+        for batch in tqdm(batches, desc=desc, disable=not progress or len(batches) <= 1):
+            enc = _left_padded([rows[i] for i in batch], tokenizer.pad_token_id, model.device)
             ids = model.generate(**enc, max_new_tokens=max_new_tokens, **kw)
-            out += _new_text(tokenizer, enc["input_ids"], ids, strip)
-    finally: tokenizer.padding_side = side; model.train(training)
+            for i, text in zip(batch, _new_text(tokenizer, enc["input_ids"], ids, strip)): out[i] = text
+    finally: model.train(training)
     return out
+
 
 # %% ../nbs/03_models.ipynb #4402e5b1
 def encode_completion(

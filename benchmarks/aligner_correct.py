@@ -1,63 +1,85 @@
-"""Aligner.correct throughput on SmolLM2-135M: corrections per second batched (8, 16) vs one at a time, same pairs,
-same number of new tokens per correction (min_new_tokens = max_new_tokens so every variant does equal work).
-Writes benchmarks/results/aligner.json. Run: .venv/bin/python benchmarks/aligner_correct.py"""
-import json
-import platform
-import statistics
+"""Aligner.correct throughput on SmolLM2-135M-Instruct: corrections per second batched (8 and 16, sorted by length; 16
+unsorted) vs one at a time, on question/answer pairs of mixed lengths (8 to about 90 prompt tokens of text around the
+template), with min_new_tokens = max_new_tokens so every variant does the same work. The variants run interleaved in
+each repeat (so load changes hit them alike); medians of the repeats and the speed-up measured within each repeat are
+reported, and every batched variant's corrections are compared with the one-at-a-time corrections (greedy: they must
+be equal). A prefill-only pass (1 new token) shows how much of the time no batching can save.
+Run (quiet machine): .venv/bin/python benchmarks/aligner_correct.py   -> benchmarks/results/aligner.json
+Smoke test (loaded): ADAPTKIT_BENCH_ALLOW_LOADED=1 ADAPTKIT_BENCH_WAIT=0 .venv/bin/python benchmarks/aligner_correct.py --pairs 16 --new-tokens 16 --repeats 1
+"""
+import argparse
 import time
 import warnings
-from pathlib import Path
 
 import torch
+from _bench import median, quiet_start, write_result
 
-from adaptkit.aligner import Aligner
+from adaptkit.aligner import Aligner, format_aligner_prompt
 from adaptkit.models import load_causal_lm, load_tokenizer, smollm2
 
-N_PAIRS, NEW_TOKENS, REPEATS = 32, 32, 3
-OUT = Path(__file__).parent / "results" / "aligner.json"
 warnings.filterwarnings("ignore")
+QUESTIONS = ["What is {a} plus {b}?", "Could you please tell me, step by step and without skipping anything, what {a} plus {b} "
+             "equals, and why?", "{a} + {b} = ?", "My teacher asked what the sum of {a} and {b} is; I have an exam tomorrow "
+             "and I want to be sure I understand how to add two numbers like these. What is it?"]
+ANSWER = "I think {a} plus {b} is {s}, but I am not sure."
+VARIANTS = {"one_at_a_time": (1, True), "batch_8": (8, True), "batch_16": (16, True), "batch_16_unsorted": (16, False)}
 
 
-def pairs():
-    qs = [f"What is {a} plus {b}?" for a, b in zip(range(3, 3 + N_PAIRS), range(40, 40 + N_PAIRS))]
-    answers = [f"I think {a} plus {b} is {a + b + (i % 3) - 1}, but I am not sure." for i, (a, b) in enumerate(zip(range(3, 3 + N_PAIRS), range(40, 40 + N_PAIRS)))]
+def pairs(n: int) -> tuple[list[str], list[str]]:
+    "`n` questions of four lengths with answers of one to four sentences: lengths mix as in real use."
+    qs, answers = [], []
+    for i in range(n):
+        a, b = 3 + i, 40 + i
+        qs.append(QUESTIONS[i % 4].format(a=a, b=b))
+        answers.append(" ".join(ANSWER.format(a=a, b=b, s=a + b + (i + k) % 3 - 1) for k in range(1 + (i * 7) % 4)))
     return qs, answers
 
 
+def timed(aligner, qs, answers, batch_size, sort, **kw):
+    "(seconds, corrections) of one `correct` call."
+    t = time.perf_counter()
+    out = aligner.correct(qs, answers, batch_size=batch_size, sort_by_length=sort, progress=False, **kw)
+    return time.perf_counter() - t, out
+
+
 def main():
-    global N_PAIRS, NEW_TOKENS, REPEATS
-    import argparse
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--pairs", type=int, default=N_PAIRS, help="question/answer pairs corrected per variant")
-    ap.add_argument("--new-tokens", type=int, default=NEW_TOKENS, help="tokens generated per correction")
-    ap.add_argument("--repeats", type=int, default=REPEATS, help="runs per variant (median reported)")
+    ap.add_argument("--pairs", type=int, default=32, help="question/answer pairs corrected per variant")
+    ap.add_argument("--new-tokens", type=int, default=64, help="tokens generated per correction (min = max)")
+    ap.add_argument("--repeats", type=int, default=3, help="interleaved runs per variant (median reported)")
     a = ap.parse_args()
-    N_PAIRS, NEW_TOKENS, REPEATS = a.pairs, a.new_tokens, a.repeats
+    torch.set_num_threads(2)
     folder = smollm2()
     aligner = Aligner(load_causal_lm(folder), load_tokenizer(folder))
-    qs, answers = pairs()
-    kw = dict(max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS)
-    aligner.correct(qs[:2], answers[:2], batch_size=2, **kw)  # warm-up
-    result = {"model": "SmolLM2-135M-Instruct (fp32, CPU)", "pairs": N_PAIRS, "new_tokens_per_correction": NEW_TOKENS,
-              "repeats": REPEATS, "torch_threads": torch.get_num_threads(), "machine": platform.processor() or platform.machine(),
-              "variants": {}}
-    outputs = {}
-    for batch in (1, 8, 16):
-        times = []
-        for _ in range(REPEATS):
-            t = time.perf_counter()
-            outputs[batch] = aligner.correct(qs, answers, batch_size=batch, **kw)
-            times.append(time.perf_counter() - t)
-        med = statistics.median(times)
-        result["variants"][f"batch_{batch}"] = {"seconds": times, "median_s": med, "corrections_per_s": N_PAIRS / med,
-                                                "new_tokens_per_s": N_PAIRS * NEW_TOKENS / med}
-        print(f"batch {batch:2d}: {N_PAIRS / med:.2f} corrections/s (median of {REPEATS}: {med:.1f} s)")
-    base = result["variants"]["batch_1"]["median_s"]
-    for v in result["variants"].values(): v["speedup_vs_one_at_a_time"] = base / v["median_s"]
-    result["identical_to_one_at_a_time"] = {f"batch_{b}": sum(a == c for a, c in zip(outputs[b], outputs[1])) / N_PAIRS for b in (8, 16)}
-    OUT.parent.mkdir(exist_ok=True)
-    OUT.write_text(json.dumps(result, indent=2) + "\n")
-    print(json.dumps(result, indent=2))
+    qs, answers = pairs(a.pairs)
+    lengths = [len(aligner.tokenizer(format_aligner_prompt(q, x, aligner.template))["input_ids"]) for q, x in zip(qs, answers)]
+    kw = dict(max_new_tokens=a.new_tokens, min_new_tokens=a.new_tokens)
+    aligner.correct(qs[:2], answers[:2], batch_size=2, max_new_tokens=2, progress=False)  # warm-up
+    start = quiet_start()
+    seconds, outputs, prefill = {v: [] for v in VARIANTS}, {}, {"one_at_a_time": [], "batch_16": []}
+    for r in range(a.repeats):
+        for name, (batch_size, sort) in VARIANTS.items():
+            s, outputs[name] = timed(aligner, qs, answers, batch_size, sort, **kw)
+            seconds[name].append(s)
+            print(f"repeat {r}: {name:18s} {s:6.1f} s", flush=True)
+        for name in prefill: prefill[name].append(timed(aligner, qs, answers, VARIANTS[name][0], True, max_new_tokens=1)[0])
+    single = seconds["one_at_a_time"]
+    variants = {name: {"batch_size": VARIANTS[name][0], "sorted_by_length": VARIANTS[name][1], "seconds": s,
+                       "median_s": median(s), "corrections_per_s": a.pairs / median(s),
+                       "speedup_per_repeat": [one / x for one, x in zip(single, s)],
+                       "median_speedup_vs_one_at_a_time": median([one / x for one, x in zip(single, s)]),
+                       "identical_to_one_at_a_time": outputs[name] == outputs["one_at_a_time"],
+                       "identical_fraction": sum(x == y for x, y in zip(outputs[name], outputs["one_at_a_time"])) / a.pairs}
+                for name, s in seconds.items()}
+    result = {"benchmark": "Aligner.correct, batched vs one at a time", "model": "SmolLM2-135M-Instruct (fp32, dequantized Q4_1 GGUF)",
+              "pairs": a.pairs, "prompt_tokens": {"min": min(lengths), "max": max(lengths), "total": sum(lengths)},
+              "new_tokens_per_correction": a.new_tokens, "repeats": a.repeats, "variants": variants,
+              "prefill_only_s": {k: {"seconds": v, "median_s": median(v)} for k, v in prefill.items()},
+              "all_batched_identical_to_one_at_a_time": all(v["identical_to_one_at_a_time"] for v in variants.values())}
+    for name, v in variants.items():
+        print(f"{name:18s} {v['corrections_per_s']:.2f} corrections/s, x{v['median_speedup_vs_one_at_a_time']:.2f}, "
+              f"identical: {v['identical_to_one_at_a_time']}")
+    write_result("aligner", result, start)
 
 
 if __name__ == "__main__":

@@ -1,14 +1,14 @@
 """Trans-LoRA generation on SmolLM2-135M: synthetic prompts per second when the target base writes them in left-padded
 batches vs one at a time (same seeds, same settings), and the time of each stage of a small transfer
-(source LoRA -> SmolLM2 target, with a discriminator). Writes benchmarks/results/translora.json.
-Run: .venv/bin/python benchmarks/translora_generate.py [--n 16] [--repeats 3]"""
+(source LoRA -> SmolLM2 target, with a discriminator). Batched and one-at-a-time synthesis run interleaved with the same
+seed in each repeat; medians and the speed-up within each repeat are reported, and the same few-shot prompts continued
+greedily batched and one at a time must give equal text (sampling draws differ with the batch, greedy must not).
+Run (quiet machine): .venv/bin/python benchmarks/translora_generate.py   -> benchmarks/results/translora.json
+Smoke test (loaded): ADAPTKIT_BENCH_ALLOW_LOADED=1 ADAPTKIT_BENCH_WAIT=0 .venv/bin/python benchmarks/translora_generate.py --n 8 --repeats 1 --no-transfer"""
 import argparse
 import dataclasses
 import json
-import os
-import platform
 import random
-import statistics
 import tempfile
 import time
 import warnings
@@ -18,12 +18,12 @@ import datasets
 import torch
 from peft import LoraConfig
 from trl import SFTConfig, SFTTrainer
+from _bench import median, quiet_start, write_result
 
 from adaptkit.models import load_causal_lm, load_tokenizer, smollm2
-from adaptkit.translora import (DiscriminatorConfig, DistillationConfig, SynthesisConfig, synthesize_prompts, train_discriminator,
-                                transfer_lora)
+from adaptkit.translora import (DiscriminatorConfig, DistillationConfig, SynthesisConfig, fewshot_prompt, generate_texts,
+                                synthesize_prompts, train_discriminator, transfer_lora)
 
-OUT = Path(__file__).parent / "results" / "translora.json"
 warnings.filterwarnings("ignore")
 CPU = {"use_cpu": True, "disable_tqdm": True, "bf16": False}
 
@@ -38,16 +38,23 @@ def arithmetic(n, seed):
     return rows
 
 
-def generation_rate(model, tok, seeds, cfg, n, batch_size, repeats):
-    "Distinct synthetic prompts per second over `repeats` runs (fresh seed each run)."
-    runs = []
-    for r in range(repeats):
-        c = dataclasses.replace(cfg, synthesis_seed=r)
-        t = time.perf_counter()
-        prompts = synthesize_prompts(model, tok, seeds, c, n=n, batch_size=batch_size, progress=False)
-        s = time.perf_counter() - t
-        runs.append({"seconds": s, "prompts": len(prompts), "prompts_per_s": len(prompts) / s})
-    return {"batch_size": batch_size, "runs": runs, "median_prompts_per_s": statistics.median(r["prompts_per_s"] for r in runs)}
+def synthesis_run(model, tok, seeds, cfg, n, batch_size, seed):
+    "Seconds and distinct prompts of one `synthesize_prompts` call."
+    t = time.perf_counter()
+    prompts = synthesize_prompts(model, tok, seeds, dataclasses.replace(cfg, synthesis_seed=seed), n=n, batch_size=batch_size,
+                                 progress=False)
+    s = time.perf_counter() - t
+    return {"seconds": s, "prompts": len(prompts), "prompts_per_s": len(prompts) / s}
+
+
+def greedy_check(model, tok, seeds, cfg, n, batch_size):
+    "The synthesis prompts (few-shot from the seeds) continued greedily, batched and one at a time: equal?"
+    cores = [s["prompt"] for s in seeds]
+    shown = [fewshot_prompt(random.Random(i).sample(cores, cfg.shots), cfg) for i in range(n)]
+    kw = dict(max_new_tokens=cfg.prompt_max_new_tokens, stop_strings=[cfg.stop], progress=False)
+    batched = generate_texts(model, tok, shown, batch_size=batch_size, **kw)
+    single = generate_texts(model, tok, shown, batch_size=1, **kw)
+    return {"prompts": n, "identical": batched == single, "identical_fraction": sum(a == b for a, b in zip(batched, single)) / n}
 
 
 def small_transfer(folder, tok, seeds, n, work: Path):
@@ -79,31 +86,35 @@ def small_transfer(folder, tok, seeds, n, work: Path):
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("--n", type=int, default=16)
-    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--n", type=int, default=16, help="distinct synthetic prompts per synthesis run (and batch size)")
+    p.add_argument("--repeats", type=int, default=3, help="interleaved batched/one-at-a-time runs (median reported)")
+    p.add_argument("--no-transfer", action="store_true", help="skip the timed small transfer")
     a = p.parse_args()
     torch.set_num_threads(2)
-    load = os.getloadavg()[0]  # the 2 cores are shared: a high load average slows everything below
     folder = smollm2()
     tok, model = load_tokenizer(folder), load_causal_lm(folder)
-    seeds = [r["prompt"] for r in arithmetic(5, seed=0)]
+    seeds = arithmetic(5, seed=0)
     cfg = SynthesisConfig(num_synthetic=a.n, prompt_max_new_tokens=24)
-    batched = generation_rate(model, tok, seeds, cfg, a.n, a.n, a.repeats)
-    print(f"batched ({a.n}): {batched['median_prompts_per_s']:.2f} prompts/s")
-    single = generation_rate(model, tok, seeds, cfg, a.n, 1, a.repeats)
-    print(f"one at a time: {single['median_prompts_per_s']:.2f} prompts/s")
-    result = {"model": "SmolLM2-135M-Instruct (dequantized Q4_1 GGUF)", "torch_threads": torch.get_num_threads(),
-              "machine": platform.processor() or platform.machine(), "n_prompts": a.n, "repeats": a.repeats,
-              "prompt_max_new_tokens": 24, "synthesis": {"batched": batched, "one_at_a_time": single,
-              "speedup_batched_vs_single": batched["median_prompts_per_s"] / single["median_prompts_per_s"]},
-              "load_average_1min_at_start": load}
-    print(f"speedup batched vs one at a time: {result['synthesis']['speedup_batched_vs_single']:.2f}x")
-    OUT.parent.mkdir(exist_ok=True)
-    OUT.write_text(json.dumps(result, indent=2) + "\n")  # the synthesis numbers first, in case the transfer fails
-    with tempfile.TemporaryDirectory() as d:
-        result["small_transfer"] = small_transfer(folder, tok, seeds, a.n, Path(d))
-    print(json.dumps(result["small_transfer"], indent=2))
-    OUT.write_text(json.dumps(result, indent=2) + "\n")
+    synthesis_run(model, tok, seeds, cfg, 2, 2, 99)  # warm-up
+    start = quiet_start()
+    runs = {"batched": [], "one_at_a_time": []}
+    for r in range(a.repeats):  # same seed for both in each repeat; interleaved so load changes hit both
+        runs["batched"].append(synthesis_run(model, tok, seeds, cfg, a.n, a.n, r))
+        runs["one_at_a_time"].append(synthesis_run(model, tok, seeds, cfg, a.n, 1, r))
+        print(f"repeat {r}: " + ", ".join(f"{k} {v[-1]['prompts_per_s']:.2f} prompts/s" for k, v in runs.items()), flush=True)
+    ratios = [b["prompts_per_s"] / o["prompts_per_s"] for b, o in zip(runs["batched"], runs["one_at_a_time"])]
+    check = greedy_check(model, tok, seeds, cfg, a.n, a.n)
+    result = {"benchmark": "Trans-LoRA synthesis, batched vs one at a time", "model": "SmolLM2-135M-Instruct (dequantized Q4_1 GGUF)",
+              "n_prompts": a.n, "batch_size": a.n, "repeats": a.repeats, "prompt_max_new_tokens": 24,
+              "synthesis": {**{k: {"runs": v, "median_prompts_per_s": median([x["prompts_per_s"] for x in v])} for k, v in runs.items()},
+                            "speedup_per_repeat": ratios, "median_speedup_batched_vs_single": median(ratios)},
+              "greedy_batched_identical_to_one_at_a_time": check}
+    print(f"speed-up batched vs one at a time: x{median(ratios):.2f} (per repeat {[round(x, 2) for x in ratios]}); greedy check {check}")
+    if not a.no_transfer:
+        with tempfile.TemporaryDirectory() as d:
+            result["small_transfer"] = small_transfer(folder, tok, [r["prompt"] for r in seeds], a.n, Path(d))
+        print(json.dumps(result["small_transfer"], indent=2))
+    write_result("translora", result, start)
 
 
 if __name__ == "__main__":

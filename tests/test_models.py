@@ -44,3 +44,79 @@ def test_adapter_round_trip(tiny_model_dir, tmp_path):
 def test_missing_source_is_a_clear_error():
     with pytest.raises(FileNotFoundError, match="no such local file or folder"):
         load_causal_lm("./not/a/../folder")
+
+
+MIXED = ["one", " ".join(["the answer to the question is"] * 12), "2 + 2 =", "what is six plus two", "a",
+         " ".join(["help"] * 30), "zero one two", "here is how the model can merge"]
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    from adaptkit.models import tiny_causal_lm, tiny_tokenizer
+    tok = tiny_tokenizer()
+    return tiny_causal_lm(tok, seed=1).eval(), tok
+
+
+def _token_ids(tok, texts):
+    return [tok(t, add_special_tokens=False)["input_ids"] for t in texts]
+
+
+def test_batched_equals_one_at_a_time_token_for_token_in_callers_order(tiny):
+    from adaptkit.models import generate_batched
+    model, tok = tiny
+    lengths = [len(ids) for ids in _token_ids(tok, MIXED)]
+    assert min(lengths) == 1 and max(lengths) > 50  # very different lengths: the batches are padded unless sorted
+    alone = [generate_batched(model, tok, [p], max_new_tokens=8, strip=False)[0] for p in MIXED]
+    assert len(set(alone)) == len(MIXED)  # every continuation differs, so a row mix-up cannot go unnoticed
+    for batch_size in (2, 3, 8):
+        for sort in (True, False):
+            got = generate_batched(model, tok, MIXED, batch_size=batch_size, max_new_tokens=8, strip=False, sort_by_length=sort)
+            assert _token_ids(tok, got) == _token_ids(tok, alone), (batch_size, sort)
+
+
+def test_batches_are_sorted_longest_first(tiny, monkeypatch):
+    from adaptkit.models import generate_batched
+    model, tok = tiny
+    seen, real = [], model.generate
+    monkeypatch.setattr(model, "generate", lambda **kw: seen.append(kw["attention_mask"].sum(1).tolist()) or real(**kw))
+    generate_batched(model, tok, MIXED, batch_size=3, max_new_tokens=2)
+    lengths = sorted((len(ids) for ids in _token_ids(tok, MIXED)), reverse=True)
+    assert seen == [lengths[0:3], lengths[3:6], lengths[6:8]]
+    seen.clear()
+    generate_batched(model, tok, MIXED, batch_size=3, max_new_tokens=2, sort_by_length=False)
+    assert seen[0] == [len(ids) for ids in _token_ids(tok, MIXED[:3])]
+
+
+def test_rows_that_stop_early_match_one_at_a_time(tiny):
+    "A row that hits EOS (or a stop string) stops; the others in its batch go on; each equals its lone run."
+    from adaptkit.models import generate_batched
+    model, tok = tiny
+    free = [generate_batched(model, tok, [p], max_new_tokens=8, strip=False)[0] for p in MIXED]
+    enc = tok(MIXED[2], return_tensors="pt", add_special_tokens=False)
+    stop_id = model.generate(**enc, max_new_tokens=8, do_sample=False)[0, enc["input_ids"].shape[1] + 1].item()
+    # the second new token of row 2 becomes EOS: row 2 (and maybe others) ends there
+    alone = [generate_batched(model, tok, [p], max_new_tokens=8, strip=False, eos_token_id=stop_id)[0] for p in MIXED]
+    assert len(alone[2]) < len(free[2]) and free[2].startswith(alone[2])  # row 2 really stopped early
+    assert any(a == f for a, f in zip(alone, free))  # and some rows did not stop
+    got = generate_batched(model, tok, MIXED, batch_size=4, max_new_tokens=8, strip=False, eos_token_id=stop_id)
+    assert got == alone
+    stop = free[5][len(free[5]) // 2:][:2]
+    alone = [generate_batched(model, tok, [p], max_new_tokens=8, strip=False, stop_strings=[stop])[0] for p in MIXED]
+    assert alone[5] != free[5] and stop in alone[5]
+    assert generate_batched(model, tok, MIXED, batch_size=8, max_new_tokens=8, strip=False, stop_strings=[stop]) == alone
+
+
+def test_generate_batched_refuses_bad_inputs_early(tiny):
+    from adaptkit.models import generate_batched, tiny_tokenizer
+    model, tok = tiny
+    with pytest.raises(TypeError, match="prompts: expected a list of strings, got one string"):
+        generate_batched(model, tok, "one prompt")
+    with pytest.raises(TypeError, match=r"prompts\[2\]: expected a string, got NoneType"):
+        generate_batched(model, tok, ["a", "b", None])
+    with pytest.raises(ValueError, match="batch_size must be a positive integer, got 0"):
+        generate_batched(model, tok, ["a"], batch_size=0)
+    no_pad = tiny_tokenizer()
+    no_pad.pad_token = None
+    with pytest.raises(ValueError, match="the tokenizer has no pad token"):
+        generate_batched(model, no_pad, ["a"])
+    assert generate_batched(model, tok, []) == []
