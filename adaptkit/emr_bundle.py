@@ -300,20 +300,54 @@ def _base_files(self: EMRBundle) -> TensorFiles:
         self._base, self._base_folder = files, folder
     return self._base
 
+# %% ../nbs/16_emr_bundle.ipynb #397c438b
+_EXPAND_CHUNK = 1 << 16  # parameters per step of a tensor's expansion: the step's float mask stays in the CPU caches
+
+def _expand(
+    base: torch.Tensor,  # the base's tensor (any float dtype)
+    unified: torch.Tensor,  # the unified task vector's tensor, same dtype and shape
+    packed: torch.Tensor,  # the task's mask of this tensor, packed by `pack_mask`
+    rescaler: float,  # the task's rescaler λ
+) -> torch.Tensor:
+    """`base + λ · mask · unified` in float32, returned in the base's dtype: bit for bit `torch.addcmul` over the whole
+    tensor, computed in steps of `_EXPAND_CHUNK` parameters (no whole-tensor float mask, no float32 copies)."""
+    b, u, bits = base.reshape(-1), unified.reshape(-1), packed.numpy()
+    out, mask = torch.empty_like(b), torch.empty(min(_EXPAND_CHUNK, b.numel()))
+    for a in range(0, b.numel(), _EXPAND_CHUNK):  # a multiple of 8: each step starts on a mask byte
+        z = min(a + _EXPAND_CHUNK, b.numel())
+        m = mask[:z - a].copy_(torch.from_numpy(np.unpackbits(bits[a // 8:(z + 7) // 8], count=z - a, bitorder="little")))
+        if b.dtype == torch.float32: torch.addcmul(b[a:z], u[a:z], m, value=rescaler, out=out[a:z])
+        else: out[a:z] = torch.addcmul(b[a:z].float(), u[a:z].float(), m, value=rescaler)  # cast as `.to` casts
+    return out.reshape(base.shape)
+
+class _LazyTensor:
+    "A tensor computed when read (`t[...]`), the way transformers reads a checkpoint's safetensors slices while loading."
+    def __init__(self, compute: Callable, what: str): self.compute, self.what = compute, what
+
+    def __getitem__(self, index) -> torch.Tensor:
+        try: return self.compute()[index]
+        except Exception as e:
+            e.add_note(f"while computing {self.what}")  # the error as raised, with the tensor it was computing
+            raise
+
+# %% ../nbs/16_emr_bundle.ipynb #d247232d
+@patch
+def _task_tensors(self: EMRBundle, task: str) -> dict[str, _LazyTensor]:
+    "Tensor name -> the tensor of `task`'s model, computed when read: merged tensors expanded, the task's own ones read."
+    base, unified = self._base_files(), TensorFiles.of_folder(self.folder / "unified")
+    masks = TensorFiles([self.folder / "tasks" / self._task(task) / "mask.safetensors"])
+    own, rescaler = TensorFiles([self.folder / "tasks" / task / "own.safetensors"]), self.meta["rescalers"][task]
+    def merged(name): return lambda: _expand(base.read(name), unified.read(name), masks.read(name), rescaler)
+    tensors = {n: merged(n) for n in self.meta["tensors"]} | {n: (lambda n=n: own.read(n)) for n in own.specs}
+    return {n: _LazyTensor(compute, f"tensor {n!r} of task {task!r}") for n, compute in tensors.items()}
+
 @patch
 def task_state_dict(
     self: EMRBundle,
     task: str,  # which task's weights
 ) -> dict[str, torch.Tensor]:
     "The weights of `task`'s model: base + rescaler · mask · unified for merged tensors, its own tensors for the rest."
-    base, unified = self._base_files(), TensorFiles.of_folder(self.folder / "unified")
-    masks = TensorFiles([self.folder / "tasks" / self._task(task) / "mask.safetensors"])
-    rescaler, out = self.meta["rescalers"][task], {}
-    for name, s in self.meta["tensors"].items():
-        mask = unpack_mask(masks.read(name), s["shape"]).view(torch.uint8).float()  # (from uint8: a faster conversion than bool's)
-        out[name] = torch.addcmul(base.read(name).float(), unified.read(name).float(), mask, value=rescaler).to(DTYPES[s["dtype"]])
-    own = TensorFiles([self.folder / "tasks" / task / "own.safetensors"])
-    return out | {n: own.read(n) for n in own.specs}
+    return {name: tensor[...] for name, tensor in self._task_tensors(task).items()}
 
 @patch
 def task_config(
@@ -333,9 +367,9 @@ def load_task_model(
     dtype: torch.dtype | None = None,  # weights' dtype; default: the base's
     **kwargs,  # passed to the architecture's `from_pretrained`
 ):
-    "The transformers model of `task` (its own config and head), loaded strictly from `task_state_dict(task)`."
+    "The transformers model of `task` (its own config and head), loaded strictly, each weight computed as it is loaded."
     dtype = dtype or DTYPES[next(iter(self.meta["tensors"].values()))["dtype"]]
-    return _build_model(self.task_config(task), self.task_state_dict(task), dtype, f"task {task!r}", **kwargs)
+    return _build_model(self.task_config(task), self._task_tensors(task), dtype, f"task {task!r}", **kwargs)
 
 # %% ../nbs/16_emr_bundle.ipynb #89ef35b1
 def _results_for(bundle: EMRBundle, results: list | None, verb: str) -> list[dict]:

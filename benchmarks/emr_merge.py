@@ -1,13 +1,19 @@
 """EMR-Merging at scale: merge time and peak RSS of `adaptkit.emr.emr_merge` for N=4 and N=8 fine-tuned models at two
-sizes (~100M and ~400M float32 parameters, random LLM-shaped safetensors shards), against (a) the I/O floor, reading
-every input tensor once with safetensors, and (b) a naive in-memory implementation of the official code; bundle bytes
-against N separate checkpoints and the cost of each added task; time to materialise one task's weights against loading
-a plain checkpoint; time to open a bundle with every file's sha256 verified. Every variant runs in its own subprocess,
-which reports its own peak memory: VmHWM (resident pages, memory-mapped file pages included) and the peak of RssAnon
-(anonymous memory, what the process allocated), sampled every 2 ms; medians over repeats; ratios against the baselines of the same run. Writes benchmarks/results/emr.json.
+sizes (~111M and ~419M float32 parameters, random Llama-shaped safetensors shards with a classification head per task),
+against (a) the I/O floor, reading every input tensor once with safetensors, and (b) a naive in-memory implementation of
+the official code; bundle bytes against N separate checkpoints and the cost of each added task; `load_task_model` of one
+task followed by one pass over every weight against `from_pretrained` of a plain checkpoint of the same size followed by
+the same pass (and the same at the state-dict level: `task_state_dict` against safetensors' `load_file`, each summed);
+time to open a bundle with every file's sha256 verified. Every variant runs in its own subprocess, which reports its own
+peak memory: VmHWM (resident pages, memory-mapped file pages included) and the peak of RssAnon (anonymous memory, what the
+process allocated), sampled every 2 ms. A variant and its baseline run alternately, repeat after repeat; each ratio is
+the median of the per-repeat ratios (and the ratio of the medians is recorded too). Waits for a quiet machine and
+writes through benchmarks/_bench.py: benchmarks/results/emr.json (emr.loaded.json on a loaded machine, with
+ADAPTKIT_BENCH_ALLOW_LOADED=1).
 
-Run: .venv/bin/python benchmarks/emr_merge.py            (full: ~25 GB of temporary files, tens of minutes)
-     .venv/bin/python benchmarks/emr_merge.py --quick    (small sizes, minutes; writes to a temp file unless --out)
+Run: .venv/bin/python benchmarks/emr_merge.py --threads 1 --cold       (full: ~25 GB of temporary files, tens of minutes)
+     .venv/bin/python benchmarks/emr_merge.py --sizes 100M --threads 1  (one size)
+     .venv/bin/python benchmarks/emr_merge.py --quick    (small sizes, minutes; writes emr_quick[.loaded].json)
      --threads 1 sets torch's threads in every variant: on a small machine shared with other work, torch's default
      (one thread per core) makes the elementwise ops several times slower; the run records what it used.
      --cold also times the I/O floor and the merge from an empty page cache (root only: drops the kernel's caches)."""
@@ -17,14 +23,15 @@ import math
 import os
 import platform
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-OUT = Path(__file__).parent / "results" / "emr.json"
+sys.path.insert(0, str(Path(__file__).parent))
+from _bench import median, quiet_start, write_result  # noqa: E402
+
 SIZES = {"100M": (768, 12, 32000), "400M": (1024, 30, 32768)}  # hidden size, layers, vocabulary
 QUICK_SIZES = {"4M": (256, 4, 4096), "12M": (384, 6, 4096)}
 
@@ -37,7 +44,8 @@ def layout(hidden: int, layers: int, vocab: int) -> dict:
         p = f"model.layers.{i}."
         shapes |= {p + f"self_attn.{n}_proj.weight": (hidden, hidden) for n in "qkvo"}
         shapes |= {p + "mlp.gate_proj.weight": (mlp, hidden), p + "mlp.up_proj.weight": (mlp, hidden),
-                   p + "mlp.down_proj.weight": (hidden, mlp), p + "input_layernorm.weight": (hidden,)}
+                   p + "mlp.down_proj.weight": (hidden, mlp), p + "input_layernorm.weight": (hidden,),
+                   p + "post_attention_layernorm.weight": (hidden,)}
     return shapes | {"model.norm.weight": (hidden,)}
 
 
@@ -62,7 +70,17 @@ def write_model(folder: Path, shapes: dict, task: int | None, shard_bytes: int =
         save_file(shard, folder / fname)
         wmap |= {n: fname for n in shard}
     (folder / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": wmap}))
-    (folder / "config.json").write_text(json.dumps({"model_type": "llama", "hidden_size": shapes["model.norm.weight"][0]}))
+    (folder / "config.json").write_text(json.dumps(llama_config(shapes, 2 + task if task is not None else 2)))
+
+
+def llama_config(shapes: dict, num_labels: int) -> dict:
+    "The transformers config of `layout`'s tensors: a Llama sequence classifier (the task models' heads are `score`)."
+    vocab, hidden = shapes["model.embed_tokens.weight"]
+    return {"model_type": "llama", "architectures": ["LlamaForSequenceClassification"], "vocab_size": vocab,
+            "hidden_size": hidden, "intermediate_size": shapes["model.layers.0.mlp.up_proj.weight"][0],
+            "num_hidden_layers": sum(n.endswith("input_layernorm.weight") for n in shapes),
+            "num_attention_heads": hidden // 64, "num_key_value_heads": hidden // 64, "num_labels": num_labels,
+            "pad_token_id": 0, "tie_word_embeddings": False, "torch_dtype": "float32"}
 
 
 # ---- what runs in each child process ----
@@ -118,11 +136,31 @@ def child_naive(root: Path, n: int, out: Path, **_):
     return {"rescalers": (scales / new_scales).tolist()}
 
 
+def one_pass(tensors) -> float:
+    "Touch every byte of every tensor once (a sum of each)."
+    return float(sum(float(t.sum()) for t in tensors))
+
+
 def child_materialise(root: Path, out: Path, **_):
-    "Build task t0's weights from the bundle (opened without the sha256 check, timed on its own below)."
+    "Task t0's weights from the bundle, every one summed (opened without the sha256 check, timed on its own below)."
     from adaptkit.emr import EMRBundle
     sd = EMRBundle(out, verify=False).task_state_dict("t0")
-    return {"tensors": len(sd)}
+    return {"tensors": len(sd), "checksum": one_pass(sd.values())}
+
+
+def child_task_model(root: Path, out: Path, **_):
+    "Task t0's transformers model from the bundle (`load_task_model`, weights computed as loaded), every weight summed."
+    from adaptkit.emr import EMRBundle
+    model = EMRBundle(out, verify=False).load_task_model("t0")
+    return {"tensors": len(model.state_dict()), "checksum": one_pass(model.state_dict().values())}
+
+
+def child_plain_model(root: Path, **_):
+    "A plain checkpoint of the same architecture and size through transformers' `from_pretrained`, every weight summed."
+    import torch
+    from transformers import LlamaForSequenceClassification
+    model = LlamaForSequenceClassification.from_pretrained(root / "ft0", dtype=torch.float32)
+    return {"tensors": len(model.state_dict()), "checksum": one_pass(model.state_dict().values())}
 
 
 def child_open_verified(root: Path, out: Path, **_):
@@ -135,11 +173,12 @@ def child_plain(root: Path, **_):
     "Load a plain fine-tuned checkpoint (every shard, every byte touched)."
     from safetensors.torch import load_file
     sd = {k: v for p in _files(root / "ft0") for k, v in load_file(p).items()}
-    return {"tensors": len(sd), "checksum": float(sum(v.sum() for v in sd.values()))}
+    return {"tensors": len(sd), "checksum": one_pass(sd.values())}
 
 
-CHILDREN = {"io_floor": child_io_floor, "emr_merge": child_emr, "naive": child_naive,
-            "materialise": child_materialise, "open_verified": child_open_verified, "plain_load": child_plain}
+CHILDREN = {"io_floor": child_io_floor, "emr_merge": child_emr, "naive": child_naive, "materialise": child_materialise,
+            "task_model": child_task_model, "plain_model": child_plain_model, "open_verified": child_open_verified,
+            "plain_load": child_plain}
 
 
 def status(*keys: str) -> dict:
@@ -151,6 +190,7 @@ def child_main(spec: str):
     args = json.loads(spec)
     import threading
     import torch  # imported (and warmed up) before the clock starts, like every variant's libraries
+    from transformers import LlamaForSequenceClassification  # noqa: F401 (the modeling code, imported for every variant)
     import adaptkit.emr
     if args.get("threads"): torch.set_num_threads(args["threads"])
     adaptkit.emr.emr_elect(torch.randn(4, 1 << 16))
@@ -180,17 +220,36 @@ def drop_page_cache():
     Path("/proc/sys/vm/drop_caches").write_text("1\n")
 
 
-def measured(variant: str, repeats: int, clean: Path | None = None, cold: bool = False, **kw) -> dict:
-    "Median time and peak RSS over `repeats` runs (`clean` removed before each; with `cold`, the page cache emptied too)."
-    runs = []
-    for _ in range(repeats):
-        if clean is not None: shutil.rmtree(clean, ignore_errors=True)
-        if cold: drop_page_cache()
-        runs.append(run_peak(variant, **kw))
+def summary(runs: list[dict]) -> dict:
+    "Median time and peak RSS of one variant's runs."
     secs = [r["seconds"] for r in runs]
-    return {"median_s": statistics.median(secs), "seconds": secs, "peak_rss_bytes": max(r["peak_rss"] for r in runs),
+    return {"median_s": median(secs), "seconds": secs, "peak_rss_bytes": max(r["peak_rss"] for r in runs),
             "peak_rss_over_start_bytes": max(r["peak_rss"] - r["start_rss"] for r in runs),
             "peak_anon_over_start_bytes": max(r["peak_anon"] - r["start_anon"] for r in runs)}
+
+
+def measured(variant: str, repeats: int, clean: Path | None = None, cold: bool = False, **kw) -> dict:
+    "Median time and peak RSS over `repeats` runs (`clean` removed before each; with `cold`, the page cache emptied too)."
+    return alternated({variant: (variant, clean, kw)}, repeats, cold)[variant]
+
+
+def alternated(variants: dict, repeats: int, cold: bool = False) -> dict:
+    """label -> (variant, folder to remove before each run, its arguments): the variants run in turn, `repeats` rounds
+    (a slow drift of the machine's load hits each alike); label -> `summary` of its runs."""
+    runs = {label: [] for label in variants}
+    for _ in range(repeats):
+        for label, (variant, clean, kw) in variants.items():
+            if clean is not None: shutil.rmtree(clean, ignore_errors=True)
+            if cold: drop_page_cache()
+            runs[label].append(run_peak(variant, **kw))
+    return {label: summary(rs) for label, rs in runs.items()}
+
+
+def ratio(variant: dict, baseline: dict) -> dict:
+    "The variant's time over its baseline's: the median of the per-round ratios, and the ratio of the medians."
+    per_round = [a / b for a, b in zip(variant["seconds"], baseline["seconds"])]
+    return {"median_of_ratios": median(per_round), "ratios": per_round,
+            "ratio_of_medians": variant["median_s"] / baseline["median_s"]}
 
 
 def run_peak(variant: str, **kw) -> dict:
@@ -221,22 +280,25 @@ def bench_size(label: str, dims: tuple, work: Path, repeats: int, ns: list[int])
     res = {"params": params, "model_bytes": model_bytes, "tensors": len(shapes)}
     for n in ns:
         print(f"[{label}] N={n}: I/O floor, emr_merge, naive ...", flush=True)
-        r = {"io_floor": measured("io_floor", repeats, root=root, n=n)}
-        r["emr_merge"] = measured("emr_merge", repeats, clean=root / f"bundle{n}", root=root, n=n, out=root / f"bundle{n}")
+        merge = {"io_floor": ("io_floor", None, dict(root=root, n=n)),
+                 "emr_merge": ("emr_merge", root / f"bundle{n}", dict(root=root, n=n, out=root / f"bundle{n}"))}
+        r = alternated(merge, repeats)
         need = (1.25 * n + 2.5) * model_bytes  # base, n task vectors, n bool masks, the unified vector, temporaries
         if need < 0.7 * mem_available():
             r["naive"] = measured("naive", repeats, clean=root / "naive", root=root, n=n, out=root / "naive")
             shutil.rmtree(root / "naive", ignore_errors=True)
-            r["merge_vs_naive_time"] = r["emr_merge"]["median_s"] / r["naive"]["median_s"]
+            r["merge_vs_naive_time"] = r["emr_merge"]["median_s"] / r["naive"]["median_s"]  # (naive: separate rounds)
             r["merge_vs_naive_peak_rss"] = r["emr_merge"]["peak_rss_bytes"] / r["naive"]["peak_rss_bytes"]
         else:
             r["naive"] = {"skipped": f"needs ~{need / 2**30:.1f} GiB of memory, {mem_available() / 2**30:.1f} GiB available"}
-        r["merge_vs_io_floor_time"] = r["emr_merge"]["median_s"] / r["io_floor"]["median_s"]
+        r["merge_vs_io_floor"] = ratio(r["emr_merge"], r["io_floor"])
+        r["merge_vs_io_floor_time"] = r["merge_vs_io_floor"]["median_of_ratios"]
         if COLD:
             print(f"[{label}] N={n}: I/O floor and emr_merge from a cold page cache ...", flush=True)
-            r["io_floor_cold"] = measured("io_floor", repeats, cold=True, root=root, n=n)
-            r["emr_merge_cold"] = measured("emr_merge", repeats, clean=root / f"bundle{n}", cold=True, root=root, n=n, out=root / f"bundle{n}")
-            r["merge_vs_io_floor_time_cold"] = r["emr_merge_cold"]["median_s"] / r["io_floor_cold"]["median_s"]
+            cold = alternated(merge, repeats, cold=True)
+            r["io_floor_cold"], r["emr_merge_cold"] = cold["io_floor"], cold["emr_merge"]
+            r["merge_vs_io_floor_cold"] = ratio(r["emr_merge_cold"], r["io_floor_cold"])
+            r["merge_vs_io_floor_time_cold"] = r["merge_vs_io_floor_cold"]["median_of_ratios"]
             print(f"  cold: merge {r['emr_merge_cold']['median_s']:.2f}s = {r['merge_vs_io_floor_time_cold']:.2f}x the I/O floor "
                   f"({r['io_floor_cold']['median_s']:.2f}s)", flush=True)
         r["merge_peak_rss_growth_over_model_bytes"] = r["emr_merge"]["peak_rss_over_start_bytes"] / model_bytes
@@ -252,15 +314,24 @@ def bench_size(label: str, dims: tuple, work: Path, repeats: int, ns: list[int])
               f"({r['io_floor']['median_s']:.2f}s); peak RSS growth {r['merge_peak_rss_growth_over_model_bytes']:.2f}x one model, "
               f"anonymous {r['merge_peak_anon_growth_over_model_bytes']:.3f}x", flush=True)
     n0, n1 = min(ns), max(ns)
-    res["bytes_per_added_task"] = (res[f"N={n1}"]["bundle_bytes"] - res[f"N={n0}"]["bundle_bytes"]) / (n1 - n0)
-    res["bytes_per_added_task_over_params_div_8"] = res["bytes_per_added_task"] / (params / 8)
-    print(f"[{label}] materialise one task vs a plain checkpoint ...", flush=True)
-    res["materialise_task"] = measured("materialise", repeats, root=root, out=root / f"bundle{n1}")
+    if n1 > n0:
+        res["bytes_per_added_task"] = (res[f"N={n1}"]["bundle_bytes"] - res[f"N={n0}"]["bundle_bytes"]) / (n1 - n0)
+        res["bytes_per_added_task_over_params_div_8"] = res["bytes_per_added_task"] / (params / 8)
+    print(f"[{label}] one task's model vs a plain checkpoint, each followed by a pass over every weight ...", flush=True)
+    bundle = dict(root=root, out=root / f"bundle{n1}")
+    res |= alternated({"task_model_load": ("task_model", None, bundle), "plain_model_load": ("plain_model", None, bundle),
+                       "materialise_task": ("materialise", None, bundle), "plain_checkpoint_load": ("plain_load", None, bundle)},
+                      repeats)
+    res["task_model_vs_plain_model"] = ratio(res["task_model_load"], res["plain_model_load"])
+    res["task_model_vs_plain_model_time"] = res["task_model_vs_plain_model"]["median_of_ratios"]
+    res["materialise_vs_plain_load"] = ratio(res["materialise_task"], res["plain_checkpoint_load"])
+    res["materialise_vs_plain_load_time"] = res["materialise_vs_plain_load"]["median_of_ratios"]
+    print(f"  load_task_model + pass {res['task_model_load']['median_s']:.2f}s = {res['task_model_vs_plain_model_time']:.2f}x "
+          f"from_pretrained + pass ({res['plain_model_load']['median_s']:.2f}s); task_state_dict + pass = "
+          f"{res['materialise_vs_plain_load_time']:.2f}x load_file + pass", flush=True)
     res["open_verified"] = measured("open_verified", repeats, root=root, out=root / f"bundle{n1}")
     res["open_verified_bytes_hashed"] = folder_bytes(root / f"bundle{n1}") - sum(
         (root / f"bundle{n1}" / f).stat().st_size for f in ("emr.json", "README.md", "adaptkit.json"))
-    res["plain_checkpoint_load"] = measured("plain_load", repeats, root=root)
-    res["materialise_vs_plain_load_time"] = res["materialise_task"]["median_s"] / res["plain_checkpoint_load"]["median_s"]
     shutil.rmtree(root)
     return res
 
@@ -272,7 +343,9 @@ def main():
     ap.add_argument("--threads", type=int, default=None, help="torch threads in every variant (default: torch's own)")
     ap.add_argument("--repeats", type=int, default=None, help="runs per variant (default 3; 2 with --quick)")
     ap.add_argument("--workdir", default=None, help="where the temporary models go (default: the system temp folder)")
-    ap.add_argument("--out", default=None, help=f"results file (default {OUT}; with --quick a temporary file)")
+    ap.add_argument("--ns", nargs="+", type=int, default=[4, 8], help="numbers of fine-tuned models merged (default 4 8)")
+    ap.add_argument("--name", default=None, help="results name under benchmarks/results/ (default emr; emr_quick with "
+                    "--quick; a run of a subset of sizes or ns should get its own, e.g. emr_400M_cold)")
     ap.add_argument("--cold", action="store_true", help="also time the I/O floor and the merge from an empty page cache "
                     "(drops the kernel's caches before each run: root only)")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
@@ -282,25 +355,33 @@ def main():
     THREADS, COLD = args.threads, args.cold
     if COLD: drop_page_cache()  # fails here, before any work, where it is not allowed
     import torch
+    start = quiet_start()  # before the models are written: a loaded machine is refused before 25 GB are generated
     sizes, repeats = (QUICK_SIZES, args.repeats or 2) if args.quick else (SIZES, args.repeats or 3)
     if args.sizes: sizes = {k: {**SIZES, **QUICK_SIZES}[k] for k in args.sizes}
-    out = Path(args.out) if args.out else (Path(tempfile.mkstemp(prefix="emr-quick-", suffix=".json")[1]) if args.quick else OUT)
+    name = args.name or ("emr_quick" if args.quick else "emr")
     work = Path(tempfile.mkdtemp(prefix="adaptkit-emr-bench-", dir=args.workdir))
     result = {"benchmark": "emr_merge", "quick": args.quick, "repeats": repeats, "dtype": "float32",
               "machine": platform.processor() or platform.machine(), "cpus": os.cpu_count(),
               "torch_threads": args.threads or torch.get_num_threads(), "memory_bytes": os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"),
-              "load_average_at_start": os.getloadavg(), "cold": args.cold,
+              "cold": args.cold, "ns": args.ns,
               "notes": ["every variant in its own process; peak RSS = the child's VmHWM, peak anon = max of RssAnon sampled every 2 ms; "
                         "start = after imports; growth = peak - start",
                         "warm runs: the page cache holds the files where they fit in memory; with --cold the *_cold runs "
                         "start from an empty page cache (sync + drop_caches before each run), so reads come from the disk",
                         "I/O floor: safe_open + get_tensor + sum of every input tensor, one at a time",
                         "naive: the official code's structure, all models in memory, masks saved as bool",
-                        "bundle bytes include the copied base (base/) unless noted; a base on a hub is referenced instead"],
+                        "bundle bytes include the copied base (base/) unless noted; a base on a hub is referenced instead",
+                        "a variant and its baseline run in alternation, one round after another; *_time ratios are "
+                        "medians of the per-round ratios (ratio_of_medians beside them)",
+                        "task_model: EMRBundle.load_task_model (each weight computed as transformers loads it) then a sum "
+                        "of every weight; plain_model: LlamaForSequenceClassification.from_pretrained of one fine-tuned "
+                        "checkpoint (memory-mapped safetensors) then the same sums",
+                        "materialise: EMRBundle.task_state_dict then a sum of every tensor; plain_checkpoint_load: "
+                        "safetensors load_file then the same sums"],
               "sizes": {}}
     try:
         for label, dims in sizes.items():
-            result["sizes"][label] = bench_size(label, dims, work, repeats, [4, 8])
+            result["sizes"][label] = bench_size(label, dims, work, repeats, sorted(args.ns))
     finally:
         shutil.rmtree(work, ignore_errors=True)
     result["summary"] = {f"{label} N={n}": {
@@ -312,14 +393,13 @@ def main():
         "naive_peak_anon_growth_MiB": r[f"N={n}"]["naive"].get("peak_anon_over_start_bytes", float("nan")) / 2**20,
         "merge_peak_rss_growth_over_model_bytes": r[f"N={n}"]["merge_peak_rss_growth_over_model_bytes"],
         "bundle_vs_separate_checkpoints": r[f"N={n}"]["bundle_vs_separate_checkpoints"],
-        "bytes_per_added_task_over_params_div_8": r["bytes_per_added_task_over_params_div_8"],
+        "bytes_per_added_task_over_params_div_8": r.get("bytes_per_added_task_over_params_div_8"),
+        "task_model_vs_plain_model_time": r["task_model_vs_plain_model_time"],
         "materialise_vs_plain_load_time": r["materialise_vs_plain_load_time"]}
-        for label, r in result["sizes"].items() for n in (4, 8)}
+        for label, r in result["sizes"].items() for n in args.ns}
     result["targets"] = {"merge_vs_io_floor_time": "<= 1.5", "peak_rss": "independent of model size, well under one model",
-                         "bytes_per_added_task": "~ params / 8"}
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"wrote {out}")
+                         "bytes_per_added_task": "~ params / 8", "task_model_vs_plain_model_time": "<= 2"}
+    write_result(name, result, start)
 
 
 if __name__ == "__main__":

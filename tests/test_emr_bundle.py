@@ -178,3 +178,177 @@ def test_a_flipped_byte_in_a_pulled_bundle_is_named(hub, tmp_path):
     target.write_bytes(bytes(raw))
     with pytest.raises(BundleError, match="tasks/t1/own.safetensors: sha256 .* differs from emr.json's"):
         EMRBundle.from_pretrained("team/emr", endpoint=hub.endpoint)
+
+
+def whole_tensor_formula(bundle, task):
+    "A task's weights by the whole-tensor formula `task_state_dict` used before it streamed: base + λ · mask · unified."
+    from adaptkit.emr import unpack_mask
+    from adaptkit.tensorfiles import DTYPES, TensorFiles
+    base, unified = TensorFiles.of_folder(bundle.folder / "base"), TensorFiles.of_folder(bundle.folder / "unified")
+    masks, own = (TensorFiles([bundle.folder / "tasks" / task / f"{f}.safetensors"]) for f in ("mask", "own"))
+    out = {n: torch.addcmul(base.read(n).float(), unified.read(n).float(), unpack_mask(masks.read(n), s["shape"]).float(),
+                            value=bundle.rescalers[task]).to(DTYPES[s["dtype"]]) for n, s in bundle.meta["tensors"].items()}
+    return out | {n: own.read(n) for n in own.specs}
+
+
+def same_bits(a, b):
+    return a.dtype == b.dtype and a.shape == b.shape and torch.equal(a.contiguous().view(-1).view(torch.uint8),
+                                                                    b.contiguous().view(-1).view(torch.uint8))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_a_lazily_loaded_task_model_equals_the_whole_tensor_formula_bit_for_bit(tmp_path, monkeypatch, dtype):
+    import adaptkit.emr_bundle as emr_bundle
+    monkeypatch.setattr(emr_bundle, "_EXPAND_CHUNK", 72)  # many steps per tensor, the last ones partial
+    base = classifier(dtype=dtype)
+    tasks = {}
+    for i in range(3):
+        m = classifier(2 + i, seed=i + 1, dtype=dtype)
+        m.load_state_dict({k: (v.float() + 0.01 * torch.randn(v.shape)).to(dtype) for k, v in base.state_dict().items()
+                           if k != "score.weight"}, strict=False)
+        tasks[f"t{i}"] = m
+    bundle = emr_merge(base, tasks, out_dir=tmp_path / "bundle", progress=False)
+    for task in bundle.tasks:
+        want = whole_tensor_formula(bundle, task)
+        model, eager = bundle.load_task_model(task), bundle.task_state_dict(task)
+        got = model.state_dict()
+        assert set(got) == set(want) == set(eager) and model.dtype == dtype
+        assert [n for n in want if not (same_bits(got[n], want[n]) and same_bits(eager[n], want[n]))] == []
+        assert not same_bits(got["model.norm.weight"], base.state_dict()["model.norm.weight"])  # the merge changed it
+
+
+def test_a_tensor_that_fails_while_loading_is_named(tmp_path, monkeypatch):
+    import adaptkit.emr_bundle as emr_bundle
+    bundle = emr_merge(classifier(), {f"t{i}": classifier(2, seed=i + 1) for i in range(2)}, out_dir=tmp_path / "bundle",
+                       progress=False)
+    def broken(*a): raise OSError("disk gone")
+    monkeypatch.setattr(emr_bundle, "_expand", broken)
+    for load in (bundle.load_task_model, bundle.task_state_dict):
+        with pytest.raises(OSError, match="disk gone") as e:
+            load("t1")
+        assert "while computing tensor 'model.embed_tokens.weight' of task 't1'" in e.value.__notes__
+
+
+# ---- every check EMRBundle makes on a bundle it opens: the failing input, the error and the name it reports ----
+
+def small_bundle(tmp_path):
+    "A bundle of two tasks merged from state dicts: tensors w (6, 5) and b (5,) merged, head.weight each task's own."
+    g = torch.Generator().manual_seed(0)
+    pre = {"w": torch.randn(6, 5, generator=g), "b": torch.randn(5, generator=g), "head.weight": torch.randn(2, 5, generator=g)}
+    ft = {f"t{i}": {k: v + 0.1 * torch.randn(v.shape, generator=g) for k, v in pre.items() if k != "head.weight"}
+          | {"head.weight": torch.randn(2 + i, 5, generator=g)} for i in range(2)}
+    return emr_merge(pre, ft, out_dir=tmp_path / "b", progress=False)
+
+
+def edit_meta(folder, edit):
+    meta = json.loads((folder / "emr.json").read_text())
+    edit(meta)
+    (folder / "emr.json").write_text(json.dumps(meta))
+
+
+def replace_weights(folder, rel, tensors):
+    "Write `tensors` as the bundle's file `rel` and record its new sha256 (the headers, not the hashes, must catch it)."
+    from safetensors.torch import save_file
+    from adaptkit.emr_bundle import _sha256
+    save_file(tensors, folder / rel)
+    edit_meta(folder, lambda m: m["files"].update({rel: _sha256(folder / rel)}))
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda m: m.pop("rescale"), r"b/emr.json: field 'rescale' is missing"),
+    (lambda m: m.pop("files"), r"b/emr.json: field 'files' is missing"),  # only version 1 may lack files
+    (lambda m: m.pop("results"), r"b/emr.json: field 'results' is missing"),
+    (lambda m: m.update(own=[]), r"b/emr.json: field 'own' must be a JSON object, got \[\]"),
+    (lambda m: m.update(rescale=3), r"b/emr.json: field 'rescale' must be a JSON string, got 3"),
+    (lambda m: m.update(version=3), r"format 'adaptkit-emr' version 3, expected 'adaptkit-emr' version 1 or 2"),
+    (lambda m: m.update(version="2"), r"format 'adaptkit-emr' version '2', expected"),
+    (lambda m: m["tensors"].update(w={"dtype": "Q7", "shape": [6, 5]}), r"field 'tensors.w' must be \{'dtype': a safetensors dtype"),
+    (lambda m: m["tensors"].update(w={"dtype": "F32", "shape": [6, 5.0]}), r"field 'tensors.w' must be \{'dtype'"),
+    (lambda m: m["tensors"].update(w={"dtype": "F32"}), r"field 'tensors.w' must be \{'dtype'"),
+    (lambda m: m["own"]["t1"].update({"head.weight": {"dtype": "F32", "shape": "3x5"}}), r"field 'own.t1.head.weight' must be"),
+    (lambda m: m.update(tasks=["t0", "t0"]), r"field 'rescalers' names tasks \['t0', 't1'\], field 'tasks' \['t0', 't0'\]"),
+    (lambda m: m.update(rescalers={"t0": 1.0, "zz": 1.0}), r"field 'rescalers' names tasks \['t0', 'zz'\], field 'tasks' \['t0', 't1'\]"),
+    (lambda m: m.update(own={"t0": {}}), r"field 'own' names tasks \['t0'\], field 'tasks' \['t0', 't1'\]"),
+    (lambda m: m["sources"].pop("t1"), r"field 'sources' names tasks \['t0'\], field 'tasks' \['t0', 't1'\]"),
+    (lambda m: m["rescalers"].update(t1=float("inf")), r"field 'rescalers.t1' must be a finite number, got Infinity"),
+    (lambda m: m["rescalers"].update(t1=True), r"field 'rescalers.t1' must be a finite number, got true"),
+    (lambda m: m.update(base={"repo_id": "team/base", "revision": "main"}), r"field 'base' must be \{'path': 'base'\} or a repo id with a 40-hex revision"),
+    (lambda m: m.update(base={"repo_id": "team/base/x", "revision": "a" * 40}), r"field 'base' must be .*team/base/x"),
+    (lambda m: m.update(base={"repo_id": "team/base", "revision": "a" * 40, "prefix": "bert"}), r"field 'base' must be .*\"prefix\": \"bert\""),
+    (lambda m: m["files"].update({"tasks/zz/mask.safetensors": "0" * 64}), r"field 'files' names 'tasks/zz/mask.safetensors', not a file of"),
+    (lambda m: m["files"].update({"README.md": "0" * 64}), r"field 'files' names 'README.md', not a file of"),
+    (lambda m: m["files"].update({"unified/model.safetensors": "xyz"}), r"field 'files.unified/model.safetensors' must be a hex sha256, got \"xyz\""),
+    (lambda m: m.update(results=[{"task": "x"}]), r"b/emr.json: field 'results': results\[0\] must be a dict with task, dataset, metric and value"),
+    (lambda m: m["tensors"].update(w={"dtype": "I32", "shape": [6, 5]}), r"b/emr.json: merged tensors must be float"),
+    (lambda m: m["tensors"].update(w={"dtype": "F32", "shape": [5, 6]}),
+     r"b/unified/ does not match emr.json: \[\('w', \('F32', \(6, 5\)\), \('F32', \(5, 6\)\)\)\] \(got, expected\)"),
+    (lambda m: m["own"]["t1"].update({"head.weight": {"dtype": "F32", "shape": [9, 5]}}),
+     r"b/tasks/t1/own.safetensors does not match emr.json: \[\('head.weight', \('F32', \(3, 5\)\), \('F32', \(9, 5\)\)\)\]"),
+])
+def test_each_field_of_emr_json_is_checked(tmp_path, edit, message):
+    folder = small_bundle(tmp_path).folder
+    edit_meta(folder, edit)
+    with pytest.raises(BundleError, match=message):
+        EMRBundle(folder)
+
+
+@pytest.mark.parametrize("raw, message", [
+    (b"\xff\xfe{}", r"b/emr.json: not UTF-8 text \(invalid start byte at byte 0\)"),
+    (b"[1, 2]", r"b/emr.json: expected a JSON object, got list"),
+    (b'{"format": "adaptkit-emr",', r"b/emr.json: not valid JSON \(.* at line 1, column 27\): truncated or damaged\?"),
+])
+def test_an_emr_json_that_is_not_a_json_object_is_named(tmp_path, raw, message):
+    folder = small_bundle(tmp_path).folder
+    (folder / "emr.json").write_bytes(raw)
+    with pytest.raises(BundleError, match=message):
+        EMRBundle(folder)
+
+
+@pytest.mark.parametrize("rel, tensors, shown", [
+    ("unified/model.safetensors", {"w": torch.zeros(6, 5, dtype=torch.float64), "b": torch.zeros(5)},
+     r"b/unified/ does not match emr.json: \[\('w', \('F64', \(6, 5\)\), \('F32', \(6, 5\)\)\)\]"),
+    ("base/model.safetensors", {"w": torch.zeros(6, 5), "b": torch.zeros(4)},
+     r"b/base/ does not match emr.json: \[\('b', \('F32', \(4,\)\), \('F32', \(5,\)\)\)\]"),
+    ("base/model.safetensors", {"w": torch.zeros(6, 5)}, r"b/base/ does not match emr.json: \[\('b', None, \('F32', \(5,\)\)\)\]"),
+    ("tasks/t0/mask.safetensors", {"w": torch.zeros(3, dtype=torch.uint8), "b": torch.zeros(1, dtype=torch.uint8)},
+     r"b/tasks/t0/mask.safetensors does not match emr.json: \[\('w', \('U8', \(3,\)\), \('U8', \(4,\)\)\)\]"),
+    ("tasks/t1/own.safetensors", {"head.weight": torch.zeros(3, 5), "extra": torch.zeros(1)},
+     r"b/tasks/t1/own.safetensors does not match emr.json: \[\('extra', \('F32', \(1,\)\), None\)\]"),
+])
+def test_each_weight_file_header_is_checked_against_emr_json(tmp_path, rel, tensors, shown):
+    folder = small_bundle(tmp_path).folder
+    replace_weights(folder, rel, tensors)
+    with pytest.raises(BundleError, match=shown):
+        EMRBundle(folder)
+
+
+def test_a_version_1_bundle_opens_with_a_warning_and_gets_checksums_when_saved(tmp_path):
+    folder = small_bundle(tmp_path).folder
+    want = EMRBundle(folder).task_state_dict("t1")
+    edit_meta(folder, lambda m: (m.update(version=1), m.pop("files"), m.pop("results")))
+    with pytest.warns(UserWarning, match="b: a version 1 EMR bundle records no checksums: its files cannot be verified"):
+        old = EMRBundle(folder)
+    saved = EMRBundle.from_pretrained(old.save_pretrained(tmp_path / "saved"))
+    assert saved.meta["version"] == 2 and sorted(saved.meta["files"]) == sorted(
+        ["base/model.safetensors", "unified/model.safetensors"] + [f"tasks/t{i}/{f}.safetensors" for i in (0, 1) for f in ("mask", "own")])
+    got = saved.task_state_dict("t1")
+    assert [n for n in want if not same_bits(got[n], want[n])] == []
+
+
+def test_results_must_be_a_list_of_result_dicts(tmp_path):
+    bundle = small_bundle(tmp_path)
+    bundle.results = {"task": "x"}
+    with pytest.raises(BundleError, match="EMRBundle.results: results must be a list of dicts, got dict"):
+        bundle.model_card()
+    bundle.results = [RESULT, {"task": "x", "value": 1}]
+    with pytest.raises(BundleError, match=r"EMRBundle.save_pretrained: results\[1\] must be a dict with task, dataset, metric and value"):
+        bundle.save_pretrained(tmp_path / "saved")
+    assert not (tmp_path / "saved").exists()
+
+
+def test_a_task_model_needs_a_config_naming_an_architecture(tmp_path):
+    bundle = small_bundle(tmp_path)
+    with pytest.raises(ValueError, match=r"task 't0': no config.json naming a transformers architecture \(got None\); use task_state_dict"):
+        bundle.load_task_model("t0")
+    with pytest.raises(KeyError, match=r"no task 'T0' in this bundle; its tasks: t0, t1"):
+        bundle.task_state_dict("T0")
