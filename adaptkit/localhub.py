@@ -6,7 +6,7 @@
 __all__ = ['log', 'read_token_file', 'LocalHub', 'serve']
 
 # %% ../nbs/00_localhub.ipynb #7061ef54
-import logging, os, secrets, socket, stat, threading, time
+import logging, os, secrets, signal, socket, stat, threading, time
 from collections import Counter
 from pathlib import Path
 
@@ -83,6 +83,10 @@ LocalHub.__repr__ = lambda self: (f"LocalHub({str(self.root)!r}, endpoint={self.
                                   f"token={'set' if self.token else None})")
 
 # %% ../nbs/00_localhub.ipynb #54974d10
+def _interrupt(signum, frame):
+    "A signal handler that stops the foreground server the way Ctrl-C does."
+    raise KeyboardInterrupt
+
 def serve(
     root,  # folder holding the hub's blobs and repos
     *,
@@ -93,7 +97,9 @@ def serve(
     token_file=None,  # or read the token from this file
     allowed_hosts=(),  # Host names served besides the bound address and loopback names
 ) -> None:
-    "Run a `LocalHub` in the foreground until interrupted (Ctrl-C)."
+    "Run a `LocalHub` in the foreground until interrupted (Ctrl-C, or SIGTERM from a process manager)."
+    main = threading.current_thread() is threading.main_thread()
+    sigterm = signal.signal(signal.SIGTERM, _interrupt) if main else None  # SIGTERM stops it as cleanly as Ctrl-C
     if token is None and token_file is None: token = os.environ.get("ADAPTKIT_HUB_TOKEN") or None
     hub = LocalHub(root, host=host, port=port, lfs=lfs, token=token, token_file=token_file,
                    allowed_hosts=allowed_hosts).start()
@@ -102,4 +108,6 @@ def serve(
     try:
         while True: time.sleep(3600)
     except KeyboardInterrupt: pass
-    finally: hub.stop()
+    finally:
+        hub.stop()
+        if main: signal.signal(signal.SIGTERM, sigterm)

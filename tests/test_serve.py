@@ -1,0 +1,88 @@
+"""`adaptkit hub serve` as its own process on a free port, the token from a file: the stock huggingface_hub client
+creates a repo, uploads a folder and downloads it back; a wrong token is refused; Ctrl-C or SIGTERM stops it cleanly."""
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+from huggingface_hub import HfApi, snapshot_download
+from huggingface_hub.errors import HfHubHTTPError
+
+TOKEN = "hf_served_token_from_a_file"
+
+
+def _start(root: Path, token_file: Path) -> tuple[subprocess.Popen, str, list]:
+    "Start `adaptkit hub serve --port 0` and return the process, the endpoint it printed, and its output lines."
+    env = {**os.environ, "HF_HUB_DISABLE_TELEMETRY": "1"}
+    proc = subprocess.Popen([sys.executable, "-m", "adaptkit.cli", "hub", "serve", "--root", str(root), "--port", "0",
+                             "--token_file", str(token_file)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, env=env)
+    watchdog = threading.Timer(120, proc.kill)  # a server that never says where it listens fails the test, not hangs it
+    watchdog.start()
+    lines = []
+    try:
+        for line in proc.stdout:
+            lines.append(line)
+            if (m := re.match(r"LocalHub serving .* at (http://127\.0\.0\.1:\d+) \(lfs=off, token required to write\)", line)):
+                return proc, m[1], lines
+    finally:
+        watchdog.cancel()
+    raise AssertionError(f"adaptkit hub serve exited with {proc.wait()} before serving:\n{''.join(lines)}")
+
+
+@pytest.fixture
+def token_file(tmp_path):
+    path = tmp_path / "token"
+    path.write_text(TOKEN + "\n")
+    path.chmod(0o600)
+    return path
+
+
+def _is_listening(endpoint: str) -> bool:
+    host, port = endpoint.removeprefix("http://").split(":")
+    try: socket.create_connection((host, int(port)), timeout=2).close()
+    except OSError: return False
+    return True
+
+
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM])
+def test_stock_client_round_trip_against_adaptkit_hub_serve(tmp_path, token_file, stop):
+    folder = tmp_path / "art"
+    (folder / "sub").mkdir(parents=True)
+    files = {"config.json": b'{"model_type": "llama"}', "sub/notes.txt": b"nested\n", "w.bin": bytes(range(256)) * 64}
+    for name, data in files.items(): (folder / name).write_bytes(data)
+    proc, endpoint, lines = _start(tmp_path / "root", token_file)
+    try:
+        assert TOKEN not in " ".join(proc.args)  # the token never sits on the command line
+        api = HfApi(endpoint=endpoint, token=TOKEN)
+        assert api.create_repo("me/served").repo_id == "me/served"
+        commit = api.upload_folder(folder_path=folder, repo_id="me/served", commit_message="served").oid
+        got = Path(snapshot_download("me/served", endpoint=endpoint, token=TOKEN, cache_dir=tmp_path / "cache"))
+        assert got.name == commit
+        assert {p.relative_to(got).as_posix(): p.read_bytes() for p in got.rglob("*") if p.is_file()
+                and p.name != ".gitattributes"} == files
+        wrong = HfApi(endpoint=endpoint, token=TOKEN[:-1] + "X")
+        with pytest.raises(HfHubHTTPError) as refused:
+            wrong.create_repo("me/not-created")
+        assert refused.value.response.status_code == 401 and TOKEN[:-1] + "X" not in str(refused.value)
+        with pytest.raises(HfHubHTTPError) as refused:
+            wrong.upload_file(path_or_fileobj=b"x", path_in_repo="x.txt", repo_id="me/served")
+        assert refused.value.response.status_code == 401
+        assert not api.repo_exists("me/not-created") and api.model_info("me/served").sha == commit
+    finally:
+        proc.send_signal(stop)
+        code = proc.wait(timeout=60)
+        rest = proc.stdout.read()
+    assert code == 0, "".join(lines) + rest
+    assert "Traceback" not in rest and not _is_listening(endpoint)
+    proc, endpoint, _ = _start(tmp_path / "root", token_file)  # restarted on the same root: the repo is still there
+    try:
+        assert HfApi(endpoint=endpoint, token=TOKEN).model_info("me/served").sha == commit
+    finally:
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=60) == 0
