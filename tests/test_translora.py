@@ -238,3 +238,153 @@ def test_filter_reports_kept_fraction_and_refuses_nothing_kept(caplog):
     with pytest.raises(EmptyGenerationError, match="kept none of 4 prompts at threshold 0.95"):
         filter_prompts(disc, ["a", "b", "c", "d"], 0.95)
     assert filter_prompts(disc, ["a"], 0.95, allow_empty=True).kept == []
+
+
+def test_transfer_filters_with_a_trained_discriminator_at_threshold_half(tmp_path, monkeypatch):
+    "The filter inside transfer_lora, with a real trained discriminator at 0.5: real-looking prompts kept, synthetic dropped."
+    tok = tiny_tokenizer()
+    base = tiny_causal_lm(tok, seed=3)
+    with torch.no_grad(): base.lm_head.weight.mul_(10)
+    real = [f"apple tree number {i} is green" for i in range(12)]
+    synthetic = [f"zero zero {i} minus minus" for i in range(12)]
+    cfg = DiscriminatorConfig(output_dir=str(tmp_path / "d"), learning_rate=1e-2, num_train_epochs=4, discriminator_template="{text}",
+                              threshold=0.5, **FAST)
+    disc = train_discriminator(base, tok, real[:8], synthetic[:8], cfg)
+    folder = tmp_path / "bases"
+    for name, model in {"src": tiny_causal_lm(tok, seed=2), "tgt": tiny_causal_lm(tok, model_type="qwen3", seed=6)}.items():
+        model.save_pretrained(folder / name); tok.save_pretrained(folder / name)
+    get_peft_model(tiny_causal_lm(tok, seed=2), LoraConfig(r=4, target_modules=["q_proj", "v_proj"])).save_pretrained(folder / "lora")
+    written = [synthetic[8], real[8], real[9], synthetic[9], real[10], synthetic[10]]  # what the target "writes"
+    real_generate, taught = translora.generate_texts, []
+    def generate(model, tok_, prompts, **kw):
+        if kw.get("desc") == "teacher completions":
+            taught.append(list(prompts)); return [" one" for _ in prompts]
+        return [written.pop(0) + "\n###" for _ in prompts] if kw.get("stop_strings") else real_generate(model, tok_, prompts, **kw)
+    monkeypatch.setattr(translora, "generate_texts", generate)
+    seeds = [f"apple seed {i} is red" for i in range(5)]
+    adapter = transfer_lora(folder / "src", folder / "lora", folder / "tgt", seeds, discriminator=disc,
+                            synthesis=_synthesis(num_synthetic=6, generation_batch_size=1, keep_template=False),
+                            distillation=_distillation(tmp_path))
+    assert adapter.counts == {"seeds": 5, "synthetic": 6, "kept": 3, "distilled": 3} and adapter.kept_fraction == 0.5
+    assert taught == [[real[8], real[9], real[10]]]  # only the kept prompts reach the teacher
+    assert adapter.settings["threshold"] is None  # the discriminator's own threshold (0.5) applied
+
+
+@pytest.mark.parametrize("make, error, message", [
+    (lambda: SynthesisConfig(min_seeds=0), ValueError, "min_seeds must be at least 1, got 0"),
+    (lambda: SynthesisConfig(shots=0), ValueError, "shots must be at least 1"),
+    (lambda: SynthesisConfig(num_synthetic=0), ValueError, "num_synthetic must be at least 1"),
+    (lambda: SynthesisConfig(generation_batch_size=0), ValueError, "generation_batch_size must be at least 1"),
+    (lambda: SynthesisConfig(prompt_max_new_tokens=0), ValueError, "prompt_max_new_tokens must be at least 1"),
+    (lambda: SynthesisConfig(completion_max_new_tokens=-1), ValueError, "completion_max_new_tokens must be at least 1, got -1"),
+    (lambda: SynthesisConfig(max_attempts_factor=0.5), ValueError, "max_attempts_factor must be at least 1, got 0.5"),
+    (lambda: SynthesisConfig(backend="tgi"), ValueError, "backend must be 'transformers' or 'vllm', got 'tgi'"),
+    (lambda: SynthesisConfig(synthesis_template="no field"), ValueError, "synthesis_template needs an {examples} field"),
+    (lambda: SynthesisConfig(example_template="no field"), ValueError, "example_template needs a {prompt} field"),
+    (lambda: SynthesisConfig(stop=""), ValueError, "stop must be a non-empty string"),
+    (lambda: DiscriminatorConfig(discriminator_template="x", **FAST), ValueError, "discriminator_template needs a {text} field"),
+    (lambda: DiscriminatorConfig(real_label=" no", **FAST), ValueError, "real_label and synthetic_label must be two different"),
+    (lambda: DiscriminatorConfig(real_label="", **FAST), ValueError, "real_label and synthetic_label must be two different"),
+    (lambda: DiscriminatorConfig(threshold=1.5, **FAST), ValueError, r"threshold must be in \[0, 1\], got 1.5"),
+    (lambda: DiscriminatorConfig(discriminator_r=0, **FAST), ValueError, "discriminator_r must be at least 1, got 0"),
+    (lambda: DistillationConfig(distillation="token", **FAST), ValueError, "distillation must be 'sequence' or 'logit', got 'token'"),
+    (lambda: DistillationConfig(gkd_beta=2, **FAST), ValueError, r"gkd_beta must be in \[0, 1\], got 2"),
+    (lambda: DistillationConfig(gkd_temperature=0, **FAST), ValueError, "gkd_temperature must be positive, got 0"),
+])
+def test_stage_configs_refuse_bad_settings_by_name(make, error, message):
+    with pytest.raises(error, match=message):
+        make()
+
+
+@pytest.mark.parametrize("kw, message", [
+    (dict(threshold=-0.1), r"threshold must be in \[0, 1\], got -0.1"),
+    (dict(distillation="token"), "distillation must be 'sequence' or 'logit', got 'token'"),
+    (dict(discriminator_template="x"), "discriminator_template needs a {text} field"),
+    (dict(real_label=" no"), "real_label and synthetic_label must differ"),
+    (dict(num_synthetic=0), "num_synthetic must be at least 1"),
+])
+def test_deprecated_flat_config_refuses_bad_settings_by_name(kw, message):
+    with pytest.warns(FutureWarning), pytest.raises(ValueError, match=message):
+        TransLoRAConfig(**kw)
+
+
+def test_stage_config_refuses_wrong_types():
+    from adaptkit.translora_config import stage_config
+    with pytest.raises(TypeError, match="not a Trans-LoRA stage config: <class 'int'>"):
+        stage_config(None, int)
+    with pytest.raises(TypeError, match="expected a DistillationConfig \\(or a deprecated TransLoRAConfig\\), got a SynthesisConfig"):
+        stage_config(SynthesisConfig(), DistillationConfig)
+    with pytest.raises(TypeError, match="config= takes a TransLoRAConfig, got a SynthesisConfig"):
+        transfer_lora("a", "b", "c", SEEDS, config=SynthesisConfig())
+
+
+def test_seed_and_adapter_checks_name_the_row_and_tensor(bases, tmp_path):
+    from adaptkit.translora_config import check_adapter, load_seeds
+    with pytest.raises(DataError, match="seed 2: empty text"):
+        load_seeds(["a", "b", "  ", "c", "d", "e"])
+    lora = get_peft_model(tiny_causal_lm(tiny_tokenizer(), seed=2), LoraConfig(r=2, target_modules=["q_proj"]))
+    lora.save_pretrained(tmp_path / "lora")
+    gemma = load_causal_lm(bases / "tgt-base")  # same module names but another family: rename a module to make one missing
+    gemma.model.layers[0].self_attn.add_module("q_proj_renamed", gemma.model.layers[0].self_attn.q_proj)
+    del gemma.model.layers[0].self_attn.q_proj
+    with pytest.raises(AdapterMismatchError, match=r"targets 'model.layers.0.self_attn.q_proj', which the base model does not have"):
+        check_adapter(gemma, tmp_path / "lora")
+
+
+def test_discriminator_and_filter_inputs_are_checked():
+    from adaptkit.translora import discriminator_rows
+    with pytest.raises(ValueError, match="needs real and synthetic texts; got 2 real, 0 synthetic"):
+        discriminator_rows(["a", "b"], [])
+    with pytest.raises(ValueError, match="synthetic text 1: empty or not a string"):
+        discriminator_rows(["a", "b"], ["c", " "])
+    with pytest.raises(ValueError, match="real text 0: empty or not a string"):
+        discriminator_rows([3], ["c"])
+    disc = Discriminator(None, None)
+    with pytest.raises(ValueError, match="evaluate needs both kinds of texts; got 0 real, 1 synthetic"):
+        disc.evaluate([], ["x"])
+    with pytest.raises(EmptyGenerationError, match="no synthetic prompts to filter"):
+        filter_prompts(disc, [])
+    with pytest.raises(ValueError, match=r"threshold must be in \[0, 1\], got 1.2"):
+        filter_prompts(disc, ["a"], 1.2)
+
+
+def test_distillation_inputs_are_checked(bases, tmp_path):
+    import datasets
+    from adaptkit.translora import distill_lora
+    tok = load_tokenizer(bases / "tgt-base")
+    with pytest.raises(EmptyGenerationError, match=r"needs prompt/completion rows; got 0 rows"):
+        distill_lora(load_causal_lm(bases / "tgt-base"), tok, datasets.Dataset.from_list([]), _distillation(tmp_path))
+    with pytest.raises(EmptyGenerationError, match=r"got 1 rows with columns \['text'\]"):
+        distill_lora(load_causal_lm(bases / "tgt-base"), tok, datasets.Dataset.from_list([{"text": "a"}]), _distillation(tmp_path))
+    rows = datasets.Dataset.from_list([{"prompt": "a", "completion": " b"}])
+    with pytest.raises(ValueError, match="logit-level distillation needs teacher= and teacher_tokenizer="):
+        distill_lora(load_causal_lm(bases / "tgt-base"), tok, rows, _distillation(tmp_path, distillation="logit"))
+    src_tok = load_tokenizer(bases / "src-base")
+    with pytest.raises(ValueError, match=r"needs one vocabulary, but the teacher's tokenizer \(512 tokens\) and the student's \(320 tokens\)"):
+        distill_lora(load_causal_lm(bases / "tgt-base"), tok, rows, _distillation(tmp_path, distillation="logit"),
+                     teacher=load_causal_lm(bases / "src-base"), teacher_tokenizer=src_tok)
+    with pytest.raises(EmptyGenerationError, match="no prompts for the teacher to answer"):
+        teacher_completions(None, tok, [], _synthesis())
+    with pytest.raises(AttributeError, match="has no attribute 'NoSuchTrainer'"):
+        translora.NoSuchTrainer
+
+
+def test_vllm_generator_without_vllm_says_how_to_install(monkeypatch):
+    monkeypatch.setitem(sys.modules, "vllm", None)  # an import of vllm now raises ImportError
+    with pytest.raises(ImportError, match=r"backend='vllm' needs vLLM \(`pip install vllm`\)"):
+        translora.vllm_generator("/nowhere")
+
+
+def test_model_helpers_refuse_bad_inputs(tmp_path):
+    from adaptkit.models import completion_collator, encode_completion, from_gguf, packaged_file
+    tok = tiny_tokenizer()
+    with pytest.raises(ValueError, match="row 7: the prompt takes .* tokens, leaving no room for the answer in max_length=3"):
+        encode_completion(tok, "one two three four five six", " seven", 3, row=7)
+    no_pad = tiny_tokenizer(); no_pad.pad_token = None
+    with pytest.raises(ValueError, match="the tokenizer has no pad token"):
+        completion_collator(no_pad)
+    (tmp_path / "model.bin").write_text("x")
+    with pytest.raises(FileNotFoundError, match="model.bin: not a .gguf file"):
+        from_gguf(tmp_path / "model.bin", tmp_path / "out")
+    with pytest.raises(ModuleNotFoundError, match="no \\*.gguf from the package 'no-such-asset-package'"):
+        packaged_file("no-such-asset-package", "*.gguf")
