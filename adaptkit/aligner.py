@@ -9,6 +9,7 @@ import copy
 import dataclasses
 import logging
 import math
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,14 +22,14 @@ from trl import DPOConfig, DPOTrainer, SFTConfig, SFTTrainer
 from .artifacts import ArtifactTrainerMixin, ModelArtifact
 from .data import QAC, load_rows
 from .hub import PAPERS, write_metadata
-from .models import default_bf16, generate_batched, load_base
+from .models import default_bf16, encode_completion, generate_batched, load_base, load_tokenizer
 
 logger = logging.getLogger(__name__)
 
 # %% auto #0
-__all__ = ['logger', 'ALIGNER_V1_TEMPLATE', 'ALIGNER_QAC_TEMPLATE', 'format_aligner_prompt', 'AlignerConfig', 'aligner_rows',
-           'AlignerTrainer', 'Aligner', 'chat_answers', 'save_aligner', 'preference_pairs', 'dpo_rounds',
-           'AlignedPolicy']
+__all__ = ['logger', 'ALIGNER_V1_TEMPLATE', 'ALIGNER_QAC_TEMPLATE', 'format_aligner_prompt', 'check_template', 'AlignerConfig',
+           'aligner_rows', 'AlignerTrainer', 'Aligner', 'chat_answers', 'save_aligner', 'preference_pairs',
+           'dpo_rounds', 'AlignedPolicy']
 
 # %% ../nbs/11_aligner.ipynb #fe6812e8
 ALIGNER_V1_TEMPLATE = ("BEGINNING OF CONVERSATION: USER: Edit the following Question-Answer pair to make it more helpful "
@@ -42,6 +43,18 @@ def format_aligner_prompt(
 ) -> str:
     "The aligner's input for one question-answer pair."
     return template.format(question=question, answer=answer)
+
+def check_template(
+    template: str,  # a prompt template
+) -> str:
+    "`template` itself, after checking that it has `{question}` and `{answer}` and no other field."
+    if not isinstance(template, str): raise TypeError(f"template must be a str, got {type(template).__name__}")
+    missing = [f for f in ("{question}", "{answer}") if f not in template]
+    if missing: raise ValueError(f"template must contain {{question}} and {{answer}}; missing {', '.join(missing)}: {template!r}")
+    try: template.format(question="", answer="")
+    except (KeyError, IndexError, ValueError) as e:
+        raise ValueError(f"template has a field other than {{question}} and {{answer}} ({e!r}; write a literal brace as {{{{ }}}}): {template!r}") from None
+    return template
 
 # %% ../nbs/11_aligner.ipynb #13eaa608
 @dataclass
@@ -59,20 +72,24 @@ class AlignerConfig(SFTConfig):
     def __post_init__(self):
         if self.bf16 is None: self.bf16 = default_bf16()
         if not 0 <= self.identity_warmup_ratio < 1: raise ValueError(f"identity_warmup_ratio must be in [0, 1), got {self.identity_warmup_ratio}")
-        if "{question}" not in self.template or "{answer}" not in self.template:
-            raise ValueError("template must contain {question} and {answer}")
+        check_template(self.template)
         super().__post_init__()
 
 # %% ../nbs/11_aligner.ipynb #a862b9ec
 def aligner_rows(
     rows: datasets.Dataset,  # validated question/answer/correction rows
     template: str,  # the prompt template
+    tokenizer,  # the aligner's tokenizer
+    *,
     identity: bool = False,  # train to copy the answer (the warm-up) instead of correcting it
+    max_length: int | None = None,  # longest sequence kept (None: no limit)
 ) -> datasets.Dataset:
-    "Prompt-completion rows for aligner SFT: the formatted Q-A pair, and the correction (or the answer itself) as target."
-    def fmt(r): return {"prompt": format_aligner_prompt(r["question"], r["answer"], template),
-                        "completion": r["answer"] if identity else r["correction"]}
-    return rows.map(fmt, remove_columns=rows.column_names)
+    "Token rows for aligner SFT: the prompt tokenised alone, as `Aligner.correct` feeds it, then the target's tokens and EOS."
+    check_template(template)
+    def encode(r, i):
+        prompt = format_aligner_prompt(r["question"], r["answer"], template)
+        return encode_completion(tokenizer, prompt, r["answer"] if identity else r["correction"], max_length or sys.maxsize, row=i)
+    return rows.map(encode, with_indices=True, remove_columns=rows.column_names)
 
 # %% ../nbs/11_aligner.ipynb #4feca762
 class AlignerTrainer(ArtifactTrainerMixin, SFTTrainer):
@@ -93,9 +110,13 @@ class AlignerTrainer(ArtifactTrainerMixin, SFTTrainer):
         self.qac = load_rows(train_dataset, QAC)
         model, src = load_base(model, endpoint=hub_endpoint, token=hub_token)
         self.base_model, self.base_revision = base_model or src.get("repo_id"), src.get("revision")
+        tok = kwargs.setdefault("processing_class", None) or _tokenizer_of(model)
+        kwargs["processing_class"] = tok
+        rows = aligner_rows(self.qac, args.template, tok, max_length=args.max_length)  # a too long prompt fails here, by row
         n_warm = math.ceil(len(self.qac) * args.identity_warmup_ratio)
-        self.warmup = aligner_rows(self.qac.shuffle(seed=args.seed).select(range(n_warm)), args.template, identity=True)
-        super().__init__(model=model, args=args, train_dataset=aligner_rows(self.qac, args.template), **kwargs)
+        self.warmup = aligner_rows(self.qac.shuffle(seed=args.seed).select(range(n_warm)), args.template, tok, identity=True,
+                                   max_length=args.max_length)
+        super().__init__(model=model, args=args, train_dataset=rows, **kwargs)
 
     def train(self, *args, **kwargs):
         "Identity warm-up on `identity_warmup_ratio` of the rows (one epoch), then the configured training on corrections."
@@ -111,6 +132,13 @@ class AlignerTrainer(ArtifactTrainerMixin, SFTTrainer):
         return dataclasses.replace(self.args, num_train_epochs=1, max_steps=-1, save_strategy="no", push_to_hub=False,
                                    eval_strategy="no", output_dir=str(Path(self.args.output_dir) / "_identity-warmup"))
 
+def _tokenizer_of(model):
+    "The tokenizer saved beside `model` (loaded from a folder or repo): `AlignerTrainer` tokenises its rows itself."
+    folder = getattr(model, "name_or_path", "")
+    if not folder or not Path(folder).is_dir():
+        raise ValueError("AlignerTrainer needs processing_class (the aligner's tokenizer) when model is not loaded from a folder or repo")
+    return load_tokenizer(folder)
+
 # %% ../nbs/11_aligner.ipynb #1a571f4a
 class Aligner(ModelArtifact):
     "A trained aligner: corrects answers of any upstream model, with the prompt template it was trained with."
@@ -121,7 +149,7 @@ class Aligner(ModelArtifact):
                  tokenizer,  # its tokenizer
                  template: str = ALIGNER_V1_TEMPLATE):  # the prompt template it was trained with
         super().__init__(model.eval(), tokenizer)
-        self.template = template
+        self.template = check_template(template)
 
     def _write(self, folder: Path) -> None:
         self.model.config.aligner_template = self.template
@@ -154,7 +182,9 @@ def correct(self: Aligner,
             *,
             batch_size: int = 8,  # pairs per generate call
             **generate_kwargs) -> list[str]:  # passed to `generate` (default: greedy, 256 new tokens)
-    "The aligner's corrections of `answers`."
+    "The aligner's corrections of `answers` (prompted with `self.template`, tokenised as in training)."
+    for name, texts in (("questions", questions), ("answers", answers)):
+        if isinstance(texts, str): raise TypeError(f"{name} must be a list of texts, got one str: {texts[:40]!r}")
     if len(questions) != len(answers): raise ValueError(f"{len(questions)} questions but {len(answers)} answers")
     prompts = [format_aligner_prompt(q, a, self.template) for q, a in zip(questions, answers)]
     return generate_batched(self.model, self.tokenizer, prompts, batch_size=batch_size, desc="correcting", **generate_kwargs)
@@ -244,6 +274,8 @@ def dpo_rounds(
     **generate_kwargs,  # for answering and correcting (default greedy)
 ) -> list[dict]:
     "Multi-round Aligner-guided DPO of `policy`; the metrics of each round."
+    if rounds < 1: raise ValueError(f"rounds must be at least 1, got {rounds}")
+    if isinstance(prompts, str) or not len(prompts): raise ValueError("prompts must be a non-empty list of questions")
     args = args or DPOConfig("aligner-dpo", beta=0.02, learning_rate=2e-5, report_to="none", save_strategy="no")
     metrics = []
     for r in range(1, rounds + 1):

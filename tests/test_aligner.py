@@ -53,3 +53,162 @@ def test_bad_rows_are_refused_before_training(tiny_model_dir, tmp_path, bad, mes
     with pytest.raises(DataError, match=re.escape(message)):
         AlignerTrainer(str(tiny_model_dir), args, _qac_file(tmp_path / "bad.jsonl", [good, bad]),
                        processing_class=load_tokenizer(tiny_model_dir))
+
+
+# --- the template, token for token, in training and at inference (a non-default template, so ignoring it fails) ---
+
+CUSTOM = "<<Q>> {question} <<A>> {answer} <<FIX>>:"
+ROWS = [{"question": "What is 2 + 3?", "answer": "-4 maybe", "correction": "-2 + 3 is 1."},
+        {"question": "What is 7 - 1?", "answer": "6", "correction": "7 - 1 = 6."}]
+
+
+def _prompt_ids(tok, template, row):
+    return tok(template.format(question=row["question"], answer=row["answer"]), add_special_tokens=False)["input_ids"]
+
+
+@pytest.mark.parametrize("identity", [False, True])
+def test_aligner_rows_hold_the_template_token_for_token(tiny_tok, identity):
+    import datasets
+    from adaptkit.aligner import aligner_rows
+    out = aligner_rows(datasets.Dataset.from_list(ROWS), CUSTOM, tiny_tok, identity=identity)
+    assert out.column_names == ["input_ids", "labels"]
+    for row, enc in zip(ROWS, out):
+        prompt = _prompt_ids(tiny_tok, CUSTOM, row)
+        n = len(prompt)
+        assert enc["input_ids"][:n] == prompt and enc["labels"][:n] == [-100] * n  # the prompt, untrained, as at inference
+        target = tiny_tok(row["answer"] if identity else row["correction"], add_special_tokens=False)["input_ids"]
+        assert enc["input_ids"][n:] == target + [tiny_tok.eos_token_id] == enc["labels"][n:]
+
+
+def test_trainer_rows_use_the_configured_template(tiny_model_dir, tiny_tok, tmp_path):
+    args = AlignerConfig(str(tmp_path / "run"), template=CUSTOM, identity_warmup_ratio=0.5, max_steps=1, use_cpu=True)
+    trainer = AlignerTrainer(str(tiny_model_dir), args, ROWS, processing_class=tiny_tok)
+    for data in (trainer.train_dataset, trainer.warmup):
+        for enc in data:
+            starts = [enc["input_ids"][:len(_prompt_ids(tiny_tok, CUSTOM, r))] == _prompt_ids(tiny_tok, CUSTOM, r) for r in ROWS]
+            assert any(starts), tiny_tok.decode(enc["input_ids"])
+
+
+def test_correct_feeds_the_model_its_own_template_token_for_token(tiny_tok):
+    from adaptkit.models import tiny_causal_lm
+    aligner = Aligner(tiny_causal_lm(tiny_tok), tiny_tok, CUSTOM)
+    seen, generate = [], aligner.model.generate
+    def recording_generate(input_ids, attention_mask, **kw):
+        seen.extend(ids[mask.bool()].tolist() for ids, mask in zip(input_ids, attention_mask))
+        return generate(input_ids=input_ids, attention_mask=attention_mask, **kw)
+    aligner.model.generate = recording_generate
+    out = aligner.correct([r["question"] for r in ROWS], [r["answer"] for r in ROWS], max_new_tokens=2)
+    assert len(out) == 2 and seen == [_prompt_ids(tiny_tok, CUSTOM, r) for r in ROWS]
+
+
+def test_training_prompt_equals_inference_prompt_on_a_merging_boundary(tiny_tok, tiny_model_dir, tmp_path):
+    "A correction starting with '-' after a template ending on ':' : the ids before the answer are still the prompt's own."
+    import datasets
+    from adaptkit.aligner import ALIGNER_V1_TEMPLATE, aligner_rows
+    from adaptkit.models import tiny_causal_lm
+    row = ROWS[0]
+    aligner = Aligner(tiny_causal_lm(tiny_tok), tiny_tok)
+    seen = []
+    generate = aligner.model.generate
+    aligner.model.generate = lambda input_ids, **kw: seen.append(input_ids[0].tolist()) or generate(input_ids=input_ids, **kw)
+    aligner.correct([row["question"]], [row["answer"]], max_new_tokens=1)
+    enc = aligner_rows(datasets.Dataset.from_list([row]), ALIGNER_V1_TEMPLATE, tiny_tok)[0]
+    assert enc["input_ids"][:len(seen[0])] == seen[0] and enc["labels"][len(seen[0])] != -100
+
+
+# --- the template an aligner loads with ---
+
+def test_template_fallbacks(tiny_tok, tmp_path, caplog):
+    from adaptkit.aligner import ALIGNER_V1_TEMPLATE
+    from adaptkit.models import tiny_causal_lm
+    plain = tmp_path / "plain"
+    tiny_causal_lm(tiny_tok).save_pretrained(plain); tiny_tok.save_pretrained(plain)
+    with caplog.at_level("WARNING", logger="adaptkit.aligner"):
+        assert Aligner.from_pretrained(plain).template == ALIGNER_V1_TEMPLATE
+    assert "records no template" in caplog.text
+    config_only = tmp_path / "config-only"  # trained elsewhere, but the config knows its template
+    model = tiny_causal_lm(tiny_tok); model.config.aligner_template = CUSTOM
+    model.save_pretrained(config_only); tiny_tok.save_pretrained(config_only)
+    caplog.clear()
+    assert Aligner.from_pretrained(config_only).template == CUSTOM and "records no template" not in caplog.text
+    saved = tmp_path / "saved"
+    Aligner(tiny_causal_lm(tiny_tok), tiny_tok, CUSTOM).save_pretrained(saved)
+    assert json.loads((saved / "adaptkit.json").read_text())["aligner"]["template"] == CUSTOM
+    assert Aligner.from_pretrained(saved).template == CUSTOM
+
+
+# --- dpo_rounds(push_to=...) against a LocalHub ---
+
+def test_dpo_rounds_push_each_round_tagged(hub, tiny_tok, tmp_path):
+    import torch
+    from trl import DPOConfig
+    from adaptkit.aligner import dpo_rounds
+    from adaptkit.models import tiny_causal_lm
+    policy, aligner = tiny_causal_lm(tiny_tok, seed=3), Aligner(tiny_causal_lm(tiny_tok, seed=1), tiny_tok, CUSTOM)
+    args = DPOConfig(str(tmp_path / "dpo"), beta=0.02, learning_rate=1e-3, max_steps=1, per_device_train_batch_size=2,
+                     report_to="none", save_strategy="no", use_cpu=True, disable_tqdm=True, bf16=False)
+    metrics = dpo_rounds(policy, tiny_tok, aligner, ["What is 1 + 1?", "What is 2 + 2?", "Name a colour."], rounds=2, args=args,
+                         push_to="team/policy", hub_endpoint=hub.endpoint, base_model="team/base", max_new_tokens=4)
+    assert [m["round"] for m in metrics] == [1, 2] and all(m["pairs"] > 0 for m in metrics)
+    api = HfApi(endpoint=hub.endpoint)
+    tags = {t.name: t.target_commit for t in api.list_repo_refs("team/policy").tags}
+    assert tags == {"round-1": metrics[0]["commit"], "round-2": metrics[1]["commit"]} and metrics[0]["commit"] != metrics[1]["commit"]
+    from adaptkit.aligner import AlignedPolicy
+    pulled = AlignedPolicy.from_pretrained("team/policy", endpoint=hub.endpoint, revision="round-2")
+    assert pulled.settings["round"] == 2 and pulled.settings["pairs"] == metrics[1]["pairs"]
+    assert all(torch.equal(a, b) for a, b in zip(pulled.model.state_dict().values(), policy.state_dict().values()))
+    card = api.model_info("team/policy", revision="round-1").card_data
+    assert card.base_model == "team/base" and "aligner" in card.tags
+
+
+# --- every input check: its error type and the name it reports ---
+
+@pytest.mark.parametrize("kwargs, error, name", [
+    ({"identity_warmup_ratio": 1.0}, ValueError, "identity_warmup_ratio"),
+    ({"identity_warmup_ratio": -0.1}, ValueError, "identity_warmup_ratio"),
+    ({"template": "{question} only"}, ValueError, "missing {answer}"),
+    ({"template": "{answer} only"}, ValueError, "missing {question}"),
+    ({"template": "{question} {answer} {lang}"}, ValueError, "'lang'"),
+    ({"template": 3}, TypeError, "template must be a str"),
+])
+def test_config_checks(kwargs, error, name):
+    with pytest.raises(error, match=re.escape(name)):
+        AlignerConfig("x", **kwargs)
+
+
+def test_aligner_and_rows_checks(tiny_tok, tiny_model_dir, tmp_path):
+    import datasets
+    from adaptkit.aligner import aligner_rows, preference_pairs, dpo_rounds
+    from adaptkit.models import tiny_causal_lm
+    with pytest.raises(ValueError, match=re.escape("missing {question}")):
+        Aligner(tiny_causal_lm(tiny_tok), tiny_tok, "{answer}")
+    with pytest.raises(ValueError, match=re.escape("missing {answer}")):
+        aligner_rows(datasets.Dataset.from_list(ROWS), "{question}", tiny_tok)
+    with pytest.raises(ValueError, match=re.escape("row 1: the prompt takes")):
+        aligner_rows(datasets.Dataset.from_list([ROWS[1], {**ROWS[0], "question": "long " * 200}]), CUSTOM, tiny_tok, max_length=64)
+    aligner = Aligner(tiny_causal_lm(tiny_tok), tiny_tok, CUSTOM)
+    with pytest.raises(ValueError, match="2 questions but 1 answers"):
+        aligner.correct(["a", "b"], ["x"])
+    with pytest.raises(TypeError, match="questions must be a list"):
+        aligner.correct("a", "x")
+    with pytest.raises(TypeError, match="answers must be a list"):
+        aligner.correct(["a"], "x")
+    with pytest.raises(ValueError, match="needs its tokenizer"):
+        aligner.stack(tiny_causal_lm(tiny_tok))
+    with pytest.raises(ValueError, match="lengths differ: 1 prompts, 0 answers, 1 corrections"):
+        preference_pairs(["p"], [], ["c"])
+    with pytest.raises(ValueError, match="rounds must be at least 1, got 0"):
+        dpo_rounds(tiny_causal_lm(tiny_tok), tiny_tok, aligner, ["q"], rounds=0)
+    with pytest.raises(ValueError, match="prompts must be a non-empty list"):
+        dpo_rounds(tiny_causal_lm(tiny_tok), tiny_tok, aligner, [])
+    with pytest.raises(ValueError, match="needs processing_class"):
+        AlignerTrainer(tiny_causal_lm(tiny_tok), AlignerConfig(str(tmp_path / "r"), max_steps=1, use_cpu=True), ROWS)
+    args = AlignerConfig(str(tmp_path / "r"), template=CUSTOM, max_steps=1, use_cpu=True, max_length=64)
+    with pytest.raises(ValueError, match=re.escape("row 1: the prompt takes")):  # before any training
+        AlignerTrainer(str(tiny_model_dir), args, [ROWS[1], {**ROWS[0], "question": "long " * 200}], processing_class=tiny_tok)
+
+
+def test_trainer_finds_the_tokenizer_beside_a_folder_model(tiny_model_dir, tmp_path):
+    args = AlignerConfig(str(tmp_path / "r"), max_steps=1, use_cpu=True, identity_warmup_ratio=0.0)
+    trainer = AlignerTrainer(str(tiny_model_dir), args, ROWS)
+    assert trainer.processing_class.eos_token == "<|im_end|>" and len(trainer.train_dataset) == 2
