@@ -15,9 +15,10 @@ from pathlib import Path
 from typing import Callable
 
 # %% auto #0
-__all__ = ['COMMANDS', 'HubArguments', 'PushArguments', 'Command', 'command', 'ModelArguments', 'run_pissa', 'run_aligner',
-           'run_repnoise', 'TransLoRAArguments', 'run_translora', 'EMRArguments', 'run_emr', 'ServeArguments',
-           'TransferArguments', 'run_serve', 'run_push', 'run_pull', 'parser_for', 'main']
+__all__ = ['COMMANDS', 'HELP_COLUMNS', 'HubArguments', 'PushArguments', 'Command', 'command', 'ModelArguments', 'run_pissa',
+           'run_aligner', 'run_repnoise', 'TransLoRAArguments', 'run_translora', 'EMRArguments', 'run_emr',
+           'ServeArguments', 'TransferArguments', 'run_serve', 'run_push', 'run_pull', 'parser_for', 'help_text',
+           'write_help_texts', 'stored_help', 'main']
 
 # %% ../nbs/20_cli.ipynb #0f5214e0
 @dataclass
@@ -329,6 +330,38 @@ def _usage() -> str:
             + "\n".join(f"  {n:<{width}}  {c.help}" for n, c in COMMANDS.items())
             + "\n\n`adaptkit <command> --help` lists every option of a command; --debug (or ADAPTKIT_DEBUG=1) shows tracebacks.")
 
+# %% ../nbs/20_cli.ipynb #ee552837
+HELP_COLUMNS = 100  # width of the stored help texts
+
+def help_text(
+    name: str,  # a command's words, e.g. "pissa" or "hub pull"
+) -> str:
+    "What `adaptkit <name> --help` prints, formatted by the command's real parser (which imports its dataclasses)."
+    width, os.environ["COLUMNS"] = os.environ.get("COLUMNS"), str(HELP_COLUMNS)  # argparse reads the width from it
+    try: return parser_for(name).format_help()
+    finally:
+        if width is None: del os.environ["COLUMNS"]
+        else: os.environ["COLUMNS"] = width
+
+def _help_file() -> Path:
+    from importlib.resources import files
+    return Path(str(files("adaptkit") / "cli_help.json"))
+
+def write_help_texts(
+    path: str | Path | None = None,  # where to write; default `adaptkit/cli_help.json`
+) -> Path:
+    "Store every command's help text, so `adaptkit <command> --help` prints it without building the parser."
+    path = Path(path or _help_file())
+    path.write_text(json.dumps({name: help_text(name) for name in COMMANDS}, indent=1) + "\n", encoding="utf-8")
+    return path
+
+def stored_help(
+    name: str,  # a command's words
+) -> str | None:
+    "The stored help text of `adaptkit <name>`, or None when the file or the command is missing from it."
+    try: return json.loads(_help_file().read_text(encoding="utf-8"))[name]
+    except (OSError, ValueError, KeyError): return None
+
 # %% ../nbs/20_cli.ipynb #f36acdbd
 def _user_errors() -> tuple:
     "The exception types that mean bad input rather than a bug."
@@ -356,6 +389,9 @@ def main(
         print(_usage(), file=sys.stdout if not argv or argv[0] in ("-h", "--help") else sys.stderr)
         return 0 if not argv or argv[0] in ("-h", "--help") else 2
     cmd, rest = COMMANDS[words], argv[len(words.split()):]
+    if rest in (["-h"], ["--help"]) and (text := stored_help(words)) is not None:
+        print(text, end="")
+        return 0
     try:
         result = cmd.run(*parser_for(words).parse_args_and_config(rest))
     except Exception as e:

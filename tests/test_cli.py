@@ -216,3 +216,46 @@ def test_refused_token_and_wrong_base_are_user_errors(tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     assert code == 2 and len(err.splitlines()) == 1 and "hidden_size" in err, err
     assert not (tmp_path / "bundle").exists()
+
+
+# --- `adaptkit <command> --help` from the stored texts: fast, and the same as the parsers print ----------------------
+
+REGENERATE = 'stale adaptkit/cli_help.json: run .venv/bin/python -c "from adaptkit.cli import write_help_texts; write_help_texts()"'
+
+
+@pytest.mark.parametrize("name", list(COMMANDS))
+def test_stored_help_is_what_the_parser_prints(name):
+    from adaptkit.cli import help_text, stored_help
+    assert stored_help(name) == help_text(name), REGENERATE
+
+
+@pytest.mark.parametrize("name", list(COMMANDS))
+def test_stored_help_lists_every_field_of_the_commands_dataclasses(name):
+    import dataclasses
+    import re
+    from adaptkit.cli import stored_help
+    usage = stored_help(name).split("\n\n")[0]  # argparse's usage block names every option once
+    flags = {f.replace("-", "_") for f in re.findall(r"\[?--([\w-]+)", usage)}
+    fields = {f.name: f for dc in COMMANDS[name].dataclasses() for f in dataclasses.fields(dc) if f.init}
+    negated = {f"no_{n}" for n, f in fields.items() if f.type in (bool, "bool") and f.default is True}
+    assert flags - negated == set(fields), (sorted(flags - negated - set(fields)), sorted(set(fields) - flags))
+
+
+def test_help_imports_nothing_heavy_and_prints_the_stored_text():
+    code = ("import sys; from adaptkit.cli import main; code = main(['pissa', '--help']); "
+            "print(code, sorted(m for m in ('torch', 'transformers', 'trl', 'datasets', 'peft') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    from adaptkit.cli import stored_help
+    assert out.stdout == stored_help("pissa") + "0 []\n", out.stderr[-2000:]
+
+
+def test_help_without_the_stored_file_builds_the_parser(monkeypatch, tmp_path, capsys):
+    import adaptkit.cli
+    monkeypatch.setattr(adaptkit.cli, "_help_file", lambda: tmp_path / "missing.json")
+    monkeypatch.setenv("COLUMNS", "100")
+    with pytest.raises(SystemExit) as done:  # argparse prints the help and exits 0
+        main(["hub", "serve", "--help"])
+    assert done.value.code == 0
+    assert capsys.readouterr().out == adaptkit.cli.help_text("hub serve")
+    assert adaptkit.cli.write_help_texts(tmp_path / "h.json") == tmp_path / "h.json"
+    assert json.loads((tmp_path / "h.json").read_text())["hub serve"] == adaptkit.cli.help_text("hub serve")
