@@ -315,3 +315,162 @@ def test_foreign_base_error_does_not_suggest_excluding_everything(tmp_path):
     with pytest.raises(ValueError, match="Most shared tensors are missing from the base") as e:
         emr_merge(renamed, tasks, out_dir=tmp_path / "b", progress=False)
     assert "exclude=" not in str(e.value)
+
+
+# ---- known answers: a merge computed by hand ----
+
+TAUS = [torch.tensor([2.0, -1.0, 0.0, 3.0]), torch.tensor([-1.0, -3.0, 0.0, 1.0]), torch.tensor([1.0, 2.0, 0.0, -5.0])]
+BASE_W = torch.tensor([10.0, 20.0, 30.0, 40.0])
+
+
+def hand_merge(rescale="tensor_mean", with_v=False):
+    "Three tasks over w (4 parameters; sums 2, -2, 0, -1) and, `with_v`, v (2 parameters, only task a moves it by 4)."
+    pre = {"w": BASE_W.clone()} | ({"v": torch.zeros(2)} if with_v else {})
+    taus = [{"w": t} | ({"v": torch.tensor([4.0 if i == 0 else 0.0, 0.0])} if with_v else {}) for i, t in enumerate(TAUS)]
+    ft = {name: {k: pre[k] + tau[k] for k in pre} for name, tau in zip("abc", taus)}
+    return emr_merge(pre, ft, rescale=rescale, progress=False)
+
+
+def test_election_masks_and_rescalers_by_hand():
+    bundle = hand_merge()
+    unified = TensorFiles.of_folder(bundle.folder / "unified").read("w")
+    # sign of the sum (+, -, 0 -> -1, -), magnitude: the largest |τ_t| whose sign agrees
+    assert unified.tolist() == [2.0, -3.0, 0.0, -5.0] and torch.signbit(unified).tolist() == [False, True, True, True]
+    masks = {t: emr.unpack_mask(TensorFiles([bundle.folder / "tasks" / t / "mask.safetensors"]).read("w"), (4,)).tolist()
+             for t in bundle.tasks}
+    assert masks == {"a": [True, True, False, False], "b": [False, True, False, False], "c": [True, False, False, True]}
+    # λ_t = mean|τ_t| / mean|M_t ⊙ τ_uni|: a 6/5, b 5/3, c 8/7
+    assert bundle.rescalers == pytest.approx({"a": 6 / 5, "b": 5 / 3, "c": 8 / 7}, rel=1e-6)
+    sd = {t: bundle.task_state_dict(t)["w"].tolist() for t in bundle.tasks}
+    assert sd["a"] == pytest.approx([10 + 1.2 * 2, 20 - 1.2 * 3, 30, 40], rel=1e-6)
+    assert sd["b"] == pytest.approx([10, 20 - 5 / 3 * 3, 30, 40], rel=1e-6)
+    assert sd["c"] == pytest.approx([10 + 8 / 7 * 2, 20, 30, 40 - 8 / 7 * 5], rel=1e-6)
+
+
+def test_elect_by_hand():
+    unified, masks = emr.emr_elect(torch.stack(TAUS))
+    assert unified.tolist() == [2.0, -3.0, 0.0, -5.0]
+    assert masks.tolist() == [[True, True, False, False], [False, True, False, False], [True, False, False, True]]
+
+
+def test_tensor_mean_and_global_rescalers_by_hand():
+    # tensor_mean sums per-tensor means: a (6/4 + 4/2) / (5/4 + 4/2) = 14/13; global sums parameters: a (6 + 4) / (5 + 4)
+    assert hand_merge("tensor_mean", with_v=True).rescalers == pytest.approx({"a": 14 / 13, "b": 5 / 3, "c": 8 / 7}, rel=1e-6)
+    assert hand_merge("global", with_v=True).rescalers == pytest.approx({"a": 10 / 9, "b": 5 / 3, "c": 8 / 7}, rel=1e-6)
+
+
+def test_task_arithmetic_and_ties_by_hand():
+    pre = {"w": BASE_W.clone()}
+    ft = {name: {"w": BASE_W + t} for name, t in zip("abc", TAUS)}
+    ta = task_arithmetic(pre, ft, scaling=0.5, progress=False)
+    assert ta.state_dict["w"].tolist() == [11.0, 19.0, 30.0, 39.5]  # base + 0.5 · (2, -2, 0, -1)
+    # TIES without trimming: the mean of the entries agreeing with the sign of the sum: (2+1)/2, (-1-3)/2, 0, -5
+    assert ties_merge(pre, ft, density=1.0, progress=False).state_dict["w"].tolist() == [11.5, 18.0, 30.0, 35.0]
+
+
+# ---- every check on the inputs of a merge: the failing input, the error and the name it reports ----
+
+def tiny_inputs(tmp_path, n=2):
+    "A base folder and `n` fine-tuned folders (their own 2-label heads); task -> folder."
+    base = classifier()
+    base.save_pretrained(tmp_path / "base")
+    for i in range(n): finetune(base, 2, seed=i + 1).save_pretrained(tmp_path / f"ft{i}")
+    return {f"t{i}": tmp_path / f"ft{i}" for i in range(n)}
+
+
+def lora_adapter(tmp_path, name="lora"):
+    "A LoRA adapter of q_proj and v_proj over the base at tmp_path / 'base'."
+    from peft import LoraConfig, get_peft_model
+    pm = get_peft_model(LlamaForSequenceClassification.from_pretrained(tmp_path / "base"),
+                        LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], task_type="SEQ_CLS"))
+    pm.save_pretrained(tmp_path / name)
+    return tmp_path / name
+
+
+def rewrite_adapter(folder, edit):
+    from safetensors.torch import load_file, save_file
+    sd = load_file(folder / "adapter_model.safetensors")
+    save_file({k: v.contiguous() for k, v in edit(sd).items()}, folder / "adapter_model.safetensors")
+
+
+Q_A = "base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight"
+Q_B = "base_model.model.model.layers.0.self_attn.q_proj.lora_B.weight"
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda f: (f / "adapter_config.json").write_text(json.dumps({**json.loads((f / "adapter_config.json").read_text()), "peft_type": "IA3"})),
+     r"lora: only plain LoRA adapters can be merged \(peft_type 'IA3'\)"),
+    (lambda f: (f / "adapter_config.json").write_text(json.dumps({**json.loads((f / "adapter_config.json").read_text()), "lora_bias": True})),
+     r"lora: only plain LoRA adapters can be merged \(peft_type 'LORA', unsupported: lora_bias\)"),
+    (lambda f: (f / "adapter_model.safetensors").unlink(), r"lora: no adapter_model.safetensors \(weights only as safetensors\)"),
+    (lambda f: rewrite_adapter(f, lambda sd: sd | {"stray.weight": torch.zeros(2)}), r"lora: unexpected tensor 'stray.weight' in a LoRA adapter"),
+    (lambda f: rewrite_adapter(f, lambda sd: {k: v for k, v in sd.items() if k != Q_B}),
+     r"lora: adapter weights without a matching base weight or A/B pair: \['model.layers.0.self_attn.q_proj.weight'\] \(wrong base\?\)"),
+    (lambda f: rewrite_adapter(f, lambda sd: sd | {Q_A.replace("q_proj", "zz_proj"): sd[Q_A].clone(), Q_B.replace("q_proj", "zz_proj"): sd[Q_B].clone()}),
+     r"adapter weights without a matching base weight or A/B pair: \['model.layers.0.self_attn.zz_proj.weight'\]"),
+    (lambda f: rewrite_adapter(f, lambda sd: sd | {Q_A: torch.zeros(4, 15)}),
+     r"lora: the LoRA delta of model.layers.0.self_attn.q_proj.weight would have shape \[16, 15\], the base weight has \[16, 16\]"),
+])
+def test_each_check_on_a_lora_adapter_names_it(tmp_path, edit, message):
+    tasks = tiny_inputs(tmp_path)
+    adapter = lora_adapter(tmp_path)
+    edit(adapter)
+    with pytest.raises(ValueError, match=f"task 'l': cannot read '{adapter}': .*{message}"):
+        emr_merge(tmp_path / "base", {**tasks, "l": adapter}, out_dir=tmp_path / "bundle", progress=False)
+    assert not (tmp_path / "bundle").exists()
+
+
+def test_state_dict_entries_must_be_tensors_of_a_safetensors_dtype():
+    pre = {"w": torch.zeros(3), "b": torch.zeros(2)}
+    ft = {"a": {"w": torch.ones(3), "b": torch.ones(2)}, "b": {"w": torch.ones(3), "b": [1.0, 2.0]}}
+    with pytest.raises(TypeError, match=r"state dict entries that are not tensors of a safetensors dtype: \['b'\]"):
+        emr_merge(pre, ft, progress=False)
+    with pytest.raises(TypeError, match=r"not tensors of a safetensors dtype: \['c'\]"):
+        emr_merge(pre | {"c": torch.zeros(2, dtype=torch.complex64)}, {t: {"w": torch.ones(3), "b": torch.ones(2)} for t in "ab"})
+
+
+def test_tensors_every_task_has_but_the_base_lacks_get_the_new_head_hint():
+    pre = {"w": torch.zeros(3), "b": torch.zeros(2), "v": torch.zeros(2)}
+    ft = {t: {"w": torch.ones(3), "b": torch.ones(2), "v": torch.ones(2), "head": torch.ones(2)} for t in "ab"}
+    with pytest.raises(ValueError, match=r"1 tensors in every fine-tuned model but not in the base: \['head'\]\. Is the base the model "
+                                         r"they were fine-tuned from\? If these are new heads, keep them per task with exclude=\['head'\]"):
+        emr_merge(pre, ft, progress=False)
+    assert emr_merge(pre, ft, exclude=["head"], progress=False).meta["own"]["a"] == {"head": {"dtype": "F32", "shape": [2]}}
+
+
+def test_values_whose_sums_overflow_float32_are_refused_naming_the_tensor():
+    pre = {"a": torch.zeros(1), "b": torch.zeros(1)}
+    ft = {t: {"a": torch.full((1,), 3e38), "b": torch.full((1,), 3e38)} for t in "xy"}  # finite, but the sum over a and b is not
+    with pytest.raises(ValueError, match=r"tensor 'b': values too large for float32 sums"):
+        emr_merge(pre, ft, progress=False)
+
+
+@pytest.mark.parametrize("where, message", [
+    ("base", r"tensor 'w' of the base has NaN or Inf values: nothing was written"),
+    ("task", r"tensor 'w' of task 'y' has NaN or Inf values: nothing was written"),
+    ("own", r"tensor 'head' of task 'y' has NaN or Inf values: nothing was written"),
+])
+def test_nan_or_inf_is_named_by_tensor_and_model(tmp_path, where, message):
+    pre = {"w": torch.zeros(3)}
+    ft = {t: {"w": torch.ones(3), "head": torch.ones(2)} for t in "xy"}
+    if where == "base": pre["w"][1] = float("inf")
+    if where == "task": ft["y"]["w"][2] = float("nan")
+    if where == "own": ft["y"]["head"][0] = float("nan")
+    with pytest.raises(ValueError, match=message):
+        emr_merge(pre, ft, exclude="head", out_dir=tmp_path / "bundle", progress=False)
+    assert not (tmp_path / "bundle").exists()
+    if where != "own":
+        with pytest.raises(ValueError, match=message):
+            task_arithmetic(pre, ft, exclude="head", progress=False)
+
+
+def test_a_merged_model_that_does_not_fit_its_architecture_is_named(tmp_path):
+    tasks = tiny_inputs(tmp_path)
+    ta = task_arithmetic(tmp_path / "base", tasks, exclude="score.*", progress=False)
+    assert list(ta.heads["t1"]) == ["score.weight"]
+    ta.heads["t1"] = {}
+    with pytest.raises(ValueError, match=r"task 't1': the weights do not fit LlamaForSequenceClassification: \{'missing_keys': \['score.weight'\]\}"):
+        ta.load_task_model("t1")
+    ta.heads["t1"] = {"score.weight": torch.zeros(2, 16), "extra.weight": torch.zeros(1)}
+    with pytest.raises(ValueError, match=r"task 't1': the weights do not fit .*'unexpected_keys': \['extra.weight'\]"):
+        ta.load_task_model("t1")
