@@ -3,6 +3,7 @@ folders, real transformers models (Llama classifiers, GPT-2 with fan_in_fan_out 
 official dense code, each input tensor read once, bounded memory, and a merge killed halfway."""
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -474,3 +475,81 @@ def test_a_merged_model_that_does_not_fit_its_architecture_is_named(tmp_path):
     ta.heads["t1"] = {"score.weight": torch.zeros(2, 16), "extra.weight": torch.zeros(1)}
     with pytest.raises(ValueError, match=r"task 't1': the weights do not fit .*'unexpected_keys': \['extra.weight'\]"):
         ta.load_task_model("t1")
+
+
+def test_mask_bits_are_little_endian_bytes():
+    mask = torch.tensor([True, False, False, False, False, False, False, False, False, True])
+    assert emr.pack_mask(mask).tolist() == [1, 2]  # parameter i is bit i % 8 of byte i // 8
+    assert emr.unpack_mask(torch.tensor([1, 2], dtype=torch.uint8), (2, 5)).tolist() == [[True, False, False, False, False],
+                                                                                       [False, False, False, False, True]]
+
+
+def test_exclude_takes_globs_and_regexes_and_refuses_excluding_everything():
+    pre = {"w": torch.zeros(3), "b": torch.zeros(2), "head.weight": torch.zeros(2)}
+    ft = {t: {k: v + i + 1 for k, v in pre.items()} for i, t in enumerate("xy")}
+    for exclude in ("head.*", re.compile(r"^head\."), ["nothing", "head.weight"]):
+        bundle = emr_merge(pre, ft, exclude=exclude, progress=False)
+        assert list(bundle.meta["tensors"]) == ["w", "b"] and list(bundle.meta["own"]["y"]) == ["head.weight"]
+    assert bundle.meta["exclude"] == ["nothing", "head.weight"]
+    assert emr_merge(pre, ft, exclude=re.compile("^b$"), progress=False).meta["exclude"] == ["re:^b$"]
+    with pytest.raises(ValueError, match="no tensor is in the base and every fine-tuned model with one shape: nothing to merge"):
+        emr_merge(pre, ft, exclude="*", progress=False)
+
+
+@pytest.mark.parametrize("finetuned, error, message", [
+    ({"a": {"w": torch.ones(2)}}, ValueError, r"finetuned must map at least two task names to models"),
+    ([{"w": torch.ones(2)}, {"w": torch.ones(2)}], ValueError, r"finetuned must map at least two task names"),
+    ({"a/../b": {"w": torch.ones(2)}, "c": {"w": torch.ones(2)}}, ValueError, r"invalid task name 'a/../b': use 1-64 letters"),
+    ({"..": {"w": torch.ones(2)}, "c": {"w": torch.ones(2)}}, ValueError, r"invalid task name '..'"),
+    ({"x" * 65: {"w": torch.ones(2)}, "c": {"w": torch.ones(2)}}, ValueError, r"invalid task name 'x{65}'"),
+    ({1: {"w": torch.ones(2)}, "c": {"w": torch.ones(2)}}, ValueError, r"invalid task name 1:"),
+])
+def test_task_names_and_counts_are_checked_before_any_work(finetuned, error, message):
+    with pytest.raises(error, match=message):
+        emr_merge({"w": torch.zeros(2)}, finetuned, progress=False)
+
+
+def test_rescale_mode_and_shard_size_are_checked():
+    ft = {t: {"w": torch.ones(2)} for t in "ab"}
+    with pytest.raises(ValueError, match=r"rescale must be 'tensor_mean' or 'global', got 'mean'"):
+        emr_merge({"w": torch.zeros(2)}, ft, rescale="mean")
+    with pytest.raises(ValueError, match=r"max_shard_size '5 parsecs': expected bytes"):
+        emr_merge({"w": torch.zeros(2)}, ft, max_shard_size="5 parsecs")
+
+
+def test_chunked_merge_writes_the_same_bytes_as_a_whole_tensor_merge(monkeypatch):
+    g = torch.Generator().manual_seed(3)
+    pre = {"big": (torch.randn(43, 5, generator=g) * 8).round() / 8, "s": torch.tensor(0.5)}
+    ft = {f"t{i}": {k: v + (torch.randn(v.shape, generator=g) * 8).round() / 8 for k, v in pre.items()} for i in range(3)}
+    whole = emr_merge(pre, ft, progress=False)
+    monkeypatch.setattr(emr, "_CHUNK", 16)
+    assert emr._row_chunks((43, 5)) == [(0, 8), (8, 16), (16, 24), (24, 32), (32, 40), (40, 43)]
+    assert emr._row_chunks((3,)) == [None] and emr._row_chunks(()) == [None]
+    chunked = emr_merge(pre, ft, progress=False)
+    assert chunked.rescalers == pytest.approx(whole.rescalers, rel=1e-6)
+    for sub in ("unified/model.safetensors", "tasks/t1/mask.safetensors", "base/model.safetensors"):
+        assert (chunked.folder / sub).read_bytes() == (whole.folder / sub).read_bytes(), sub
+
+
+def test_lora_deltas_follow_alpha_pattern_rslora_and_embeddings(tmp_path):
+    from peft import LoraConfig, get_peft_model
+    base = classifier(3)
+    base.save_pretrained(tmp_path / "base")
+    merged = {}
+    for name, kw in {"qv": dict(target_modules=["q_proj", "v_proj"]),
+                     "rs": dict(target_modules=["q_proj", "up_proj"], rank_pattern={"up_proj": 2}, alpha_pattern={"up_proj": 3},
+                                use_rslora=True),
+                     "emb": dict(target_modules=["embed_tokens", "o_proj"])}.items():
+        torch.manual_seed(len(name))
+        pm = get_peft_model(LlamaForSequenceClassification.from_pretrained(tmp_path / "base"),
+                            LoraConfig(r=4, lora_alpha=8, task_type="SEQ_CLS", modules_to_save=["score"], **kw))
+        for n, p in pm.named_parameters():
+            if "lora_B" in n or "lora_embedding_B" in n or "modules_to_save" in n: torch.nn.init.normal_(p, std=0.02)
+        pm.save_pretrained(tmp_path / name)
+        merged[name] = pm.merge_and_unload().state_dict()
+    ta = task_arithmetic(tmp_path / "base", {n: tmp_path / n for n in merged}, scaling=1.0, exclude="score.*", progress=False)
+    pre = base.state_dict()
+    for n in ta.state_dict:
+        want = pre[n] + sum(m[n] - pre[n] for m in merged.values())
+        torch.testing.assert_close(ta.state_dict[n], want, rtol=0, atol=1e-6)
+    assert {t: list(h) for t, h in ta.heads.items()} == {t: ["score.weight"] for t in merged}
