@@ -2,14 +2,13 @@
 through LocalHub, against a null server in the same run (same HTTP stack; it reads and discards request bodies and
 serves the same bytes from memory with no lookup) and against a page-cache copy. Two modes: inline (the client's
 default settings, Xet on: LocalHub answers "regular") and LFS (Xet disabled, LocalHub with lfs=True). Each server
-runs in its own process, as `adaptkit hub serve` does. Medians of 3; the load average is recorded at the start.
-Writes benchmarks/results/hub.json. Run: .venv/bin/python benchmarks/hub_roundtrip.py"""
+runs in its own process, as `adaptkit hub serve` does. Medians of 3. Waits for a quiet machine and writes through
+benchmarks/_bench.py: benchmarks/results/hub.json (hub.loaded.json when ADAPTKIT_BENCH_ALLOW_LOADED=1 on a loaded
+machine). Run: .venv/bin/python benchmarks/hub_roundtrip.py"""
 import hashlib
 import json
 import os
-import platform
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -17,11 +16,13 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).parent))
+from _bench import median, quiet_start, write_result  # noqa: E402
+
 os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 
 MIB, FILES, REPEATS = 1 << 20, 4, 3
-OUT = Path(__file__).parent / "results" / "hub.json"
 COMMIT = "0" * 40
 PROFILE = {  # cProfile of LocalHub's handler threads, one 64 MiB inline push and pull, in-process, before and after
     "before (issue 13)": "2.2 s in handlers: b64decode(validate=True) of the whole 85 MiB line 0.66 s, json.loads of "
@@ -176,28 +177,20 @@ def run_mode(folder: Path, root: Path, lfs: bool) -> dict:
         constants.HF_HUB_DISABLE_XET = False
         for proc, _ in servers.values(): proc.terminate(); proc.wait(10)
     for t in times.values():
-        t.update(push_median_s=statistics.median(t["push_s"]), pull_median_s=statistics.median(t["pull_s"]))
+        t.update(push_median_s=median(t["push_s"]), pull_median_s=median(t["pull_s"]))
     times["localhub"]["identical_bytes"] = ok
     return times
 
 
-def wait_for_quiet(limit_s: float = 300, below: float = 1.5) -> tuple:
-    "Wait (at most `limit_s`) for the 1-minute load average to drop below `below`; the load when starting."
-    start = time.monotonic()
-    while os.getloadavg()[0] >= below and time.monotonic() - start < limit_s: time.sleep(10)
-    return os.getloadavg()
-
-
 def main():
-    load = wait_for_quiet()
+    start = quiet_start()
     with tempfile.TemporaryDirectory() as d:
         root = Path(d)
         folder = make_folder(root)
         size = sum(f.stat().st_size for f in folder.iterdir())
         copies = [timed(lambda i=i: shutil.copytree(folder, root / f"copy-{i}")) for i in range(REPEATS)]
-        copy_s = statistics.median(copies)
-        result = {"bytes": size, "repeats": REPEATS, "machine": platform.processor() or platform.machine(),
-                  "cpus": os.cpu_count(), "loadavg_at_start": load, "client": "huggingface_hub upload_folder / snapshot_download",
+        copy_s = median(copies)
+        result = {"bytes": size, "repeats": REPEATS, "client": "huggingface_hub upload_folder / snapshot_download",
                   "copy_s": copies, "copy_median_s": copy_s, "profile": PROFILE, "modes": {}}
         for name, lfs in [("inline (client defaults, Xet on)", False), ("lfs (Xet disabled)", True)]:
             times = run_mode(folder, root, lfs)
@@ -211,10 +204,8 @@ def main():
             print(f"{name}: push {hub['push_median_s']:.2f} s ({m['push_vs_null']:.2f}x null {null['push_median_s']:.2f} s,"
                   f" {m['push_vs_copy']:.0f}x copy), pull {hub['pull_median_s']:.2f} s ({m['pull_vs_null']:.2f}x null "
                   f"{null['pull_median_s']:.2f} s, {m['pull_vs_copy']:.0f}x copy), identical: {hub['identical_bytes']}", flush=True)
-        print(f"page-cache copy: {copy_s:.3f} s; load average at start {load[0]:.2f}")
-    result["loadavg_at_end"] = os.getloadavg()
-    OUT.parent.mkdir(exist_ok=True)
-    OUT.write_text(json.dumps(result, indent=2) + "\n")
+        print(f"page-cache copy: {copy_s:.3f} s; load average at start {start['load_average_at_start'][0]:.2f}")
+    write_result("hub", result, start)
 
 
 if __name__ == "__main__":
