@@ -9,9 +9,11 @@ import datasets
 import pytest
 from huggingface_hub.errors import HfHubHTTPError
 
-from adaptkit.data import CLASSIFICATION, PROMPT_COMPLETION, QAC, DataError, load_rows, validate_rows
+from adaptkit.data import (CLASSIFICATION, PREFERENCE, PROMPT_COMPLETION, QAC, DataError, Schema, load_rows,
+                           validate_rows)
 
 ROWS = [{"question": "2+2?", "answer": "5", "correction": "4"}, {"question": "1+1?", "answer": "2", "correction": "2"}]
+ROW = ROWS[0]
 
 
 def write(path, data):
@@ -253,3 +255,167 @@ def test_a_missing_file_asks_no_hub(request_log, tmp_path, monkeypatch, name):
         load_rows("team/data", QAC, endpoint=endpoint)  # the control: a repo id does reach the server
     assert e.value.response.status_code == 404
     assert log and log[0].startswith("GET /api/datasets/team/data")
+
+
+# --- data: row checks ----------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("rows, message", [
+    ([], "rows: no rows (question/answer/correction expected)"),
+    ([ROW, ["q", "a", "c"]], "rows, row 1: expected a row of named columns (a dict), got list \"['q', 'a', 'c']\""),
+    ([ROW, "q,a,c"], "rows, row 1: expected a row of named columns (a dict), got str 'q,a,c'"),
+    ([{"question": "q", "answer": "a"}], "rows: missing column(s) 'correction' for question/answer/correction; "
+                                         "found 'question', 'answer'"),
+    ([{"Answer": "a", "question": "q", "correction": "c"}], "missing column(s) 'answer' for question/answer/correction; "
+                                                            "found 'Answer', 'question', 'correction' ('Answer': names "
+                                                            "must match exactly)"),
+    ([ROW, dict(ROW, answer=None)], "row 1, column 'answer': missing value (null)"),
+    ([dict(ROW, question=["q"])], "row 0, column 'question': expected str, got list \"['q']\""),
+    ([dict(ROW, correction=" \n\t")], "row 0, column 'correction': empty text"),
+])
+def test_validate_rows_names_row_and_column(rows, message):
+    with pytest.raises(DataError, match=re.escape(message)):
+        validate_rows(rows, QAC)
+
+
+def test_validate_rows_returns_good_rows_unchanged():
+    rows = [ROW, dict(ROW, question="1+1?")]
+    assert validate_rows(rows, QAC) is rows
+
+
+def test_a_boolean_is_not_a_label():
+    "bool is an int in Python; a label of True is a mistake (a JSON `true`), not class 1."
+    with pytest.raises(DataError, match=re.escape("row 1, column 'label': expected int or str, got bool 'True'")):
+        validate_rows([{"text": "a", "label": 0}, {"text": "b", "label": True}], CLASSIFICATION)
+    assert validate_rows([{"text": "a", "label": 0}, {"text": "b", "label": "pos"}], CLASSIFICATION)
+
+
+def test_identical_pair_columns_are_refused():
+    rows = [{"prompt": "p", "chosen": "yes", "rejected": "no"}, {"prompt": "p", "chosen": "same", "rejected": "same"}]
+    with pytest.raises(DataError, match=re.escape("preference pairs:\n  row 1: columns 'chosen' and 'rejected' are "
+                                                  "identical")):
+        validate_rows(rows, PREFERENCE)
+    ds = datasets.Dataset.from_list(rows)
+    with pytest.raises(DataError, match=re.escape("dataset: rows do not fit preference pairs:\n  row 1: columns "
+                                                  "'chosen' and 'rejected' are identical")):
+        load_rows(ds, PREFERENCE)
+    assert load_rows(ds.select([0]), PREFERENCE).to_list() == rows[:1]
+
+
+def test_duplicate_ids_name_both_rows():
+    rows = [dict(ROW, id="a"), dict(ROW, id="b"), dict(ROW, id="a"), dict(ROW, id="b")]
+    with pytest.raises(DataError) as e:
+        validate_rows(rows, QAC)
+    assert str(e.value).splitlines()[1:] == ["  row 2, column 'id': duplicate id 'a' (first in row 0)",
+                                             "  row 3, column 'id': duplicate id 'b' (first in row 1)"]
+    own_id = Schema("keyed", {"text": str}, id_column="key")
+    with pytest.raises(DataError, match=re.escape("row 1, column 'key': duplicate id 7 (first in row 0)")):
+        validate_rows([{"text": "a", "key": 7}, {"text": "b", "key": 7}], own_id)
+    assert validate_rows([{"text": "a", "key": 7, "id": 1}, {"text": "b", "key": 8, "id": 1}], own_id)
+
+
+def test_max_problems_stops_the_list():
+    rows = [dict(ROW, answer="") for _ in range(30)]
+    with pytest.raises(DataError) as e:
+        validate_rows(rows, QAC, "mine", 3)
+    lines = str(e.value).splitlines()
+    assert lines == ["mine: rows do not fit question/answer/correction:",
+                     "  row 0, column 'answer': empty text", "  row 1, column 'answer': empty text",
+                     "  row 2, column 'answer': empty text"]
+    assert len(str(pytest.raises(DataError, validate_rows, rows, QAC).value).splitlines()) == 11  # default: 10
+
+
+def test_lines_name_the_file_line_of_a_row():
+    with pytest.raises(DataError, match=re.escape("f.csv, line 9: row 1: expected a row of named columns")):
+        validate_rows([ROW, 3], QAC, "f.csv", lines=[2, 9])
+    with pytest.raises(DataError, match=re.escape("f.csv: rows do not fit question/answer/correction:\n  line 9: row 1, "
+                                                  "column 'answer': empty text")):
+        validate_rows([ROW, dict(ROW, answer="")], QAC, "f.csv", lines=[2, 9])
+
+
+# --- data: rows given as a datasets.Dataset, a DatasetDict or a list ----------------------------------------------
+
+def test_load_rows_validates_a_dataset_before_returning_it():
+    good = datasets.Dataset.from_list([ROW, dict(ROW, question="1+1?")])
+    assert load_rows(good, QAC) is good  # validated in place, not copied
+    with pytest.raises(DataError, match=re.escape("dataset: no rows (question/answer/correction expected)")):
+        load_rows(good.select([]), QAC)
+    with pytest.raises(DataError, match=re.escape("dataset: missing column(s) 'answer', 'correction' for "
+                                                  "question/answer/correction; found 'question'")):
+        load_rows(good.select_columns(["question"]), QAC)
+    numbers = datasets.Dataset.from_dict({"question": ["q", "r"], "answer": ["a", "b"], "correction": [3, 4]})
+    with pytest.raises(DataError) as e:  # Arrow types a column: every row of it is named
+        load_rows(numbers, QAC)
+    assert str(e.value).splitlines() == ["dataset: rows do not fit question/answer/correction:",
+                                         "  row 0, column 'correction': expected str, got int '3'",
+                                         "  row 1, column 'correction': expected str, got int '4'"]
+    nulls = datasets.Dataset.from_dict({"question": ["q", None], "answer": ["a", "b"], "correction": ["c", "d"]})
+    with pytest.raises(DataError, match=re.escape("  row 1, column 'question': missing value (null)")):
+        load_rows(nulls, QAC)
+
+
+def test_load_rows_splits_of_a_dataset_dict():
+    dd = datasets.DatasetDict(train=datasets.Dataset.from_list([ROW]), test=datasets.Dataset.from_list([ROW]))
+    with pytest.raises(DataError, match=re.escape("no split 'validation'; available: train, test")):
+        load_rows(dd, QAC, split="validation")
+    assert load_rows(dd, QAC, split="test").to_list() == [ROW]
+    bad = datasets.DatasetDict(train=datasets.Dataset.from_list([dict(ROW, question="")]))
+    with pytest.raises(DataError, match=re.escape("split 'train': rows do not fit question/answer/correction:\n  row 0, "
+                                                  "column 'question': empty text")):
+        load_rows(bad, QAC)
+
+
+def test_load_rows_validates_lists_and_tuples_then_makes_one_table():
+    assert load_rows((ROW,), QAC).to_list() == [ROW]
+    with pytest.raises(DataError, match=re.escape("rows: rows do not fit question/answer/correction:\n  row 0, column "
+                                                  "'question': empty text")):
+        load_rows([dict(ROW, question="")], QAC)
+    rows = [dict(ROW, meta=[{"a": 1}]), dict(ROW, meta=[[1, 2]])]  # both lists, but Arrow cannot type them as one column
+    with pytest.raises(DataError, match=re.escape("rows: the rows do not make one table (")):
+        load_rows(rows, QAC)
+
+
+# --- data: files and folders ----------------------------------------------------------------------------------------
+
+def test_json_that_is_not_an_array_is_named(tmp_path):
+    with pytest.raises(DataError, match=re.escape("x.json, line 2, column 1: invalid JSON (Expecting ',' delimiter)")):
+        load_rows(write(tmp_path / "x.json", '{"question": "q"\n"answer": "a"}'), QAC)
+    lines = json.dumps(ROW) + "\n" + json.dumps(dict(ROW, question="1+1?")) + "\n"  # JSON Lines saved as .json
+    assert load_rows(write(tmp_path / "l.json", lines), QAC)["question"] == ["2+2?", "1+1?"]
+    with pytest.raises(DataError, match=re.escape("l2.json, line 2 (row 1): expected a JSON object (one row), got an "
+                                                  "array [1]")):
+        load_rows(write(tmp_path / "l2.json", json.dumps(ROW) + "\n[1]\n"), QAC)
+
+
+def test_a_folder_without_the_split_is_named(tmp_path):
+    (tmp_path / "two").mkdir()
+    write(tmp_path / "two" / "a.jsonl", json.dumps(ROW) + "\n")
+    write(tmp_path / "two" / "b.jsonl", json.dumps(ROW) + "\n")
+    with pytest.raises(DataError, match=re.escape(f"{tmp_path / 'two'}: no file for split 'train' (looked for "
+                                                  "train.jsonl/.json/.csv/.parquet and data/train-*)")):
+        load_rows(tmp_path / "two", QAC)
+    (tmp_path / "one" / "sub").mkdir(parents=True)
+    write(tmp_path / "one" / "sub" / "rows.jsonl", json.dumps(ROW) + "\n")  # a lone data file is the split
+    write(tmp_path / "one" / "notes.txt", "not data")
+    assert load_rows(tmp_path / "one", QAC, split="anything").to_list() == [ROW]
+    (tmp_path / "shards" / "data").mkdir(parents=True)
+    for i in range(2):
+        datasets.Dataset.from_list([dict(ROW, question=f"{i}?")]).to_parquet(str(tmp_path / "shards" / "data" /
+                                                                                   f"train-0000{i}-of-00002.parquet"))
+    assert load_rows(tmp_path / "shards", QAC)["question"] == ["0?", "1?"]  # every shard, in order
+    with pytest.raises(DataError, match=re.escape("no file for split 'test'")):
+        load_rows(tmp_path / "shards", QAC, split="test")
+
+
+def test_a_bad_row_in_one_shard_names_that_shard(tmp_path):
+    (tmp_path / "data").mkdir()
+    write(tmp_path / "data" / "train-1.jsonl", json.dumps(ROW) + "\n")
+    write(tmp_path / "data" / "train-2.jsonl", json.dumps(ROW) + "\n" + json.dumps(dict(ROW, answer="")) + "\n")
+    with pytest.raises(DataError, match=re.escape("train-2.jsonl: rows do not fit question/answer/correction:\n  line 2: "
+                                                  "row 1, column 'answer': empty text")):
+        load_rows(tmp_path, QAC)
+
+
+def test_an_uppercase_suffix_is_read_and_an_unknown_one_named(tmp_path):
+    assert load_rows(write(tmp_path / "R.JSONL", json.dumps(ROW) + "\n"), QAC).to_list() == [ROW]
+    with pytest.raises(DataError, match=re.escape("rows.tsv: unsupported file type (use .jsonl, .json, .csv, .parquet)")):
+        load_rows(write(tmp_path / "rows.tsv", "question\tanswer\n"), QAC)

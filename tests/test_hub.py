@@ -3,6 +3,7 @@ import http.server
 import json
 import logging
 import os
+import re
 import threading
 from pathlib import Path
 
@@ -15,11 +16,12 @@ from huggingface_hub.errors import HfHubHTTPError, RepositoryNotFoundError
 from adaptkit.data import QAC, DataError, load_rows
 import adaptkit.hub
 from adaptkit.artifacts import render_card as model_card
-from adaptkit.hub import PushConflictError, is_repo_id, pull, push_folder, read_metadata, source_of
+from adaptkit.hub import PushConflictError, is_repo_id, pull, push_folder, read_metadata, source_of, write_folder
 from adaptkit.localhub import LocalHub
 from adaptkit.models import load_adapter, load_causal_lm, load_tokenizer
 
 TOKEN = "hf_adaptkit_secret_token_123"
+DEAD = "http://127.0.0.1:9"  # a closed port: a request would fail with a connection error, not the errors asserted
 
 
 @pytest.fixture
@@ -360,3 +362,89 @@ def test_a_repo_id_does_reach_the_hub(counting_server, tmp_path, monkeypatch):
 def test_is_repo_id_follows_huggingface_hub():
     assert all(map(is_repo_id, ["gpt2", "org/model", "HuggingFaceTB/SmolLM2-135M-Instruct", "a/b.c-d_e"]))
     assert not any(map(is_repo_id, ["", "a/b/c", "../x", "a--b", "a..b", "x.git", "-x", "a b", "x" * 97, None, 3]))
+
+
+# --- hub: names, paths, folders ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", ["a b", "a--b", "-x", "x.git", "a..b"])
+def test_a_name_that_is_neither_path_nor_repo_id_asks_no_hub(name, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(FileNotFoundError, match=re.escape(f"{name!r} is neither an existing local path nor a Hub repo id "
+                                                          "('namespace/name' or 'name')")):
+        pull(name, endpoint=DEAD)
+
+
+def test_push_refuses_a_repo_id_without_namespace_and_a_blank_branch(tmp_path):
+    (tmp_path / "a.txt").write_text("a")
+    for repo_id in ["gpt2", "a/b/c", "", "team/x y"]:
+        with pytest.raises(ValueError, match=re.escape(f"{repo_id!r} is not a Hub repo id of the form 'namespace/name'")):
+            push_folder(tmp_path, repo_id, endpoint=DEAD)
+    for revision in ["", "  ", "0123456789abcdef0123456789abcdef01234567"]:
+        with pytest.raises(ValueError, match=re.escape(f"revision={revision!r}: push to a branch name")):
+            push_folder(tmp_path, "team/x", endpoint=DEAD, revision=revision)
+
+
+@pytest.mark.parametrize("text, message", [
+    ("{not json", "adaptkit.json: not valid JSON (Expecting property name"),
+    ("[1, 2]", "adaptkit.json: expected a JSON object"),
+])
+def test_push_refuses_a_broken_adaptkit_json_before_any_request(tmp_path, text, message):
+    art = tmp_path / "art"
+    art.mkdir()
+    (art / "w.txt").write_text("w")
+    (art / "adaptkit.json").write_text(text)
+    with pytest.raises(ValueError, match=re.escape(message)):
+        push_folder(art, "team/x", endpoint=DEAD)
+    (art / "adaptkit.json").write_bytes(b"\xff\xfe{}")
+    with pytest.raises(ValueError, match=re.escape("adaptkit.json: not valid JSON")):
+        push_folder(art, "team/x", endpoint=DEAD)
+
+
+def test_write_folder_refuses_a_folder_or_file_it_did_not_write(tmp_path):
+    def fill(folder):
+        (folder / "adaptkit.json").write_text("{}")
+        (folder / "w.txt").write_text("new")
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    (theirs / "thesis.tex").write_text("years of work")
+    with pytest.raises(FileExistsError, match=re.escape(f"{theirs} exists and was not written by adaptkit (no "
+                                                        "adaptkit.json): not replacing it")):
+        write_folder(theirs, fill)
+    assert (theirs / "thesis.tex").read_text() == "years of work" and not list(tmp_path.glob(".theirs.*"))
+    (tmp_path / "afile").write_text("x")
+    with pytest.raises(FileExistsError, match=re.escape(f"{tmp_path / 'afile'} exists and was not written by adaptkit")):
+        write_folder(tmp_path / "afile", fill)
+    with pytest.raises(FileExistsError, match=re.escape("(no weights.bin)")):
+        write_folder(theirs, fill, marker="weights.bin")
+    (tmp_path / "empty").mkdir()
+    assert (write_folder(tmp_path / "empty", fill) / "w.txt").read_text() == "new"  # an empty folder may be filled
+    (tmp_path / "empty" / "w.txt").write_text("old")
+    assert (write_folder(tmp_path / "empty", fill) / "w.txt").read_text() == "new"  # ours: replaced
+
+
+def test_write_folder_keeps_the_old_folder_when_writing_fails(tmp_path):
+    out = tmp_path / "out"
+    write_folder(out, lambda f: (f / "adaptkit.json").write_text('{"v": 1}'))
+    def broken(folder):
+        (folder / "adaptkit.json").write_text('{"v": 2}')
+        raise RuntimeError("killed half way")
+    with pytest.raises(RuntimeError, match="killed half way"):
+        write_folder(out, broken)
+    assert (out / "adaptkit.json").read_text() == '{"v": 1}' and not list(tmp_path.glob(".out.*"))
+
+
+def test_write_folder_restores_what_a_killed_save_moved_aside(tmp_path):
+    "A save killed between moving the old folder aside and moving the new one in: the next save puts the old one back."
+    out = tmp_path / "out"
+    aside = tmp_path / ".out.old-999999999-x"  # no such process: a dead save's folder
+    aside.mkdir()
+    (aside / "adaptkit.json").write_text('{"v": 1}')
+    half = tmp_path / ".out.tmp-999999999-y"
+    half.mkdir()
+    seen = []
+    write_folder(out, lambda f: seen.append((out / "adaptkit.json").read_text()) or (f / "adaptkit.json").write_text("{}"))
+    assert seen == ['{"v": 1}'] and not aside.exists() and not half.exists()
+    live = tmp_path / f".out.tmp-{os.getpid()}-z"  # this process: a save in progress, left alone
+    live.mkdir()
+    write_folder(out, lambda f: (f / "adaptkit.json").write_text("{}"))
+    assert live.is_dir()

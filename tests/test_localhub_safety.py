@@ -5,7 +5,9 @@ import errno
 import hashlib
 import http.client
 import json
+import logging
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -240,3 +242,165 @@ def test_token_from_file_and_environment(tmp_path):
         assert e.value.response.status_code == 401
     finally:
         proc.terminate(); proc.wait(10)
+
+
+# --- LocalHub: token file, store, wire and HTTP checks ------------------------------------------------------------
+
+@pytest.fixture
+def hub(tmp_path):
+    with LocalHub(tmp_path / "guarded-hub", token=TOKEN) as h:
+        HfApi(endpoint=h.endpoint, token=TOKEN).create_repo("team/g")
+        yield h
+
+
+def test_an_empty_token_file_is_named(tmp_path, caplog):
+    for text in ["", "\n\n", "   \n"]:
+        path = tmp_path / "token"
+        path.write_text(text)
+        os.chmod(path, 0o600)
+        with pytest.raises(ValueError, match=re.escape(f"the token file {path} is empty")):
+            read_token_file(path)
+    (tmp_path / "ok").write_text("  hf_abc  \nsecond line\n")
+    os.chmod(tmp_path / "ok", 0o600)
+    with caplog.at_level(logging.WARNING, logger="adaptkit.localhub"):
+        assert read_token_file(tmp_path / "ok") == "hf_abc"
+    assert "can be read by other users" not in caplog.text
+    os.chmod(tmp_path / "ok", 0o644)
+    with caplog.at_level(logging.WARNING, logger="adaptkit.localhub"):
+        assert read_token_file(tmp_path / "ok") == "hf_abc"
+    assert f"the token file {tmp_path / 'ok'} can be read by other users: chmod 600" in caplog.text
+
+
+def _raw(hub, method, path, body=b"", headers=None):
+    "A raw request with the token: (status, JSON or bytes body)."
+    conn = http.client.HTTPConnection("127.0.0.1", hub.port, timeout=30)
+    conn.request(method, path, body=body, headers={"Authorization": f"Bearer {TOKEN}",
+                                                   "Content-Type": "application/json", **(headers or {})})
+    r = conn.getresponse()
+    data = r.read()
+    conn.close()
+    try: return r.status, json.loads(data)
+    except ValueError: return r.status, data
+
+
+def _commit(hub, lines, rev="main", **query):
+    body = b"".join(json.dumps(x).encode() + b"\n" for x in [{"key": "header", "value": {"summary": "s"}}, *lines])
+    q = "".join(f"?{k}={v}" for k, v in query.items())
+    return _raw(hub, "POST", f"/api/models/team/g/commit/{rev}{q}", body, {"Content-Type": "application/x-ndjson"})
+
+
+def _files(hub):
+    return HfApi(endpoint=hub.endpoint, token=TOKEN).list_repo_files("team/g")
+
+
+@pytest.mark.parametrize("method, path, status, message", [
+    ("GET", "/no/such/route/here", 404, "LocalHub does not serve GET /no/such/route/here"),
+    ("PUT", "/api/repos/create", 405, "PUT is not allowed here (use POST)"),
+    ("GET", "/api/models/team/g/commit/main", 405, "GET is not allowed here (use POST)"),
+    ("PUT", "/api/models/team/g/branch/b", 405, "PUT is not allowed here (use DELETE or POST)"),
+    ("DELETE", "/api/repos/move", 405, "DELETE is not allowed here (use POST)"),
+])
+def test_unknown_routes_and_methods_are_named(hub, method, path, status, message):
+    got, body = _raw(hub, method, path)
+    assert (got, body["error"]) == (status, message)
+
+
+def test_a_bad_content_length_is_400(hub):
+    sock = socket.create_connection(("127.0.0.1", hub.port), timeout=10)
+    sock.sendall(b"POST /api/repos/create HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                 b"Authorization: Bearer " + TOKEN.encode() + b"\r\nContent-Length: ten\r\n\r\n{}")
+    answer = sock.recv(65536).decode(errors="replace")
+    sock.close()
+    assert answer.startswith("HTTP/1.1 400") and "the request has a bad Content-Length header" in answer
+
+
+def test_a_bad_chunk_size_closes_the_connection_and_commits_nothing(hub):
+    sock = socket.create_connection(("127.0.0.1", hub.port), timeout=10)
+    sock.sendall(b"POST /api/models/team/g/commit/main HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer "
+                 + TOKEN.encode() + b"\r\nContent-Type: application/x-ndjson\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n")
+    answer = sock.recv(65536)
+    sock.close()
+    assert b"200 OK" not in answer and _files(hub) == [".gitattributes"]
+
+
+def test_paths_info_checks_its_paths(hub):
+    status, body = _raw(hub, "POST", "/api/models/team/g/paths-info/main", json.dumps({"paths": ["a", 1]}).encode())
+    assert (status, body["error"]) == (400, "field 'paths' must be a list of strings")
+    status, body = _raw(hub, "POST", "/api/models/team/g/paths-info/main", b"paths=\xff\xfe",
+                        {"Content-Type": "application/x-www-form-urlencoded"})
+    assert (status, body["error"]) == (400, "the form body is not UTF-8")
+    status, body = _raw(hub, "POST", "/api/models/team/g/paths-info/main", b"paths=.gitattributes",
+                        {"Content-Type": "application/x-www-form-urlencoded"})
+    assert status == 200 and [e["path"] for e in body] == [".gitattributes"]
+
+
+def test_preupload_refuses_a_sample_that_is_not_base64(hub):
+    files = {"files": [{"path": "a.bin", "size": 3, "sample": "not base64!"}]}
+    status, body = _raw(hub, "POST", "/api/models/team/g/preupload/main", json.dumps(files).encode())
+    assert (status, body["error"]) == (400, "field 'sample' of files[0] of the request body is not base64")
+
+
+def test_commit_refuses_pull_requests_missing_branches_and_unknown_operations(hub):
+    file_line = {"key": "file", "value": {"path": "a.txt", "content": base64.b64encode(b"a").decode()}}
+    status, body = _commit(hub, [file_line], create_pr="1")
+    assert (status, body["error"]) == (400, "LocalHub does not support pull requests (create_pr)")
+    status, body = _commit(hub, [file_line], rev="nobranch")
+    assert (status, body["error"]) == (404, "Invalid rev id: nobranch is not a branch of team/g")
+    status, body = _commit(hub, [{"key": "renamedFile", "value": {"path": "a.txt"}}])
+    assert (status, body["error"]) == (400, "commit line 2: unknown operation 'renamedFile' in field 'key'")
+    assert _files(hub) == [".gitattributes"]
+    assert _commit(hub, [file_line])[0] == 200 and _files(hub) == [".gitattributes", "a.txt"]  # the control
+
+
+def test_commit_refuses_lfs_objects_that_are_missing_or_of_another_size(tmp_path):
+    with LocalHub(tmp_path / "hub", token=TOKEN, lfs=True) as hub:
+        HfApi(endpoint=hub.endpoint, token=TOKEN).create_repo("team/g")
+        data = b"\0lfs\0" * 100
+        oid = hashlib.sha256(data).hexdigest()
+        line = {"key": "lfsFile", "value": {"path": "w.bin", "algo": "sha256", "oid": oid, "size": len(data)}}
+        status, body = _commit(hub, [line])
+        assert (status, body["error"]) == (400, f"LFS object {oid} for w.bin was not uploaded (use the LFS batch API "
+                                                "first)")
+        verify = json.dumps({"oid": oid, "size": len(data)}).encode()
+        status, body = _raw(hub, "POST", "/team/g.git/info/lfs/verify", verify)
+        assert (status, body["error"]) == (404, f"LFS object {oid} with {len(data)} bytes is not stored")
+        status, body = _raw(hub, "PUT", f"/team/g.git/info/lfs/objects/{oid}", data)
+        assert (status, body["error"]) == (400, "LFS upload URL without size/sig: ask the batch API for one")
+        batch = json.dumps({"operation": "upload", "objects": [{"oid": oid, "size": len(data)}]}).encode()
+        href = _raw(hub, "POST", "/team/g.git/info/lfs/objects/batch", batch)[1]["objects"][0]["actions"]["upload"]["href"]
+        assert _raw(hub, "PUT", href.split(str(hub.port), 1)[1], data)[0] == 200
+        status, body = _commit(hub, [{**line, "value": {**line["value"], "size": len(data) + 1}}])
+        assert (status, body["error"]) == (400, f"LFS object {oid} has {len(data)} bytes, not {len(data) + 1}")
+        assert _files(hub) == [".gitattributes"]
+        assert _commit(hub, [line])[0] == 200 and "w.bin" in _files(hub)  # the control
+
+
+def test_streamed_inline_content_that_is_cut_or_truncated_is_refused(hub):
+    "A line over the 1 MiB line limit streams its base64 `content`: a body ending inside it, or bad padding, is 400."
+    content = base64.b64encode(b"x" * (900 << 10)).decode()  # about 1.2 MB of base64
+    head = json.dumps({"key": "header", "value": {"summary": "s"}}).encode() + b"\n"
+    line = b'{"key": "file", "value": {"path": "big.txt", "content": "' + content.encode()
+    ndjson = {"Content-Type": "application/x-ndjson"}
+    status, body = _raw(hub, "POST", "/api/models/team/g/commit/main", head + line, ndjson)
+    assert (status, body["error"]) == (400, "commit line 2 ends inside field 'content'")
+    status, body = _raw(hub, "POST", "/api/models/team/g/commit/main", head + line + b'QQ"}}\n', ndjson)
+    assert (status, body["error"]) == (400, "commit line 2: field 'content' is not valid base64 (Incorrect padding)")
+    assert _files(hub) == [".gitattributes"] and not list((hub.root / "blobs" / "tmp").iterdir())
+    assert _raw(hub, "POST", "/api/models/team/g/commit/main", head + line + b'"}}\n', ndjson)[0] == 200
+
+
+@pytest.mark.parametrize("name", ["refs/heads/x", "a.lock", "trailing/", "0123456789abcdef0123456789abcdef01234567",
+                                  "two..dots", "sp ace"])
+def test_invalid_branch_names_are_refused(hub, name):
+    with pytest.raises(HfHubHTTPError, match=re.escape("Invalid branch or tag name")) as e:
+        HfApi(endpoint=hub.endpoint, token=TOKEN).create_branch("team/g", branch=name)
+    assert e.value.response.status_code == 400
+
+
+def test_a_blob_missing_from_the_store_is_a_500_naming_it(hub, tmp_path):
+    api = HfApi(endpoint=hub.endpoint, token=TOKEN)
+    api.upload_file(path_or_fileobj=b"kept", path_in_repo="k.txt", repo_id="team/g")
+    sha = hashlib.sha256(b"kept").hexdigest()
+    hub.server.store.blobs.path(sha).unlink()
+    status, body = _raw(hub, "GET", "/team/g/resolve/main/k.txt")
+    assert status == 500 and body["error"] == f"blob {sha} is missing from the LocalHub store at {hub.root / 'blobs'}"
