@@ -445,6 +445,34 @@ def test_write_folder_restores_what_a_killed_save_moved_aside(tmp_path):
     write_folder(out, lambda f: seen.append((out / "adaptkit.json").read_text()) or (f / "adaptkit.json").write_text("{}"))
     assert seen == ['{"v": 1}'] and not aside.exists() and not half.exists()
     live = tmp_path / f".out.tmp-{os.getpid()}-z"  # this process: a save in progress, left alone
-    live.mkdir()
+    other = tmp_path / ".out.old-1-w"  # process 1 is alive: its save is left alone too
+    old_style = tmp_path / ".out.tmp-nopid"  # an older adaptkit's name, without a pid: dead
+    for p in (live, other, old_style): p.mkdir()
+    (tmp_path / ".other.tmp-999999999-v").mkdir()  # another folder's leftovers are not this save's business
     write_folder(out, lambda f: (f / "adaptkit.json").write_text("{}"))
-    assert live.is_dir()
+    assert live.is_dir() and other.is_dir() and not old_style.exists() and (tmp_path / ".other.tmp-999999999-v").is_dir()
+    assert adaptkit.hub.leftover_folders(out) == [other, live]
+
+
+def test_looks_like_path_for_dots_path_objects_and_existing_names(tmp_path, monkeypatch):
+    from adaptkit.hub import looks_like_path
+    monkeypatch.chdir(tmp_path)
+    assert looks_like_path(".") and looks_like_path("..") and looks_like_path(Path("org/model"))
+    assert not looks_like_path("org") and not looks_like_path(".hidden") and not looks_like_path("org/model")
+    (tmp_path / "org").mkdir()
+    assert looks_like_path("org") and looks_like_path("ORG.JSONL") and not looks_like_path("org/model")
+
+
+@pytest.mark.parametrize("status, refused", [(500, False), (503, False), (403, True), (404, True), (499, True)])
+def test_pull_uses_the_cache_on_server_errors_and_raises_client_errors(hub, tmp_path, monkeypatch, status, refused):
+    import httpx2
+    push_folder(_folder(tmp_path, **{"a.txt": "a"}), "team/flaky", endpoint=hub.endpoint, token=TOKEN)
+    cached = pull("team/flaky", endpoint=hub.endpoint, token=TOKEN)
+    response = httpx2.Response(status, request=httpx2.Request("GET", hub.endpoint))
+    def failing_repo_info(self, *a, **kw): raise HfHubHTTPError(f"repo_info answered {status}", response=response)
+    monkeypatch.setattr(HfApi, "repo_info", failing_repo_info)
+    if refused:
+        with pytest.raises(HfHubHTTPError, match=f"repo_info answered {status}"):
+            pull("team/flaky", endpoint=hub.endpoint, token=TOKEN)
+    else:  # a Hub failing with 5xx is like one out of reach: the cached snapshot answers
+        assert pull("team/flaky", endpoint=hub.endpoint, token=TOKEN) == cached
