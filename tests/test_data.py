@@ -419,3 +419,25 @@ def test_an_uppercase_suffix_is_read_and_an_unknown_one_named(tmp_path):
     assert load_rows(write(tmp_path / "R.JSONL", json.dumps(ROW) + "\n"), QAC).to_list() == [ROW]
     with pytest.raises(DataError, match=re.escape("rows.tsv: unsupported file type (use .jsonl, .json, .csv, .parquet)")):
         load_rows(write(tmp_path / "rows.tsv", "question\tanswer\n"), QAC)
+
+
+def test_long_values_are_cut_to_40_characters_in_messages(tmp_path):
+    long = "x" * 39 + "yz"
+    with pytest.raises(DataError) as e:
+        validate_rows([dict(ROW, answer=[long])], QAC)
+    assert str(e.value).endswith(f"row 0, column 'answer': expected str, got list \"['{'x' * 38}\"")  # str(value)[:40]
+    with pytest.raises(DataError) as e:
+        load_rows(write(tmp_path / "s.jsonl", json.dumps(long) + "\n"), QAC)
+    assert str(e.value).endswith(f'line 1 (row 0): expected a JSON object (one row), got a string "{"x" * 39}')
+
+
+@pytest.mark.parametrize("layout", [["data/train.jsonl", "data/test.jsonl"], ["train-00000.jsonl", "test-00000.jsonl"],
+                                    ["data/train-0.csv", "data/test-0.csv"], [".cache/x.jsonl", "only.jsonl"]])
+def test_split_files_are_found_in_every_hub_layout(tmp_path, layout):
+    for i, name in enumerate(layout):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        row = dict(ROW, question=f"{i}?")
+        write(tmp_path / name, "question,answer,correction\n" + ",".join(row.values()) + "\n" if name.endswith(".csv")
+              else json.dumps(row) + "\n")
+    want = "1?" if layout[0].startswith(".cache") else "0?"  # a file under .cache (the Hub client's) is not data
+    assert load_rows(tmp_path, QAC)["question"] == [want]
