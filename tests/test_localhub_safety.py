@@ -404,3 +404,56 @@ def test_a_blob_missing_from_the_store_is_a_500_naming_it(hub, tmp_path):
     hub.server.store.blobs.path(sha).unlink()
     status, body = _raw(hub, "GET", "/team/g/resolve/main/k.txt")
     assert status == 500 and body["error"] == f"blob {sha} is missing from the LocalHub store at {hub.root / 'blobs'}"
+
+
+# --- the wire helpers, directly: known answers and every refusal ---------------------------------------------------
+
+@pytest.mark.parametrize("header, size, want", [
+    ("bytes=0-9", 100, (0, 10)), ("bytes=90-", 100, (90, 100)), ("bytes=-10", 100, (90, 100)),
+    ("bytes=-500", 100, (0, 100)), ("bytes=95-200", 100, (95, 100)), (" bytes=0-0 ", 100, (0, 1)),
+    (None, 100, None), ("bytes=-", 100, None), ("bytes=0-1,5-6", 100, None), ("items=0-1", 100, None),
+])
+def test_parse_range_known_answers(header, size, want):
+    from adaptkit.hubwire import parse_range
+    assert parse_range(header, size) == want
+
+
+@pytest.mark.parametrize("header", ["bytes=100-", "bytes=100-200", "bytes=5-4", "bytes=-0"])
+def test_unsatisfiable_ranges_are_416(header):
+    from adaptkit.hubstore import HubError
+    from adaptkit.hubwire import parse_range
+    with pytest.raises(HubError, match=re.escape(f"Range {header} is not satisfiable for 100 bytes")) as e:
+        parse_range(header, 100)
+    assert e.value.status == 416 and e.value.headers == {"Content-Range": "bytes */100"}
+
+
+@pytest.mark.parametrize("header, want", [
+    ("LocalHost:8000", ("localhost", 8000)), ("example.org.", ("example.org", None)), ("[::1]:9", ("::1", 9)),
+    ("[::1]", ("::1", None)), (" 127.0.0.1 ", ("127.0.0.1", None)), ("a:b:c", (None, None)), ("[zz]:1", (None, None)),
+    ("", (None, None)), ("host:port", (None, None)),
+])
+def test_host_and_port_known_answers(header, want):
+    from adaptkit.hubwire import host_and_port
+    assert host_and_port(header) == want
+
+
+def test_json_body_and_field_refusals_name_what_is_wrong():
+    from adaptkit.hubstore import HubError
+    from adaptkit.hubwire import field, json_body
+    assert json_body(b"  ") == {} and json_body(b'{"a": 1}') == {"a": 1}
+    for raw, message in [(b"{nope", "the commit line 3 is not valid JSON (Expecting property name"),
+                         (b"[1]", "the commit line 3 must be a JSON object, not list"),
+                         (b"[" * 100_000 + b"]" * 100_000, "the commit line 3 is not valid JSON (")]:
+        with pytest.raises(HubError, match=re.escape(message)) as e:
+            json_body(raw, "commit line 3")
+        assert e.value.status == 400
+    body = {"n": 3, "flag": True, "none": None, "s": "x"}
+    assert field(body, "n", int) == 3 and field(body, "flag", bool) is True and field(body, "none", int, 7) == 7
+    assert field(body, "absent", str, None) is None and field(body, "n", (int, str)) == 3
+    for name, types, message in [("absent", str, "the body has no 'absent' field"),
+                                 ("none", int, "the body has no 'none' field"),
+                                 ("flag", int, "field 'flag' of the body must be int, not bool"),
+                                 ("s", (int, float), "field 's' of the body must be int or float, not str")]:
+        with pytest.raises(HubError, match=re.escape(message)) as e:
+            field(body, name, types, what="the body")
+        assert e.value.status == 400
