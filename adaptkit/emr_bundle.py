@@ -24,7 +24,7 @@ from fastcore.basics import patch
 from .emr_inputs import _MERGEABLE, _build_model, _check_task_name, _exclude_patterns
 from .artifacts import render_card
 from .hub import is_repo_id, leftover_folders, pull, push_folder, write_folder, write_metadata
-from .tensorfiles import DTYPES, TensorFiles
+from .tensorfiles import DTYPES, ShardWriter, TensorFiles
 
 # %% auto #0
 __all__ = ['FORMAT', 'VERSION', 'BundleError', 'pack_mask', 'unpack_mask', 'EMRBundle']
@@ -360,16 +360,48 @@ def task_config(
     return json.loads(path.read_text()) if path.is_file() else None
 
 @patch
+def _fingerprint(self: EMRBundle) -> str:
+    "16 hex digits of emr.json's record without its results: they change when the weights, rescalers or base change."
+    record = {k: v for k, v in self.meta.items() if k != "results"}
+    return hashlib.sha256(json.dumps(record, sort_keys=True).encode()).hexdigest()[:16]
+
+@patch
+def save_task_model(
+    self: EMRBundle,
+    task: str,  # which task's model
+    save_directory: str | Path,  # the folder to write (an adaptkit folder there is replaced atomically)
+    *,
+    max_shard_size: int | str = "5GB",  # largest shard, as in transformers' `save_pretrained`
+) -> Path:
+    "Write `task`'s model as a plain checkpoint (config.json, safetensors shards), one tensor at a time; return the folder."
+    tensors, config = self._task_tensors(task), self.task_config(task)
+    own = {n: (s["dtype"], tuple(s["shape"])) for n, s in self.meta["own"][task].items()}
+    specs = {n: (s["dtype"], tuple(s["shape"])) for n, s in self.meta["tensors"].items()} | own
+    def write(tmp: Path):
+        shards = ShardWriter(tmp, {n: specs[n] for n in tensors}, max_shard_size)
+        try:
+            for name, tensor in tensors.items(): shards.write(name, tensor[...])
+        except BaseException: shards.close(check=False); raise
+        shards.close()
+        if config: (tmp / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+        write_metadata(tmp, emr_task={"task": task, "bundle": self._fingerprint()})
+    return write_folder(Path(save_directory), write)
+
+@patch
 def load_task_model(
     self: EMRBundle,
     task: str,  # which task's model
     *,
     dtype: torch.dtype | None = None,  # weights' dtype; default: the base's
+    cache_dir: str | Path | None = None,  # write the task's model there once (`save_task_model`) and memory-map it after
     **kwargs,  # passed to the architecture's `from_pretrained`
 ):
     "The transformers model of `task` (its own config and head), loaded strictly, each weight computed as it is loaded."
-    dtype = dtype or DTYPES[next(iter(self.meta["tensors"].values()))["dtype"]]
-    return _build_model(self.task_config(task), self._task_tensors(task), dtype, f"task {task!r}", **kwargs)
+    dtype, config = dtype or DTYPES[next(iter(self.meta["tensors"].values()))["dtype"]], self.task_config(task)
+    if cache_dir is None: return _build_model(config, self._task_tensors(task), dtype, f"task {task!r}", **kwargs)
+    folder = Path(cache_dir) / f"{task}-{self._fingerprint()}"  # another bundle, or this one changed: another folder
+    if not folder.is_dir(): self.save_task_model(task, folder)  # written atomically: a folder there is complete
+    return _build_model(config, folder, dtype, f"task {task!r} ({folder})", **kwargs)
 
 # %% ../nbs/16_emr_bundle.ipynb #89ef35b1
 def _results_for(bundle: EMRBundle, results: list | None, verb: str) -> list[dict]:

@@ -252,15 +252,16 @@ def _check_finite(t: torch.Tensor, name: str, who: str) -> torch.Tensor:
     return t
 
 # %% ../nbs/15_emr_inputs.ipynb #ffa3f0fd
-def _build_model(config: dict | None, state_dict: dict, dtype, what: str, **kwargs):
-    "The transformers model of `config`'s architecture, loaded from `state_dict` with every weight accounted for."
+def _build_model(config: dict | None, weights: dict | Path, dtype, what: str, **kwargs):
+    "The transformers model of `config`'s architecture, loaded from a state dict or a checkpoint folder, every weight accounted for."
     import transformers
     arch = ((config or {}).get("architectures") or [None])[0]
     cls = getattr(transformers, arch, None) if arch else None
     if cls is None or not hasattr(cls, "from_pretrained"):
         raise ValueError(f"{what}: no config.json naming a transformers architecture (got {arch!r}); use task_state_dict instead")
     cfg = transformers.CONFIG_MAPPING[config["model_type"]].from_dict(config)
-    model, info = cls.from_pretrained(None, config=cfg, state_dict=state_dict, dtype=dtype, output_loading_info=True, **kwargs)
+    folder, state_dict = (weights, None) if isinstance(weights, Path) else (None, weights)
+    model, info = cls.from_pretrained(folder, config=cfg, state_dict=state_dict, dtype=dtype, output_loading_info=True, **kwargs)
     if (bad := {k: sorted(info[k])[:5] for k in ("missing_keys", "unexpected_keys", "mismatched_keys") if info.get(k)}):
         raise ValueError(f"{what}: the weights do not fit {arch}: {bad}")
     return model.eval()

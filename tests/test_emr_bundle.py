@@ -352,3 +352,47 @@ def test_a_task_model_needs_a_config_naming_an_architecture(tmp_path):
         bundle.load_task_model("t0")
     with pytest.raises(KeyError, match=r"no task 'T0' in this bundle; its tasks: t0, t1"):
         bundle.task_state_dict("T0")
+
+
+def test_a_task_model_written_once_loads_as_a_plain_checkpoint_and_is_reused(tmp_path, monkeypatch):
+    import adaptkit.emr_bundle as emr_bundle
+    tasks = models(tmp_path, 3)
+    bundle = emr_merge(tmp_path / "base", tasks, out_dir=tmp_path / "bundle", progress=False)
+    want = whole_tensor_formula(bundle, "t1")
+    saved = bundle.save_task_model("t1", tmp_path / "t1", max_shard_size="20KB")
+    assert len(list(saved.glob("model-*.safetensors"))) > 1 and (saved / "model.safetensors.index.json").is_file()
+    plain = LlamaForSequenceClassification.from_pretrained(saved)  # no adaptkit needed to load it
+    assert plain.config.num_labels == 3 and [n for n, v in plain.state_dict().items() if not same_bits(v, want[n])] == []
+    cached = bundle.load_task_model("t1", cache_dir=tmp_path / "cache")
+    [folder] = list((tmp_path / "cache").iterdir())
+    assert folder.name == f"t1-{bundle._fingerprint()}" and json.loads((folder / "adaptkit.json").read_text())["emr_task"]["task"] == "t1"
+    assert [n for n, v in cached.state_dict().items() if not same_bits(v, want[n])] == []
+    monkeypatch.setattr(emr_bundle, "_expand", lambda *a: pytest.fail("a cached task model was computed again"))
+    again = bundle.load_task_model("t1", cache_dir=tmp_path / "cache")
+    assert [n for n, v in again.state_dict().items() if not same_bits(v, want[n])] == []
+    monkeypatch.undo()
+    edit_meta(bundle.folder, lambda m: m["rescalers"].update(t1=m["rescalers"]["t1"] * 2))  # another bundle, same place
+    changed = EMRBundle(bundle.folder)
+    changed.load_task_model("t1", cache_dir=tmp_path / "cache")
+    assert sorted(p.name for p in (tmp_path / "cache").iterdir()) == sorted([folder.name, f"t1-{changed._fingerprint()}"])
+    assert changed._fingerprint() != bundle._fingerprint()
+
+
+def test_a_task_model_save_that_fails_leaves_nothing(tmp_path, monkeypatch):
+    import adaptkit.emr_bundle as emr_bundle
+    bundle = small_bundle(tmp_path)
+    calls = []
+    real = emr_bundle._expand
+    def fail_second(*a):
+        calls.append(1)
+        if len(calls) == 2: raise OSError("disk gone")
+        return real(*a)
+    monkeypatch.setattr(emr_bundle, "_expand", fail_second)
+    with pytest.raises(OSError, match="disk gone") as e:
+        bundle.save_task_model("t0", tmp_path / "t0")
+    assert e.value.__notes__ == ["while computing tensor 'b' of task 't0'"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["b"]  # no folder, no hidden temporary one
+    (tmp_path / "mine").mkdir(); (tmp_path / "mine" / "notes.txt").write_text("keep")
+    monkeypatch.undo()
+    with pytest.raises(FileExistsError, match="mine exists and was not written by adaptkit"):
+        bundle.save_task_model("t0", tmp_path / "mine")
