@@ -457,3 +457,45 @@ def test_json_body_and_field_refusals_name_what_is_wrong():
         with pytest.raises(HubError, match=re.escape(message)) as e:
             field(body, name, types, what="the body")
         assert e.value.status == 400
+
+
+@pytest.mark.parametrize("repo_id", ["a/b", "Org-1/model.v2_x", "a" * 96 + "/b", "x/" + "y" * 96])
+def test_valid_repo_ids_pass(repo_id):
+    from adaptkit.hubstore import check_repo_id
+    assert check_repo_id(repo_id) == repo_id
+
+
+@pytest.mark.parametrize("repo_id", ["a", "a/b/c", "/b", "a/", "a--x/b", "a/b..c", "a/b.git", "-a/b", "a/b-", ".a/b", "a/b.",
+                                     "a" * 97 + "/b", "a b/c", "a/é", None, 3, "datasets/x", "api/x"])
+def test_invalid_repo_ids_are_400(repo_id):
+    from adaptkit.hubstore import HubError, check_repo_id
+    with pytest.raises(HubError, match=re.escape(f"Invalid repo id {str(repo_id)[:200]!r}: expected 'namespace/name'")) as e:
+        check_repo_id(repo_id)
+    assert e.value.status == 400
+
+
+@pytest.mark.parametrize("path", ["a", "a/b.txt", ".gitattributes", "x/.hidden/y", "a" * 1000, "dir/file with space"])
+def test_safe_paths_pass(path):
+    from adaptkit.hubstore import check_path
+    assert check_path(path) == path
+
+
+@pytest.mark.parametrize("path", ["", "/abs", "a//b", "a/", "./a", "a/../b", "..", "a/.git/config", ".git", "a\\b",
+                                  "a\nb", "a\x00b", "a" * 1001, None, 7])
+def test_unsafe_paths_are_400(path):
+    from adaptkit.hubstore import HubError, check_path
+    with pytest.raises(HubError, match=re.escape(f"Invalid path {str(path)[:200]!r}: use a relative path")) as e:
+        check_path(path)
+    assert e.value.status == 400
+
+
+@pytest.mark.parametrize("name, ok", [("main", True), ("v1.0", True), ("round-2/final", True), ("_x", True),
+                                      ("a" * 200, True), ("a" * 201, False), ("-x", False), (".x", False),
+                                      ("a//b", False), ("a..b", False), ("x.lock", False), ("refs/heads/x", False),
+                                      ("0" * 40, False), ("0" * 39, True), ("A" * 40, True), (None, False), ("", False)])
+def test_ref_names(name, ok):
+    from adaptkit.hubstore import HubError, check_ref_name
+    if ok: assert check_ref_name(name) == name
+    else:
+        with pytest.raises(HubError, match=re.escape(f"Invalid branch or tag name {str(name)[:200]!r}")):
+            check_ref_name(name)
