@@ -396,3 +396,29 @@ def test_a_task_model_save_that_fails_leaves_nothing(tmp_path, monkeypatch):
     monkeypatch.undo()
     with pytest.raises(FileExistsError, match="mine exists and was not written by adaptkit"):
         bundle.save_task_model("t0", tmp_path / "mine")
+
+
+def test_hashing_can_be_skipped_but_headers_are_always_checked_and_hidden_files_are_ignored(tmp_path):
+    folder = small_bundle(tmp_path).folder
+    (folder / "unified" / ".DS_Store").write_text("x")  # hidden files are not part of the bundle (a push skips them too)
+    assert EMRBundle(folder).tasks == ["t0", "t1"]
+    raw = bytearray((folder / "tasks" / "t0" / "own.safetensors").read_bytes())
+    raw[-1] ^= 1
+    (folder / "tasks" / "t0" / "own.safetensors").write_bytes(bytes(raw))
+    with pytest.raises(BundleError, match=r"b/tasks/t0/own.safetensors: sha256 .* differs from emr.json's"):
+        EMRBundle(folder)
+    assert EMRBundle(folder, verify=False).tasks == ["t0", "t1"]  # an expert may skip the hashing
+    edit_meta(folder, lambda m: m["tensors"].update(b="F32"))
+    with pytest.raises(BundleError, match=r"field 'tensors.b' must be \{'dtype'.*got \"F32\""):
+        EMRBundle(folder, verify=False)
+
+
+def test_a_single_safetensors_file_is_a_model_too(tmp_path):
+    from safetensors.torch import save_file
+    pre = {"w": torch.zeros(4), "b": torch.ones(2)}
+    save_file(pre, tmp_path / "base.safetensors")
+    ft = {t: {"w": torch.full((4,), float(i + 1)), "b": torch.ones(2)} for i, t in enumerate("xy")}
+    save_file(ft["y"], tmp_path / "y.safetensors")
+    bundle = emr_merge(tmp_path / "base.safetensors", {"x": ft["x"], "y": tmp_path / "y.safetensors"}, progress=False)
+    assert bundle.meta["sources"]["y"] == {"kind": "full", "path": "y.safetensors"}
+    assert bundle.task_state_dict("y")["w"].tolist() == [2.0] * 4  # λ = 2/2: its own weights back
