@@ -16,27 +16,66 @@ from pathlib import Path
 import torch
 from peft import LoraConfig, PeftModel, get_peft_model
 from peft.tuners.lora import LoraLayer
+from peft.utils.other import transpose
 
 from .hub import read_metadata, write_folder, write_metadata
 
 # %% auto #0
-__all__ = ['NF4_LEVELS', 'PISSA_RECIPE', 'pissa_config', 'init_pissa', 'save_pissa_as_lora', 'save_pissa_residual',
-           'load_pissa_adapter', 'nf4_roundtrip', 'qpissa_error', 'quantization_error', 'PiSSAConfig',
-           'pissa_sft_config', 'PiSSAAdapter', 'PiSSATrainer']
+__all__ = ['NF4_LEVELS', 'PISSA_RECIPE', 'pissa_config', 'principal_parts', 'init_pissa', 'save_pissa_as_lora',
+           'save_pissa_residual', 'load_pissa_adapter', 'nf4_roundtrip', 'qpissa_error', 'quantization_error',
+           'PiSSAConfig', 'pissa_sft_config', 'PiSSAAdapter', 'PiSSATrainer']
 
 # %% ../nbs/10_pissa.ipynb #9c24dc3c
 def pissa_config(
     r: int = 16,  # adapter rank; the paper's recipe sets lora_alpha = r (scaling 1)
     *,
-    niter: int | None = 16,  # subspace iterations of the randomised SVD (official recipe: 16); None for the exact SVD
+    niter: int | None = None,  # None: adaptkit's accurate init ("pissa"); N: peft's randomised SVD `pissa_niter_N` (q = r)
     target_modules: str | list[str] = "all-linear",  # which linear layers get an adapter
     **lora_kwargs,  # any other `peft.LoraConfig` field (overrides the recipe's lora_alpha / lora_dropout)
 ) -> LoraConfig:
     "A `peft.LoraConfig` with PiSSA initialisation and the paper's recipe (lora_alpha = r, no dropout)."
+    if r < 1: raise ValueError(f"r must be at least 1, got {r}")
     if niter is not None and niter < 1: raise ValueError(f"niter must be a positive number of iterations or None, got {niter}")
     init = "pissa" if niter is None else f"pissa_niter_{niter}"
     return LoraConfig(**{"r": r, "lora_alpha": r, "lora_dropout": 0.0, "task_type": "CAUSAL_LM", **lora_kwargs,
                          "target_modules": target_modules, "init_lora_weights": init})
+
+# %% ../nbs/10_pissa.ipynb #c913e3f7
+def _tall(w: torch.Tensor) -> tuple[torch.Tensor, bool]:
+    "`w` (a stack of matrices) with more rows than columns, and whether it was transposed to get there."
+    return (w.mT, True) if w.shape[-2] < w.shape[-1] else (w, False)
+
+def _krylov_left(t: torch.Tensor, r: int, niter: int, generator: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor]:
+    "Top-`r` left singular vectors and values of each tall matrix in `t`, by block Krylov iteration with block 2r."
+    start = torch.randn(*t.shape[:-2], t.shape[-1], 2 * r, generator=generator, device=t.device, dtype=t.dtype)
+    block = torch.linalg.qr(t @ start).Q
+    blocks = [block]
+    for _ in range(niter):  # each block is the last one times t tᵀ, re-orthonormalised
+        block = torch.linalg.qr(t @ (t.mT @ block)).Q
+        blocks.append(block)
+    basis = torch.linalg.qr(torch.cat(blocks, dim=-1)).Q  # the Krylov space, (rows, (niter + 1) 2r)
+    proj = basis.mT @ t  # Rayleigh-Ritz: the exact SVD of t restricted to that space, from its small Gram matrix
+    evals, evecs = torch.linalg.eigh((proj @ proj.mT).double())
+    top = evecs[..., -r:].flip(-1).to(t.dtype)
+    return basis @ top, evals[..., -r:].flip(-1).clamp_min(0).sqrt().to(t.dtype)
+
+def principal_parts(
+    w: torch.Tensor,  # one (m, n) matrix or a (batch, m, n) stack of same-shape matrices
+    r: int,  # number of singular components
+    *,
+    niter: int | None = 8,  # block Krylov iterations for large matrices; None: exact SVD for every size
+    generator: torch.Generator | None = None,  # draws the Krylov start block (seeded: the same parts every time)
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    "Top-`r` singular triplets `(U, S, Vh)` of `w` in float32: exact SVD when small, block Krylov when that is cheaper."
+    if r < 1 or r > min(w.shape[-2:]): raise ValueError(f"r must be between 1 and {min(w.shape[-2:])} for a {tuple(w.shape)} weight, got {r}")
+    t, flipped = _tall(w.detach().float())
+    if niter is None or 4 * r * (niter + 1) > t.shape[-1]:  # the Krylov space would not be much smaller than t
+        U, S, Vh = torch.linalg.svd(t, full_matrices=False)
+        U, S, Vh = U[..., :r], S[..., :r], Vh[..., :r, :]
+    else:
+        U, S = _krylov_left(t, r, niter, generator)
+        Vh = (U.mT @ t) / S.clamp_min(torch.finfo(S.dtype).tiny)[..., None]
+    return (Vh.mT, S, U.mT) if flipped else (U, S, Vh)
 
 # %% ../nbs/10_pissa.ipynb #995b5d73
 def _is_quantized(model) -> bool:
@@ -60,26 +99,70 @@ def _save_as_plain_lora_init(peft_model: PeftModel, folder: str | Path):
     try: peft_model.save_pretrained(folder)
     finally: cfg.init_lora_weights = init
 
+def _base_name(peft_model: PeftModel) -> str:
+    "The name or path the adapted model was loaded from, for error messages."
+    return getattr(peft_model.get_base_model().config, "_name_or_path", "") or "an unnamed model"
+
 def _fingerprint_matches(saved: dict, current: dict, rtol: float = 1e-4) -> bool:
     return saved.keys() == current.keys() and all(
         math.isclose(a, b, rel_tol=rtol, abs_tol=1e-6) for k in saved for a, b in zip(saved[k], current[k]))
 
 # %% ../nbs/10_pissa.ipynb #56df5255
+_CHUNK_ELEMENTS = 2**26  # weights decomposed in one batched call (256 MB in float32)
+
+def _matrix_layers(peft_model: PeftModel) -> list[LoraLayer]:
+    "The LoRA layers of the default adapter whose base weight is one matrix (linear layers, GPT-2's Conv1D)."
+    return [m for m in peft_model.base_model.model.modules() if isinstance(m, LoraLayer) and "default" in m.lora_A
+            and isinstance(m.lora_A["default"], torch.nn.Linear) and m.get_base_layer().weight.dim() == 2]
+
+def _set_principal(layer: LoraLayer, w: torch.Tensor, U: torch.Tensor, S: torch.Tensor, Vh: torch.Tensor) -> None:
+    "Put the principal part in `layer`'s adapter and the residual `W - scaling B A` in its base, as peft's pissa_init does."
+    scale, base = layer.scaling["default"], layer.get_base_layer()
+    root = (S / scale).sqrt()
+    lora_A, lora_B = layer.lora_A["default"].weight, layer.lora_B["default"].weight
+    lora_A.data, lora_B.data = (root[:, None] * Vh).to(lora_A.dtype), (U * root).to(lora_B.dtype)
+    residual = w - scale * lora_B.float() @ lora_A.float()  # from the adapter as stored: W_res + scaling B A = W
+    base.weight.data = transpose(residual.to(base.weight.dtype), layer.fan_in_fan_out)
+
+def _init_principal(peft_model: PeftModel, seed: int, niter: int | None = 8) -> None:
+    "Initialise every adapted matrix from its principal part, decomposing same-shape weights together."
+    groups: dict = {}
+    for layer in _matrix_layers(peft_model):
+        w = transpose(layer.get_base_layer().weight.detach(), layer.fan_in_fan_out)
+        groups.setdefault((tuple(w.shape), w.device, layer.r["default"]), []).append(layer)
+    generator = {}
+    for (shape, device, r), layers in groups.items():
+        gen = generator.setdefault(device, torch.Generator(device).manual_seed(seed))
+        for start in range(0, len(layers), max(1, _CHUNK_ELEMENTS // math.prod(shape))):
+            chunk = layers[start:start + max(1, _CHUNK_ELEMENTS // math.prod(shape))]
+            w = torch.stack([transpose(m.get_base_layer().weight.detach(), m.fan_in_fan_out).float() for m in chunk])
+            U, S, Vh = principal_parts(w, r, niter=niter, generator=gen)
+            for k, layer in enumerate(chunk): _set_principal(layer, w[k], U[k], S[k], Vh[k])
+
 def init_pissa(
     model,  # a full-precision transformers model (float32/bf16/fp16); its target weights become residuals
     config: LoraConfig,  # from `pissa_config`
     *,
     init_dir: str | Path,  # where the initial adapter is saved (needed by `save_pissa_as_lora`)
+    seed: int = 0,  # seeds the randomised SVD: the same seed gives the same adapter
 ) -> PeftModel:
     "Wrap `model` with a PiSSA adapter and save the initial adapter to `init_dir`."
-    if not str(config.init_lora_weights).startswith("pissa"):
-        raise ValueError(f"config.init_lora_weights is {config.init_lora_weights!r}; use pissa_config() for a PiSSA adapter")
+    init = config.init_lora_weights
+    if not str(init).startswith("pissa"):
+        raise ValueError(f"config.init_lora_weights is {init!r}; use pissa_config() for a PiSSA adapter")
     if _is_quantized(model):
         raise TypeError("PiSSA cannot be initialised on quantized weights: load the model in float32/bf16, run init_pissa, "
                         "then quantize the residual model (QPiSSA; see `quantization_error`)")
-    peft_model = get_peft_model(model, copy.deepcopy(config))  # the caller's config stays as it was given
+    config = copy.deepcopy(config)  # the caller's config stays as it was given
+    with torch.random.fork_rng():  # the caller's random state stays as it was too
+        torch.manual_seed(seed)
+        if init == "pissa": config.init_lora_weights = True  # cheap placeholder weights, replaced below
+        peft_model = get_peft_model(model, config)
+        if init == "pissa":
+            peft_model.peft_config["default"].init_lora_weights = "pissa"
+            _init_principal(peft_model, seed)
     _save_as_plain_lora_init(peft_model, init_dir)
-    write_metadata(init_dir, pissa={"role": "initial adapter", "init_lora_weights": config.init_lora_weights,
+    write_metadata(init_dir, pissa={"role": "initial adapter", "init_lora_weights": init, "seed": seed, "base": _base_name(peft_model),
                                     "residual_fingerprint": _fingerprint(peft_model)})
     warnings.warn("init_pissa replaced the base model's adapted weights by their residuals W - B0 A0: the model object "
                   "passed in is no longer the original base (reload it for other adapters)", stacklevel=2)
@@ -93,7 +176,9 @@ def _check_init_dir(peft_model: PeftModel, init_dir: Path) -> dict:
         raise FileNotFoundError(f"{init_dir}: no initial PiSSA adapter here; conversion needs the folder that "
                                 "init_pissa(..., init_dir=...) wrote before training")
     if not _fingerprint_matches(meta["residual_fingerprint"], _fingerprint(peft_model)):
-        raise ValueError(f"{init_dir} is the initial adapter of another model: its residual weights do not match this one's")
+        raise ValueError(f"{init_dir} is the initial adapter of {meta.get('base', 'another model')}, not of this model "
+                         f"({_base_name(peft_model)}): their residual weights differ; convert with the init_dir that "
+                         "init_pissa wrote for this model")
     return meta
 
 def _write_plain_lora(peft_model: PeftModel, folder: Path, init_dir: Path) -> None:
@@ -228,7 +313,7 @@ class PiSSAConfig(SFTConfig):
     "`SFTConfig` with PiSSA's recipe (lr 2e-5, cosine, 3% warm-up) and the adapter's settings, the one place for both."
     pissa_r: int = field(default=16, metadata={"help": "Adapter rank r (the shared plain LoRA has rank 2r)."})
     pissa_alpha: int | None = field(default=None, metadata={"help": "lora_alpha; default r (the paper's scaling 1)."})
-    pissa_niter: int | None = field(default=16, metadata={"help": "Subspace iterations of the randomised SVD (official: 16); 0 or None: exact SVD."})
+    pissa_niter: int | None = field(default=None, metadata={"help": "Subspace iterations of peft's randomised SVD (pissa_niter_N, q = r: 38% off exact at 16 on SmolLM2); 0 or None: adaptkit's accurate seeded init (exact SVD, block Krylov for large weights)."})
     pissa_target_modules: list[str] | str = field(default="all-linear", metadata={"help": "Linear layers that get the adapter."})
     learning_rate: float = field(default=2e-5, metadata={"help": "Peak learning rate (paper: 2e-5)."})
     lr_scheduler_type: str = field(default="cosine", metadata={"help": "Learning-rate schedule (paper: cosine)."})
@@ -311,7 +396,7 @@ class PiSSATrainer(ArtifactTrainerMixin, SFTTrainer):
         self.pissa = peft_config or (args.lora_config() if isinstance(args, PiSSAConfig) else pissa_config())
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message="init_pissa replaced")  # the trainer owns the changed model
-            model = init_pissa(model, self.pissa, init_dir=self.init_dir)
+            model = init_pissa(model, self.pissa, init_dir=self.init_dir, seed=args.seed)
         super().__init__(model=model, args=args, **kwargs)
 
 # %% ../nbs/10_pissa.ipynb #27cf5817

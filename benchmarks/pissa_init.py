@@ -1,8 +1,16 @@
-"""PiSSA initialisation on SmolLM2-135M: time of all projection layers with randomised SVD (niter 2/4/16) vs the
-exact SVD, the reconstruction error of each vs exact, and QPiSSA's NF4 quantization error reduction at r=64.
-Writes benchmarks/results/pissa.json. Run: .venv/bin/python benchmarks/pissa_init.py [--skip-qpissa]"""
+"""PiSSA initialisation on SmolLM2-135M (210 projections, r = 16): error and time of adaptkit's default init vs the
+exact SVD and peft's `pissa_niter_4` / `pissa_niter_16`, where the time goes (SVD compute vs per-layer overhead), and
+QPiSSA's NF4 quantization error reduction at r = 64.
+
+Error: mean (and max) over layers of ||B A - (B A)_exact||_F / ||(B A)_exact||_F, the exact part from peft's own
+`init_lora_weights="pissa"`. Time: whole `init_pissa` (wrap, decompose, save the initial adapter), medians of REPEATS
+runs, settings interleaved within each repeat, ratios taken within a repeat. `svd_compute_s` times the decompositions
+alone on the same weights (peft: one `torch.svd_lowrank` / `torch.linalg.svd` per layer; adaptkit: `principal_parts`
+on same-shape stacks); `overhead_s` = whole - compute. `wrap_s`: `get_peft_model` with a plain LoRA init (the layers,
+no decomposition). Run on a quiet machine: `.venv/bin/python benchmarks/pissa_init.py` (writes results/pissa.json;
+`--skip-qpissa` keeps the QPiSSA numbers of an earlier quiet run)."""
+import copy
 import json
-import platform
 import statistics
 import sys
 import tempfile
@@ -11,69 +19,117 @@ import warnings
 from pathlib import Path
 
 import torch
+from peft import get_peft_model
 from peft.tuners.lora import LoraLayer
 
-from adaptkit.models import load_causal_lm, smollm2
-from adaptkit.pissa import init_pissa, pissa_config, quantization_error
+sys.path.insert(0, str(Path(__file__).parent))
+from _bench import RESULTS, median, quiet_start, write_result  # noqa: E402
+
+from adaptkit.models import load_causal_lm, smollm2  # noqa: E402
+from adaptkit.pissa import init_pissa, pissa_config, principal_parts, quantization_error  # noqa: E402
 
 R, REPEATS = 16, 3
-OUT = Path(__file__).parent / "results" / "pissa.json"
+SETTINGS = {"exact": "peft_exact", "adaptkit": None, "peft_niter_4": 4, "peft_niter_16": 16}
 warnings.filterwarnings("ignore")
+torch.set_num_threads(2)
 
 
-def principal_parts(peft_model):
-    "The initial adapter product B A of every adapted layer."
-    return {n: (m.lora_B["default"].weight @ m.lora_A["default"].weight).detach()
+def products(peft_model) -> dict:
+    "The initial adapter product scaling * B A of every adapted layer."
+    return {n: (m.scaling["default"] * m.lora_B["default"].weight @ m.lora_A["default"].weight).detach()
             for n, m in peft_model.base_model.model.named_modules() if isinstance(m, LoraLayer)}
 
 
-def init_once(folder, niter):
+def init_once(folder, setting) -> tuple[float, dict]:
+    "Seconds of one whole-model init with `setting`, and its adapter products."
     model = load_causal_lm(folder)
     with tempfile.TemporaryDirectory() as d:
         t = time.perf_counter()
-        pm = init_pissa(model, pissa_config(R, niter=niter), init_dir=d)
-        return time.perf_counter() - t, principal_parts(pm)
+        if setting == "exact":  # peft's own exact SVD, one layer at a time, as a user of peft gets it
+            pm = get_peft_model(model, pissa_config(R))
+        else:
+            pm = init_pissa(model, pissa_config(R, niter=SETTINGS[setting]), init_dir=d, seed=0)
+        return time.perf_counter() - t, products(pm)
 
 
-def main():
-    torch.manual_seed(0)
-    folder = smollm2()
-    runs = {}
-    for niter in [None, 2, 4, 16]:
-        times, parts = [], None
-        for _ in range(REPEATS):
-            seconds, parts = init_once(folder, niter)
-            times.append(seconds)
-        runs["exact" if niter is None else f"niter_{niter}"] = {"seconds": times, "median_s": statistics.median(times), "parts": parts}
-        print(f"{'exact' if niter is None else f'niter={niter}'}: median {statistics.median(times):.2f} s over {REPEATS}")
-    exact = runs["exact"]["parts"]
-    result = {"model": "SmolLM2-135M-Instruct (dequantized Q4_1 GGUF)", "r": R, "layers": len(exact), "repeats": REPEATS,
-              "torch_threads": torch.get_num_threads(), "machine": platform.processor() or platform.machine(), "init": {}}
-    for name, run in runs.items():
-        errs = [((run["parts"][k] - exact[k]).norm() / exact[k].norm()).item() for k in exact]
-        # share of the exact top-r singular energy the randomised adapter captures (1.0 = all of it)
-        energy = [(run["parts"][k].norm() ** 2 / exact[k].norm() ** 2).item() for k in exact]
-        result["init"][name] = {"median_s": run["median_s"], "seconds": run["seconds"],
-                                "speedup_vs_exact": runs["exact"]["median_s"] / run["median_s"],
-                                "rel_error_vs_exact_mean": statistics.mean(errs), "rel_error_vs_exact_max": max(errs),
-                                "energy_captured_mean": statistics.mean(energy), "energy_captured_min": min(energy)}
-    if "--skip-qpissa" in sys.argv and OUT.exists():  # keep the (slow) quantization numbers of an earlier run
-        result["qpissa"] = json.loads(OUT.read_text())["qpissa"]
-        OUT.write_text(json.dumps(result, indent=2) + "\n")
-        return print(json.dumps(result["init"], indent=2))
+def svd_compute(weights: list[torch.Tensor], setting) -> float:
+    "Seconds of the decompositions alone that `setting` runs on `weights` (no layers, no copies, no saving)."
+    t = time.perf_counter()
+    if setting == "exact":
+        for w in weights: torch.linalg.svd(w, full_matrices=False)
+    elif setting == "adaptkit":
+        groups = {}
+        for w in weights: groups.setdefault(tuple(w.shape), []).append(w)
+        gen = torch.Generator().manual_seed(0)
+        for ws in groups.values(): principal_parts(torch.stack(ws), R, generator=gen)
+    else:
+        for w in weights: torch.svd_lowrank(w, q=R, niter=SETTINGS[setting])
+    return time.perf_counter() - t
+
+
+def wrap_once(folder) -> float:
+    "Seconds of `get_peft_model` with peft's plain LoRA init on the same layers (the per-layer wrapping alone)."
     model = load_causal_lm(folder)
-    result["qpissa"] = {}
+    cfg = copy.deepcopy(pissa_config(R)); cfg.init_lora_weights = True
+    t = time.perf_counter()
+    get_peft_model(model, cfg)
+    return time.perf_counter() - t
+
+
+def rel_errors(parts: dict, exact: dict) -> list[float]:
+    return [((parts[k] - exact[k]).norm() / exact[k].norm()).item() for k in exact]
+
+
+def timing(folder) -> dict:
+    "Error and time per setting, medians over REPEATS interleaved repeats, with within-repeat ratios."
+    weights = [m.weight.detach().float() for n, m in load_causal_lm(folder).named_modules()
+               if isinstance(m, torch.nn.Linear) and n.rsplit(".", 1)[-1].endswith("proj")]
+    runs = {s: {"seconds": [], "svd_compute_s": []} for s in SETTINGS}
+    wraps, parts = [], {}
+    for rep in range(REPEATS):
+        wraps.append(wrap_once(folder))
+        for s in SETTINGS:
+            seconds, parts[s] = init_once(folder, s)
+            runs[s]["seconds"].append(seconds)
+            runs[s]["svd_compute_s"].append(svd_compute(weights, s))
+            print(f"repeat {rep}: {s}: {seconds:.2f} s (decompositions alone {runs[s]['svd_compute_s'][-1]:.2f} s)", flush=True)
+    out = {"layers": len(weights), "wrap_s": {"seconds": wraps, "median_s": median(wraps)}, "init": {}}
+    for s, run in runs.items():
+        errs = rel_errors(parts[s], parts["exact"])
+        ratio = [a / b for a, b in zip(run["seconds"], runs["peft_niter_16"]["seconds"])]
+        out["init"][s] = {"median_s": median(run["seconds"]), "seconds": run["seconds"],
+                          "svd_compute_median_s": median(run["svd_compute_s"]), "svd_compute_s": run["svd_compute_s"],
+                          "overhead_median_s": median([a - b for a, b in zip(run["seconds"], run["svd_compute_s"])]),
+                          "time_vs_peft_niter_16_median": median(ratio), "time_vs_peft_niter_16": ratio,
+                          "rel_error_vs_exact_mean": statistics.mean(errs), "rel_error_vs_exact_max": max(errs)}
+    return out
+
+
+def qpissa(folder) -> dict:
+    "QPiSSA's NF4 quantization error reduction vs QLoRA at r = 64, plain and iterative (5 iterations)."
+    model, out = load_causal_lm(folder), {}
     for iters in (1, 5):
         t = time.perf_counter()
         rep = quantization_error(model, r=64, iters=iters)
-        result["qpissa"][f"iters_{iters}"] = {"reduction": rep["reduction"], "mean_layer_reduction": rep["mean_layer_reduction"],
-                                              "qlora_nuclear": rep["qlora"], "qpissa_nuclear": rep["qpissa"],
-                                              "seconds": time.perf_counter() - t}
-        print(f"QPiSSA r=64 iters={iters}: error reduction {rep['reduction']:.1%} (mean per layer {rep['mean_layer_reduction']:.1%})")
-    result["qpissa"]["paper_llama2_7b_reduction"] = 0.19
-    OUT.parent.mkdir(exist_ok=True)
-    OUT.write_text(json.dumps(result, indent=2) + "\n")
-    print(json.dumps({k: v for k, v in result.items() if k != "qpissa"}, indent=2))
+        out[f"iters_{iters}"] = {"reduction": rep["reduction"], "mean_layer_reduction": rep["mean_layer_reduction"],
+                                 "qlora_nuclear": rep["qlora"], "qpissa_nuclear": rep["qpissa"], "seconds": time.perf_counter() - t}
+        print(f"QPiSSA r=64 iters={iters}: error reduction {rep['reduction']:.1%}", flush=True)
+    out["paper_llama2_7b_reduction"] = 0.19
+    return out
+
+
+def main():
+    folder = smollm2()
+    start = quiet_start()
+    result = {"model": "SmolLM2-135M-Instruct (dequantized Q4_1 GGUF)", "r": R, "repeats": REPEATS, "seed": 0,
+              "error_metric": "relative Frobenius error of scaling * B A vs peft's exact init, over layers",
+              **timing(folder)}
+    if "--skip-qpissa" in sys.argv and (RESULTS / "pissa.json").exists():
+        result["qpissa"] = json.loads((RESULTS / "pissa.json").read_text())["qpissa"]
+    else:
+        result["qpissa"] = qpissa(folder)
+    write_result("pissa", result, start)
+    print(json.dumps(result["init"], indent=1))
 
 
 if __name__ == "__main__":

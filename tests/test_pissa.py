@@ -35,3 +35,158 @@ def test_train_push_pull_load_on_untouched_base(hub, tiny_model_dir, tmp_path):
     ids = tok(["3 plus 3 is"], return_tensors="pt")
     trainer.model.eval()
     assert torch.allclose(plain(**ids).logits, trainer.model(**ids).logits, atol=1e-4)
+
+
+# ---- input checks, conversion safety, QPiSSA numbers checked independently, iterations, learning ----
+import warnings  # noqa: E402
+
+import numpy as np  # noqa: E402
+from peft import LoraConfig  # noqa: E402
+
+from adaptkit.models import tiny_causal_lm  # noqa: E402
+from adaptkit.pissa import (NF4_LEVELS, PiSSAConfig, init_pissa, load_pissa_adapter, nf4_roundtrip,  # noqa: E402
+                            principal_parts, qpissa_error, quantization_error, save_pissa_as_lora, save_pissa_residual)
+
+
+def _init(model, cfg, folder, **kw):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return init_pissa(model, cfg, init_dir=folder, **kw)
+
+
+def _named(tok, name, seed=0):
+    model = tiny_causal_lm(tok, seed=seed)
+    model.config._name_or_path = name
+    return model
+
+
+def test_conversion_refuses_the_initial_adapter_of_another_base_naming_both(tiny_tok, tmp_path):
+    first = _init(_named(tiny_tok, "team/base-a"), pissa_config(4), tmp_path / "init-a")
+    second = _init(_named(tiny_tok, "team/base-b", seed=7), pissa_config(4), tmp_path / "init-b")
+    with pytest.raises(ValueError, match=r"init-a is the initial adapter of team/base-a, not of this model \(team/base-b\)"):
+        save_pissa_as_lora(second, tmp_path / "lora", init_dir=tmp_path / "init-a")
+    assert not (tmp_path / "lora").exists()  # refused before anything was written
+    assert (save_pissa_as_lora(first, tmp_path / "lora", init_dir=tmp_path / "init-a") / "adapter_config.json").exists()
+
+
+def test_conversion_needs_an_initial_adapter(tiny_tok, tmp_path):
+    pm = _init(tiny_causal_lm(tiny_tok), pissa_config(4), tmp_path / "init")
+    with pytest.raises(FileNotFoundError, match=r"empty: no initial PiSSA adapter here"):
+        save_pissa_as_lora(pm, tmp_path / "lora", init_dir=tmp_path / "empty")
+
+
+def test_input_checks_name_what_is_wrong(tiny_tok, tmp_path):
+    with pytest.raises(ValueError, match=r"r must be at least 1, got 0"):
+        pissa_config(0)
+    with pytest.raises(ValueError, match=r"niter must be a positive number of iterations or None, got -2"):
+        pissa_config(4, niter=-2)
+    with pytest.raises(ValueError, match=r"pissa_r must be at least 1, got 0"):
+        PiSSAConfig(str(tmp_path / "out"), pissa_r=0)
+    with pytest.raises(ValueError, match=r"r must be between 1 and 3 for a \(3, 5\) weight, got 4"):
+        principal_parts(torch.ones(3, 5), 4)
+    with pytest.raises(ValueError, match=r"init_lora_weights is 'olora'; use pissa_config\(\)"):
+        init_pissa(tiny_causal_lm(tiny_tok), LoraConfig(r=4, init_lora_weights="olora"), init_dir=tmp_path / "x")
+    int8 = tiny_causal_lm(tiny_tok)
+    up = int8.model.layers[0].mlp.up_proj
+    up.weight = torch.nn.Parameter(up.weight.to(torch.int8), requires_grad=False)
+    with pytest.raises(TypeError, match=r"cannot be initialised on quantized weights"):
+        init_pissa(int8, pissa_config(4), init_dir=tmp_path / "x")
+    assert not (tmp_path / "x").exists()
+    with pytest.raises(ValueError, match=r"no linear layer named any of \('nope',\) in the model"):
+        quantization_error(tiny_causal_lm(tiny_tok), r=2, target_modules=("nope",))
+
+
+def test_residual_adapter_refuses_a_base_that_is_not_its_residual(tiny_tok, tmp_path):
+    pm = _init(tiny_causal_lm(tiny_tok), pissa_config(4), tmp_path / "init")
+    save_pissa_residual(pm, tmp_path / "official")
+    with pytest.raises(ValueError, match=r"pissa_adapter is a PiSSA adapter trained on a residual model .* this base is not that residual"):
+        load_pissa_adapter(tiny_causal_lm(tiny_tok), tmp_path / "official" / "pissa_adapter")
+
+
+def _nf4_direct(w: np.ndarray, blocksize: int = 64) -> np.ndarray:
+    "NF4 round trip written independently: each value goes to the nearest level of its block's absmax scale."
+    flat = w.astype(np.float64).ravel()
+    out = np.empty_like(flat)
+    levels = NF4_LEVELS.double().numpy()
+    for start in range(0, flat.size, blocksize):
+        block = flat[start:start + blocksize]
+        scale = np.abs(block).max() or 1.0
+        out[start:start + blocksize] = levels[np.abs(block[:, None] / scale - levels).argmin(1)] * scale
+    return out.reshape(w.shape)
+
+
+def _nuclear(x: np.ndarray) -> float:
+    return float(np.linalg.svd(x, compute_uv=False).sum())
+
+
+def _top(x: np.ndarray, r: int) -> np.ndarray:
+    U, S, Vh = np.linalg.svd(x, full_matrices=False)
+    return (U[:, :r] * S[:r]) @ Vh[:r]
+
+
+def _qpissa_direct(w: np.ndarray, r: int, iters: int) -> tuple[float, float]:
+    "QLoRA's and QPiSSA's nuclear-norm NF4 errors of `w`, computed directly in float64."
+    part = _top(w, r)
+    for _ in range(iters - 1):
+        part = _top(w - _nf4_direct(w - part), r)
+    return _nuclear(w - _nf4_direct(w)), _nuclear(w - (_nf4_direct(w - part) + part))
+
+
+def test_nf4_and_qpissa_on_a_hand_computed_row():
+    w = torch.zeros(1, 64)
+    w[0, 0], w[0, 1] = 1.0, 0.5  # 0.5 rounds to the level 0.44070982933044434 (0.0593 away; 0.5626 is 0.0626 away)
+    assert nf4_roundtrip(w)[0, 1].item() == pytest.approx(0.44070982933044434, abs=1e-7)
+    err = qpissa_error(w, 1)
+    assert err["qlora"] == pytest.approx(0.5 - 0.44070982933044434, rel=1e-5)  # the nuclear norm of one error entry
+    assert err["qpissa"] < 1e-6 and err["reduction"] == pytest.approx(1.0, abs=1e-5)  # rank 1: nothing left to quantize
+
+
+def test_qpissa_errors_match_a_direct_computation():
+    torch.manual_seed(0)
+    w = torch.randn(256, 8) @ torch.randn(8, 256) * 0.5 + torch.randn(256, 256) * 0.05
+    one, two = qpissa_error(w, 8), qpissa_error(w, 8, iters=2)
+    qlora, qpissa1 = _qpissa_direct(w.double().numpy(), 8, 1)
+    _, qpissa2 = _qpissa_direct(w.double().numpy(), 8, 2)
+    assert one["qlora"] == pytest.approx(qlora, rel=1e-4) and two["qlora"] == pytest.approx(qlora, rel=1e-4)
+    assert one["qpissa"] == pytest.approx(qpissa1, rel=1e-3) and one["reduction"] == pytest.approx(1 - qpissa1 / qlora, rel=1e-4)
+    # the second iteration re-fits the adapter to what quantizing the residual lost: 4.5% lower here
+    assert two["qpissa"] == pytest.approx(qpissa2, rel=1e-3) and qpissa2 < 0.97 * qpissa1
+    assert two["qpissa"] < 0.97 * one["qpissa"]
+
+
+def test_quantization_error_sums_layer_errors_of_the_model(tiny_tok):
+    model = tiny_causal_lm(tiny_tok, num_layers=1)
+    names = ("q_proj", "up_proj")
+    rep = quantization_error(model, r=2, target_modules=names)
+    weights = {n: m.weight.detach().double().numpy() for n, m in model.named_modules() if n.rsplit(".", 1)[-1] in names}
+    direct = {n: _qpissa_direct(w, 2, 1) for n, w in weights.items()}
+    assert set(rep["layers"]) == set(weights)
+    qlora, qpissa = sum(d[0] for d in direct.values()), sum(d[1] for d in direct.values())
+    assert qpissa < 0.99 * qlora  # the two sums are far apart, so swapping them cannot pass
+    assert rep["qlora"] == pytest.approx(qlora, rel=1e-4) and rep["qpissa"] == pytest.approx(qpissa, rel=1e-3)
+    assert rep["reduction"] == pytest.approx(1 - qpissa / qlora, rel=1e-3)
+    per_layer = [1 - d[1] / d[0] for d in direct.values()]
+    assert rep["mean_layer_reduction"] == pytest.approx(sum(per_layer) / len(per_layer), rel=1e-3)
+
+
+def test_training_lowers_the_loss_on_the_training_rows_and_converts_exactly(tiny_tok, tmp_path):
+    pm = _init(tiny_causal_lm(tiny_tok), pissa_config(4), tmp_path / "init")
+    ids = tiny_tok(["one plus two equals three", "two plus two equals four"], return_tensors="pt", padding=True)
+    labels = ids["input_ids"].masked_fill(ids["attention_mask"] == 0, -100)
+    before = pm(**ids, labels=labels).loss.item()
+    opt = torch.optim.AdamW([p for p in pm.parameters() if p.requires_grad], lr=3e-2)
+    for _ in range(20):
+        pm(**ids, labels=labels).loss.backward(); opt.step(); opt.zero_grad()
+    after = pm(**ids, labels=labels).loss.item()
+    assert after < before - 0.3, (before, after)  # 6.18 -> 5.70 here; without training it stays at 6.18
+    plain = PeftModel.from_pretrained(tiny_causal_lm(tiny_tok), save_pissa_as_lora(pm, tmp_path / "lora", init_dir=tmp_path / "init"))
+    assert plain(**ids, labels=labels).loss.item() == pytest.approx(after, rel=1e-4)  # the plain LoRA is the trained model
+
+
+def test_same_seed_same_adapter_and_accurate_default(tiny_tok, tmp_path):
+    def parts(seed, folder, niter=None):
+        pm = _init(tiny_causal_lm(tiny_tok, hidden_size=64), pissa_config(4, niter=niter), tmp_path / folder, seed=seed)
+        return {n: p.detach().clone() for n, p in pm.named_parameters() if "lora_" in n}
+    a, b = parts(3, "a"), parts(3, "b")
+    assert all(torch.equal(a[n], b[n]) for n in a)
+    assert a.keys() == parts(4, "c", niter=2).keys()
