@@ -473,6 +473,11 @@ def test_config_checks_name_the_setting(tmp_path, settings, error):
         RepNoiseConfig(str(tmp_path), use_cpu=True, **settings)
 
 
+def test_config_accepts_the_boundary_values(tmp_path):
+    cfg = RepNoiseConfig(str(tmp_path), use_cpu=True, alpha=0.0, beta=0.0, mmd_kernels=1, mmd_multiplier=1e-3, max_length=2, layers=[0])
+    assert (cfg.alpha, cfg.beta, cfg.mmd_kernels, cfg.max_length, cfg.layers, cfg.remove_unused_columns) == (0.0, 0.0, 1, 2, [0], False)
+
+
 def test_model_checks_name_the_model_and_the_layer(tiny_tok, tmp_path):
     with pytest.raises(ValueError, match=re.escape("Linear: no decoder layers found (expected a ModuleList of blocks with an `mlp`)")):
         decoder_layers(torch.nn.Linear(2, 2))

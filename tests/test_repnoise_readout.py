@@ -97,6 +97,7 @@ def test_bf16_autocast_is_close_to_float32_and_finite(tiny_tok):
     with torch.autocast("cpu", dtype=torch.bfloat16):
         ce = readout_ce(hs, batch["harmful_labels"], norm, head)
     assert ce.dtype == torch.float32 and abs(ce.item() - exact.item()) < 0.05
+    assert ce.item() != exact.item()  # the head's matmul ran in bf16, as autocast asks
     ce.backward()
     assert head.weight.grad.dtype == torch.float32 and torch.isfinite(head.weight.grad).all()
 
