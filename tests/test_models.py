@@ -120,3 +120,20 @@ def test_generate_batched_refuses_bad_inputs_early(tiny):
     with pytest.raises(ValueError, match="the tokenizer has no pad token"):
         generate_batched(model, no_pad, ["a"])
     assert generate_batched(model, tok, []) == []
+
+
+def test_check_base_names_both_bases_and_the_tensor(tiny):
+    from adaptkit.models import BaseMismatchError, check_base, fingerprint
+    model, _ = tiny
+    recorded = fingerprint(model)
+    check_base(model, {"fingerprint": recorded}, "the adapter 'x'")  # its own base: no error
+    check_base(model, {}, "the adapter 'x'")  # nothing recorded: nothing to check
+    name = sorted(recorded)[1]
+    wrong = {**recorded, name: [recorded[name][0] + 1.0, recorded[name][1]]}
+    source = {"fingerprint": wrong, "base_model": "team/base", "base_revision": "0123456789abcdef"}
+    with pytest.raises(BaseMismatchError, match=rf"the adapter 'x' was made on the base team/base@0123456789ab, but .* differs in '{name}'"):
+        check_base(model, source, "the adapter 'x'")
+    with pytest.warns(UserWarning, match="pass ignore_base_mismatch=True"):
+        check_base(model, source, "the adapter 'x'", ignore_base_mismatch=True)
+    with pytest.raises(BaseMismatchError, match="has no tensor 'no.such.weight'"):
+        check_base(model, {"fingerprint": {"no.such.weight": [1.0, 1.0]}}, "the adapter 'x'")
