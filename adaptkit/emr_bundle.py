@@ -293,10 +293,10 @@ def _base_files(self: EMRBundle) -> TensorFiles:
             ref["repo_id"], revision=ref["revision"], endpoint=self._endpoint, token=self._token,
             allow_patterns=["*.safetensors", "*.json"])
         files = TensorFiles.of_folder(folder).prefixed(ref.get("prefix", ""))  # a bare encoder, read as its task models name it
-        want = {n: (s["dtype"], tuple(s["shape"])) for n, s in self.meta["tensors"].items()}
-        if (bad := [(n, files.specs.get(n), want[n]) for n in want if files.specs.get(n) != want[n]]):
-            name = f"{ref['repo_id']}@{ref['revision']}" if "repo_id" in ref else f"{self.folder}/base/"
-            raise BundleError(f"base {name}: tensors missing or of another dtype/shape: {bad[:3]} (got, expected)")
+        want = {n: (s["dtype"], tuple(s["shape"])) for n, s in self.meta["tensors"].items()}  # (a copied base: checked on opening)
+        if "repo_id" in ref and (bad := [(n, files.specs.get(n), want[n]) for n in want if files.specs.get(n) != want[n]]):
+            raise BundleError(f"base {ref['repo_id']}@{ref['revision']}: tensors missing or of another dtype/shape: {bad[:3]} "
+                              "(got, expected)")
         self._base, self._base_folder = files, folder
     return self._base
 

@@ -354,6 +354,14 @@ def test_elect_by_hand():
     assert masks.tolist() == [[True, True, False, False], [False, True, False, False], [True, False, False, True]]
 
 
+def test_a_task_that_changed_nothing_gets_rescaler_one():
+    pre = {"w": BASE_W.clone()}
+    ft = {"a": {"w": BASE_W + TAUS[0]}, "b": {"w": BASE_W + TAUS[1]}, "still": {"w": BASE_W.clone()}}
+    for rescale in ("tensor_mean", "global"):
+        bundle = emr_merge(pre, ft, rescale=rescale, progress=False)
+        assert bundle.rescalers["still"] == 1.0 and bundle.task_state_dict("still")["w"].tolist() == BASE_W.tolist()
+
+
 def test_tensor_mean_and_global_rescalers_by_hand():
     # tensor_mean sums per-tensor means: a (6/4 + 4/2) / (5/4 + 4/2) = 14/13; global sums parameters: a (6 + 4) / (5 + 4)
     assert hand_merge("tensor_mean", with_v=True).rescalers == pytest.approx({"a": 14 / 13, "b": 5 / 3, "c": 8 / 7}, rel=1e-6)

@@ -76,7 +76,14 @@ def test_a_damaged_header_is_named_before_any_work(tmp_path, edit, message):
     assert not (tmp_path / "bundle").exists()
 
 
-@pytest.mark.parametrize("key", _ARCHITECTURE_KEYS)
+ARCHITECTURE_KEYS = ["model_type", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size"]
+
+
+def test_the_compatibility_check_covers_the_architecture_keys():
+    assert sorted(_ARCHITECTURE_KEYS) == sorted(ARCHITECTURE_KEYS)  # the list below, written out: a key dropped there fails
+
+
+@pytest.mark.parametrize("key", ARCHITECTURE_KEYS)
 def test_each_architecture_key_of_the_compatibility_check(tmp_path, key):
     tasks = models(tmp_path)
     cfg = json.loads((tasks["t1"] / "config.json").read_text())
@@ -196,6 +203,23 @@ def same_bits(a, b):
                                                                     b.contiguous().view(-1).view(torch.uint8))
 
 
+@pytest.mark.parametrize("shape, dtype", [((3, 70001), torch.float32), ((129,), torch.bfloat16), ((5, 3), torch.float16),
+                                          ((7,), torch.float64), ((), torch.float32), ((1,), torch.float32), ((73,), torch.float32),
+                                          ((0, 4), torch.float32)])
+def test_expand_equals_the_whole_tensor_formula_bit_for_bit(monkeypatch, shape, dtype):
+    import adaptkit.emr_bundle as emr_bundle
+    from adaptkit.emr import pack_mask
+    g = torch.Generator().manual_seed(1)
+    b, u = torch.randn(shape, generator=g).to(dtype), torch.randn(shape, generator=g).to(dtype)
+    keep = torch.rand(shape, generator=g) > 0.5
+    whole = torch.addcmul(b.float(), u.float(), keep.float(), value=0.37).to(dtype)  # float32, then the tensor's dtype
+    for chunk in (72, 1 << 16):
+        monkeypatch.setattr(emr_bundle, "_EXPAND_CHUNK", chunk)
+        assert same_bits(emr_bundle._expand(b, u, pack_mask(keep), 0.37), whole), chunk
+    known = emr_bundle._expand(torch.tensor([1.0, 2.0, 3.0]), torch.tensor([10.0, -10.0, 4.0]), pack_mask(torch.tensor([True, False, True])), 0.5)
+    assert known.tolist() == [6.0, 2.0, 5.0]  # 1 + 0.5·10, 2 (masked out), 3 + 0.5·4
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_a_lazily_loaded_task_model_equals_the_whole_tensor_formula_bit_for_bit(tmp_path, monkeypatch, dtype):
     import adaptkit.emr_bundle as emr_bundle
@@ -266,7 +290,7 @@ def replace_weights(folder, rel, tensors):
     (lambda m: m["tensors"].update(w={"dtype": "F32", "shape": [6, 5.0]}), r"field 'tensors.w' must be \{'dtype'"),
     (lambda m: m["tensors"].update(w={"dtype": "F32"}), r"field 'tensors.w' must be \{'dtype'"),
     (lambda m: m["own"]["t1"].update({"head.weight": {"dtype": "F32", "shape": "3x5"}}), r"field 'own.t1.head.weight' must be"),
-    (lambda m: m.update(tasks=["t0", "t0"]), r"field 'rescalers' names tasks \['t0', 't1'\], field 'tasks' \['t0', 't0'\]"),
+    (lambda m: m.update(tasks=["t0", "t1", "t0"]), r"field 'rescalers' names tasks \['t0', 't1'\], field 'tasks' \['t0', 't1', 't0'\]"),
     (lambda m: m.update(rescalers={"t0": 1.0, "zz": 1.0}), r"field 'rescalers' names tasks \['t0', 'zz'\], field 'tasks' \['t0', 't1'\]"),
     (lambda m: m.update(own={"t0": {}}), r"field 'own' names tasks \['t0'\], field 'tasks' \['t0', 't1'\]"),
     (lambda m: m["sources"].pop("t1"), r"field 'sources' names tasks \['t0'\], field 'tasks' \['t0', 't1'\]"),
