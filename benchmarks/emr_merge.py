@@ -218,7 +218,7 @@ def child_main(spec: str):
 
 # ---- the driver ----
 
-THREADS, COLD = None, False
+THREADS, COLD, NAIVE = None, False, True
 
 
 def drop_page_cache():
@@ -291,7 +291,8 @@ def bench_size(label: str, dims: tuple, work: Path, repeats: int, ns: list[int])
                  "emr_merge": ("emr_merge", root / f"bundle{n}", dict(root=root, n=n, out=root / f"bundle{n}"))}
         r = alternated(merge, repeats)
         need = (1.25 * n + 2.5) * model_bytes  # base, n task vectors, n bool masks, the unified vector, temporaries
-        if need < 0.7 * mem_available():
+        if not NAIVE: r["naive"] = {"skipped": "--no-naive"}
+        elif need < 0.7 * mem_available():
             r["naive"] = measured("naive", repeats, clean=root / "naive", root=root, n=n, out=root / "naive")
             shutil.rmtree(root / "naive", ignore_errors=True)
             r["merge_vs_naive_time"] = r["emr_merge"]["median_s"] / r["naive"]["median_s"]  # (naive: separate rounds)
@@ -360,11 +361,12 @@ def main():
                     "--quick; a run of a subset of sizes or ns should get its own, e.g. emr_400M_cold)")
     ap.add_argument("--cold", action="store_true", help="also time the I/O floor and the merge from an empty page cache "
                     "(drops the kernel's caches before each run: root only)")
+    ap.add_argument("--no-naive", action="store_true", help="skip the naive in-memory baseline (the slowest variant)")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child: return child_main(args.child)
-    global THREADS, COLD
-    THREADS, COLD = args.threads, args.cold
+    global THREADS, COLD, NAIVE
+    THREADS, COLD, NAIVE = args.threads, args.cold, not args.no_naive
     if COLD: drop_page_cache()  # fails here, before any work, where it is not allowed
     import torch
     start = quiet_start()  # before the models are written: a loaded machine is refused before 25 GB are generated
