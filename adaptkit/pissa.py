@@ -45,19 +45,17 @@ def _tall(w: torch.Tensor) -> tuple[torch.Tensor, bool]:
     "`w` (a stack of matrices) with more rows than columns, and whether it was transposed to get there."
     return (w.mT, True) if w.shape[-2] < w.shape[-1] else (w, False)
 
-def _krylov_left(t: torch.Tensor, r: int, niter: int, generator: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor]:
-    "Top-`r` left singular vectors and values of each tall matrix in `t`, by block Krylov iteration with block 2r."
-    start = torch.randn(*t.shape[:-2], t.shape[-1], 2 * r, generator=generator, device=t.device, dtype=t.dtype)
-    block = torch.linalg.qr(t @ start).Q
-    blocks = [block]
-    for _ in range(niter):  # each block is the last one times t tᵀ, re-orthonormalised
-        block = torch.linalg.qr(t @ (t.mT @ block)).Q
+def _krylov_right(t: torch.Tensor, r: int, niter: int, generator: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor]:
+    "Top-`r` right singular vectors (as columns) and values of each tall matrix in `t`, by block Krylov iteration."
+    block = torch.randn(*t.shape[:-2], t.shape[-1], 2 * r, generator=generator, device=t.device, dtype=t.dtype)
+    blocks = []
+    for _ in range(niter):  # each block is the last one times tᵀ t, re-orthonormalised; all of them are kept
+        block = torch.linalg.qr(t.mT @ (t @ block)).Q
         blocks.append(block)
-    basis = torch.linalg.qr(torch.cat(blocks, dim=-1)).Q  # the Krylov space, (rows, (niter + 1) 2r)
-    proj = basis.mT @ t  # Rayleigh-Ritz: the exact SVD of t restricted to that space, from its small Gram matrix
-    evals, evecs = torch.linalg.eigh((proj @ proj.mT).double())
-    top = evecs[..., -r:].flip(-1).to(t.dtype)
-    return basis @ top, evals[..., -r:].flip(-1).clamp_min(0).sqrt().to(t.dtype)
+    basis = torch.linalg.qr(torch.cat(blocks, dim=-1)).Q  # the Krylov space on the smaller side, (cols, niter 2r)
+    proj = t @ basis  # Rayleigh-Ritz: the exact SVD of t restricted to that space, from its small Gram matrix
+    evals, evecs = torch.linalg.eigh((proj.mT @ proj).double())
+    return basis @ evecs[..., -r:].flip(-1).to(t.dtype), evals[..., -r:].flip(-1).clamp_min(0).sqrt().to(t.dtype)
 
 def principal_parts(
     w: torch.Tensor,  # one (m, n) matrix or a (batch, m, n) stack of same-shape matrices
@@ -68,14 +66,16 @@ def principal_parts(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     "Top-`r` singular triplets `(U, S, Vh)` of `w` in float32: exact SVD when small, block Krylov when that is cheaper."
     if r < 1 or r > min(w.shape[-2:]): raise ValueError(f"r must be between 1 and {min(w.shape[-2:])} for a {tuple(w.shape)} weight, got {r}")
+    if niter is not None and niter < 1: raise ValueError(f"niter must be at least 1 or None, got {niter}")
     t, flipped = _tall(w.detach().float())
-    if niter is None or 4 * r * (niter + 1) > t.shape[-1]:  # the Krylov space would not be much smaller than t
+    if niter is None or 4 * r * niter > t.shape[-1]:  # the Krylov space would be over half the smaller side
         U, S, Vh = torch.linalg.svd(t, full_matrices=False)
         U, S, Vh = U[..., :r], S[..., :r], Vh[..., :r, :]
     else:
-        U, S = _krylov_left(t, r, niter, generator)
-        Vh = (U.mT @ t) / S.clamp_min(torch.finfo(S.dtype).tiny)[..., None]
+        V, S = _krylov_right(t, r, niter, generator)
+        U, Vh = (t @ V) / S.clamp_min(torch.finfo(S.dtype).tiny)[..., None, :], V.mT
     return (Vh.mT, S, U.mT) if flipped else (U, S, Vh)
+
 
 # %% ../nbs/10_pissa.ipynb #995b5d73
 def _is_quantized(model) -> bool:
