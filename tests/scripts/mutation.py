@@ -34,7 +34,7 @@ def read_modules(path: Path = CONFIG) -> dict[str, dict]:
         if not section.startswith("mutation:"): continue
         s = cfg[section]
         modules[section.partition(":")[2]] = {k: s.get(k, "").split() for k in ("files", "tests", "functions")} | {
-            "why": " ".join(s.get("why", "").split())}
+            "why": " ".join(s.get("why", "").split()), "max_children": s.getint("max_children", 2)}
     return modules
 
 
@@ -149,7 +149,7 @@ def previous_whys(path: Path = OUTPUT) -> dict:
             for s in m.get("survivors", []) if s.get("why") and s["why"] != UNREVIEWED}
 
 
-def main(names: list[str], max_children: int = 2) -> int:
+def main(names: list[str]) -> int:
     modules = read_modules()
     unknown = [n for n in names if n not in modules]
     if unknown: raise SystemExit(f"no [mutation:{unknown[0]}] section in {CONFIG}; known: {', '.join(modules)}")
@@ -158,7 +158,7 @@ def main(names: list[str], max_children: int = 2) -> int:
     old = json.loads(OUTPUT.read_text()) if OUTPUT.exists() else {}
     previous = previous_whys()
     report = {"tool": "mutmut " + __import__("importlib.metadata").metadata.version("mutmut"),
-              "command": "make mutation  (python tests/scripts/mutation.py)", "max_children": max_children,
+              "command": "make mutation  (python tests/scripts/mutation.py)",
               "kill_rate": "(killed + timeout) / mutants, over the core functions listed per module",
               "docstring_mutants": "not run and not counted: they change only a docstring, and nothing in adaptkit "
                                    "reads __doc__ at run time (equivalent by construction)",
@@ -168,22 +168,29 @@ def main(names: list[str], max_children: int = 2) -> int:
         print(f"== {name}: {len(modules[name]['functions'])} functions, tests {' '.join(modules[name]['tests'])}",
               flush=True)
         load_1m = round(os.getloadavg()[0], 2)
-        run = run_module(name, modules[name], max_children)
+        run = run_module(name, modules[name], modules[name]["max_children"])
         result = collect(name, modules[name], previous) | {"seconds": run["seconds"], "loadavg_1m_at_start": load_1m}
         if run["rc"] != 0: result["error"] = f"mutmut exited {run['rc']}: see mutants/logs/{name}.log"
         report["modules"][name] = result
         print(f"   {result['mutants']} mutants, {result['killed']} killed, {result['timeout']} timeout, "
               f"{result['survived']} survived, {result['no_tests']} without tests, kill rate {result['kill_rate']}, "
               f"{run['seconds']} s" + (f"  ERROR {result['error']}" if run["rc"] else ""), flush=True)
+        _write(report, modules, names, started, load)  # after each module: a stopped pass keeps what it measured
+    return _write(report, modules, names, started, load)
+
+
+def _write(report: dict, modules: dict, names: list, started, load) -> int:
+    "Write tests/mutation.json; 1 if a module of this run failed."
     report |= {"finished": datetime.now(timezone.utc).isoformat(timespec="seconds"),
                "last_run": {"modules": names, "started": started.isoformat(timespec="seconds"),
                             "seconds": round((datetime.now(timezone.utc) - started).total_seconds(), 1),
                             "loadavg_at_start": [round(x, 2) for x in load], "cpus": os.cpu_count()}}
     report["modules"] = {n: report["modules"][n] for n in modules if n in report["modules"]}
+    report["total_seconds"] = round(sum(m.get("seconds", 0) for m in report["modules"].values()), 1)
     OUTPUT.write_text(json.dumps(report, indent=1, ensure_ascii=False) + "\n")
     unreviewed = sum(s["why"] == UNREVIEWED for m in report["modules"].values() for s in m.get("survivors", []))
     print(f"wrote {OUTPUT.relative_to(ROOT)}; {unreviewed} survivors need a `why`")
-    return 1 if any("error" in report["modules"][n] for n in names) else 0
+    return 1 if any("error" in report["modules"].get(n, {}) for n in names) else 0
 
 
 if __name__ == "__main__":
