@@ -1,6 +1,7 @@
 """Mutation testing of adaptkit's core functions with mutmut 3; `make mutation` runs it (it is not part of `make test`).
 
-    python tests/scripts/mutation.py [MODULE ...]   # default: every [mutation:MODULE] section of setup.cfg, in order
+    python tests/scripts/mutation.py [MODULE ...] [--until HH:MM] [--module-timeout S]
+    # default: every [mutation:MODULE] section of setup.cfg, in order, from a clean mutants/
 
 Each `[mutation:MODULE]` section of setup.cfg names the files to mutate, the fast pytest files that test them and the
 core functions whose mutants are run (`file.function` or `file.Class.method`), with a sentence saying why those.
@@ -14,6 +15,7 @@ import configparser
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -45,16 +47,22 @@ def mutant_glob(function: str) -> str:
     return f"adaptkit.{file}." + (f"x\u01c1{cls}\u01c1{method}" if cls else f"x_{name}") + "__mutmut_*"
 
 
-def run_module(name: str, spec: dict, max_children: int) -> dict:
-    "Run mutmut on one module's core functions in a fresh process; return its exit code and seconds."
+def run_module(name: str, spec: dict, max_children: int, timeout: float | None = None) -> dict:
+    "Run mutmut on one module's core functions in a fresh process (stopped after `timeout` s); its exit code, seconds."
     for f in spec["files"]:  # fresh mutants and results for this module's files
         for suffix in ("", ".meta", ".spans"): (ROOT / "mutants" / f"{f}{suffix}").unlink(missing_ok=True)
     (ROOT / "mutants" / "mutmut-stats.json").unlink(missing_ok=True)
     LOGS.mkdir(parents=True, exist_ok=True)
     start = time.monotonic()
     with open(LOGS / f"{name}.log", "w") as log:
-        rc = subprocess.call([sys.executable, __file__, "--one", name, str(max_children)], cwd=ROOT, stdout=log,
-                             stderr=subprocess.STDOUT)
+        child = subprocess.Popen([sys.executable, __file__, "--one", name, str(max_children)], cwd=ROOT, stdout=log,
+                                 stderr=subprocess.STDOUT, start_new_session=True)
+        try: rc = child.wait(timeout)
+        except subprocess.TimeoutExpired:  # stop mutmut and its workers; the mutants it did not reach stay unchecked
+            os.killpg(child.pid, signal.SIGTERM); time.sleep(3); os.killpg(child.pid, signal.SIGKILL)
+            rc = child.wait()
+        except BaseException:
+            os.killpg(child.pid, signal.SIGKILL); raise
     return {"rc": rc, "seconds": round(time.monotonic() - start, 1)}
 
 
@@ -149,7 +157,7 @@ def previous_whys(path: Path = OUTPUT) -> dict:
             for s in m.get("survivors", []) if s.get("why") and s["why"] != UNREVIEWED}
 
 
-def main(names: list[str]) -> int:
+def main(names: list[str], until: str | None = None, module_timeout: float | None = None) -> int:
     modules = read_modules()
     unknown = [n for n in names if n not in modules]
     if unknown: raise SystemExit(f"no [mutation:{unknown[0]}] section in {CONFIG}; known: {', '.join(modules)}")
@@ -165,10 +173,12 @@ def main(names: list[str]) -> int:
               "modules": old.get("modules", {}) if names != list(modules) else {}}
     started, load = datetime.now(timezone.utc), os.getloadavg()
     for name in names:
+        if until and datetime.now(timezone.utc).strftime("%H:%M") >= until:
+            print(f"== {name}: not started (--until {until} UTC)", flush=True); continue
         print(f"== {name}: {len(modules[name]['functions'])} functions, tests {' '.join(modules[name]['tests'])}",
               flush=True)
         load_1m = round(os.getloadavg()[0], 2)
-        run = run_module(name, modules[name], modules[name]["max_children"])
+        run = run_module(name, modules[name], modules[name]["max_children"], module_timeout)
         result = collect(name, modules[name], previous) | {"seconds": run["seconds"], "loadavg_1m_at_start": load_1m}
         if run["rc"] != 0: result["error"] = f"mutmut exited {run['rc']}: see mutants/logs/{name}.log"
         report["modules"][name] = result
@@ -194,5 +204,11 @@ def _write(report: dict, modules: dict, names: list, started, load) -> int:
 
 
 if __name__ == "__main__":
-    if sys.argv[1:2] == ["--one"]: _run_one(sys.argv[2], int(sys.argv[3]))
-    else: sys.exit(main(sys.argv[1:]))
+    if sys.argv[1:2] == ["--one"]: _run_one(sys.argv[2], int(sys.argv[3])); sys.exit()
+    import argparse
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("modules", nargs="*", help="[mutation:NAME] sections to run (default: all, from a clean mutants/)")
+    parser.add_argument("--until", help="HH:MM (UTC): start no module after this time")
+    parser.add_argument("--module-timeout", type=float, help="seconds after which a module's run is stopped")
+    a = parser.parse_args()
+    sys.exit(main(a.modules, a.until, a.module_timeout))
