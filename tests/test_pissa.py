@@ -6,7 +6,7 @@ import torch
 from huggingface_hub import HfApi
 from peft import PeftModel
 
-from adaptkit.hub import pull, push_folder
+from adaptkit.hub import pull, push_folder, read_metadata
 from adaptkit.models import load_causal_lm, load_tokenizer
 from adaptkit.pissa import PiSSATrainer, pissa_config, pissa_sft_config
 
@@ -20,6 +20,7 @@ def test_train_push_pull_load_on_untouched_base(hub, tiny_model_dir, tmp_path):
     trainer = PiSSATrainer("team/tiny-base", args, peft_config=pissa_config(4, niter=2), train_dataset=rows,
                            processing_class=tok, hub_endpoint=hub.endpoint)
     assert (trainer.base_model, trainer.base_revision) == ("team/tiny-base", base_commit)
+    assert read_metadata(trainer.init_dir)["pissa"]["seed"] == args.seed == 42  # the init is seeded with the run's seed
     trainer.train()
     results = [{"task": "text-generation", "dataset": "tiny-sums", "metric": "loss", "value": 1.5}]
     commit = trainer.push_lora("team/tiny-pissa", endpoint=hub.endpoint, results=results)
@@ -184,9 +185,43 @@ def test_training_lowers_the_loss_on_the_training_rows_and_converts_exactly(tiny
 
 
 def test_same_seed_same_adapter_and_accurate_default(tiny_tok, tmp_path):
+    # hidden 128: the smaller side of every weight is >= 4 r niter = 128, so the default init takes the Krylov path
+    model = lambda: tiny_causal_lm(tiny_tok, hidden_size=128, num_layers=1)
+    weights = {n: m.weight.detach().clone() for n, m in model().named_modules() if isinstance(m, torch.nn.Linear)}
     def parts(seed, folder, niter=None):
-        pm = _init(tiny_causal_lm(tiny_tok, hidden_size=64), pissa_config(4, niter=niter), tmp_path / folder, seed=seed)
-        return {n: p.detach().clone() for n, p in pm.named_parameters() if "lora_" in n}
-    a, b = parts(3, "a"), parts(3, "b")
-    assert all(torch.equal(a[n], b[n]) for n in a)
-    assert a.keys() == parts(4, "c", niter=2).keys()
+        pm = _init(model(), pissa_config(4, niter=niter), tmp_path / folder, seed=seed)
+        return {n.removeprefix("base_model.model."): (m.lora_B["default"].weight.detach().clone(), m.lora_A["default"].weight.detach().clone())
+                for n, m in pm.named_modules() if hasattr(m, "lora_A") and "default" in m.lora_A}
+    a, b, c = parts(3, "a"), parts(3, "b"), parts(4, "c")
+    assert all(torch.equal(x, y) for n in a for x, y in zip(a[n], b[n]))  # same seed: identical, bit for bit
+    assert not all(torch.equal(a[n][0], c[n][0]) for n in a)  # another seed: another Krylov start block
+    errors = []
+    for n, (B, A) in a.items():  # and the principal part is close to the exact one's
+        U, S, Vh = torch.linalg.svd(weights[n].double())
+        exact = (U[:, :4] * S[:4]) @ Vh[:4]
+        errors.append((((B @ A).double() - exact).norm() / exact.norm()).item())
+    # random weights have almost no gap between singular values 4 and 5 (real ones: 0.1% off, see the notebook)
+    assert max(errors) < 0.03 and sum(errors) / len(errors) < 0.01, errors
+    assert parts(3, "d", niter=2).keys() == a.keys()
+
+
+def test_nf4_pads_the_last_block_and_matches_a_direct_rounding():
+    w = torch.randn(5, 13, generator=torch.Generator().manual_seed(0))  # 65 values: one full block of 64 and one of 1
+    for blocksize in (64, 8):
+        assert np.allclose(nf4_roundtrip(w, blocksize).double().numpy(), _nf4_direct(w.numpy(), blocksize), atol=1e-6)
+    assert nf4_roundtrip(w).shape == (5, 13) and nf4_roundtrip(w)[4, 12] == w[4, 12]  # a block of one keeps its value
+
+
+def test_a_model_marked_quantized_is_refused(tiny_tok, tmp_path):
+    model = tiny_causal_lm(tiny_tok)
+    model.is_quantized = True
+    with pytest.raises(TypeError, match=r"cannot be initialised on quantized weights"):
+        init_pissa(model, pissa_config(4), init_dir=tmp_path / "x")
+
+
+def test_load_pissa_adapter_loads_a_plain_lora_on_the_untouched_base(tiny_tok, tmp_path):
+    pm = _init(tiny_causal_lm(tiny_tok), pissa_config(4), tmp_path / "init")
+    lora = save_pissa_as_lora(pm, tmp_path / "lora", init_dir=tmp_path / "init")
+    ids = tiny_tok(["one plus two"], return_tensors="pt")
+    loaded = load_pissa_adapter(tiny_causal_lm(tiny_tok), lora)
+    assert torch.allclose(loaded(**ids).logits, pm(**ids).logits, atol=1e-5)
