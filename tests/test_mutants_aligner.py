@@ -18,7 +18,7 @@ def test_the_default_template_is_aligner_v1_word_for_word():
 
 
 @pytest.mark.parametrize("template", [ALIGNER_V1_TEMPLATE, "{answer} then {question}", "{{literal}} {question} {answer}",
-                                      "{question:>10} | {answer:.20}"])  # format specs apply to str values
+                                      "{question} {answer} ({question:.10}, {answer:>5})"])  # specs take str values
 def test_check_template_returns_a_good_template_itself(template):
     assert check_template(template) is template
 
