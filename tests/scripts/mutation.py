@@ -146,19 +146,20 @@ def collect(name: str, spec: dict, previous: dict) -> dict:
             status = status_by_exit_code[code]
             counts[status] = counts.get(status, 0) + 1
             fc = per_function.setdefault(function, {"mutants": 0, "killed": 0})
-            fc["mutants"] += 1; fc["killed"] += status in ("killed", "timeout")
-            if status in ("killed", "timeout"): continue
+            fc["mutants"] += status != "not checked"; fc["killed"] += status in ("killed", "timeout")
+            if status in ("killed", "timeout", "not checked"): continue
             mutation = _changed_lines(get_diff_for_mutant(key, path=file))
             why = previous.get((function, mutation), UNREVIEWED)
             survivors.append({"mutant": key, "function": function, "status": status, "mutation": mutation, "why": why})
     total = sum(counts.values())
-    killed = counts.get("killed", 0) + counts.get("timeout", 0)
+    killed, checked = counts.get("killed", 0) + counts.get("timeout", 0), total - counts.get("not checked", 0)
     return {"files": spec["files"], "tests": spec["tests"], "functions": spec["functions"], "why_these": spec["why"],
             "mutants": total, "killed": counts.get("killed", 0), "timeout": counts.get("timeout", 0),
             "survived": counts.get("survived", 0), "no_tests": counts.get("no tests", 0),
-            "docstring_mutants_skipped": len(docstrings),
-            "other": {k: v for k, v in counts.items() if k not in ("killed", "timeout", "survived", "no tests")},
-            "kill_rate": round(killed / total, 4) if total else None, "per_function": per_function,
+            "not_checked": counts.get("not checked", 0), "docstring_mutants_skipped": len(docstrings),
+            "other": {k: v for k, v in counts.items() if k not in ("killed", "timeout", "survived", "no tests",
+                                                                   "not checked")},
+            "kill_rate": round(killed / checked, 4) if checked else None, "per_function": per_function,
             "survivors": sorted(survivors, key=lambda s: (s["function"], int(s["mutant"].rpartition("_")[2])))}
 
 
@@ -180,7 +181,8 @@ def main(names: list[str], until: str | None = None, module_timeout: float | Non
     previous = previous_whys()
     report = {"tool": "mutmut " + __import__("importlib.metadata").metadata.version("mutmut"),
               "command": "make mutation  (python tests/scripts/mutation.py)",
-              "kill_rate": "(killed + timeout) / mutants, over the core functions listed per module",
+              "kill_rate": "(killed + timeout) / checked mutants (mutants - not_checked), over the core functions listed "
+                           "per module; not_checked > 0 only when a module's run was stopped (see its error)",
               "docstring_mutants": "not run and not counted: they change only a docstring, and nothing in adaptkit "
                                    "reads __doc__ at run time (equivalent by construction)",
               "modules": old.get("modules", {}) if names != list(modules) else {}}
