@@ -161,6 +161,7 @@ def request_log():
 def test_pull_checks_access_to_the_revision_it_was_asked_for(request_log):
     from huggingface_hub.errors import HfHubHTTPError
     endpoint, log = request_log
-    with pytest.raises(HfHubHTTPError, match=re.escape("404 Not Found' for url '" + endpoint + "/api/datasets/team/x/revision/v1")):
+    url = f"{endpoint}/api/datasets/team/x/revision/v1"
+    with pytest.raises(HfHubHTTPError, match=re.escape(f"404 Not Found' for url '{url}")):
         pull("team/x", revision="v1", endpoint=endpoint, repo_type="dataset")
     assert log[0] == "GET /api/datasets/team/x/revision/v1"

@@ -104,7 +104,8 @@ def test_principal_is_the_top_r_singular_part():
     B, A = _principal(w, 2, None)
     assert B.shape == (4, 2) and A.shape == (2, 4)
     assert torch.allclose(B @ A, torch.diag(torch.tensor([4.0, 3.0, 0.0, 0.0])), atol=1e-6)
-    assert torch.allclose(B.abs().amax(0), torch.tensor([2.0, 3.0 ** 0.5])) and torch.allclose(A.abs().amax(1), B.abs().amax(0))
+    assert torch.allclose(B.abs().amax(0), torch.tensor([2.0, 3.0 ** 0.5]))  # B = U sqrt(S), A = sqrt(S) Vh
+    assert torch.allclose(A.abs().amax(1), B.abs().amax(0))
     w = _rank2()
     B, A = _principal(w, 2, 4)  # the randomised SVD recovers an exactly rank-2 matrix
     assert B.shape == (12, 2) and torch.allclose(B @ A, w, atol=1e-4)
