@@ -16,7 +16,7 @@ from adaptkit.pissa import (_fingerprint_matches, _principal, init_pissa, nf4_ro
 
 def test_pissa_config_is_the_papers_recipe():
     cfg = pissa_config()
-    assert (cfg.r, cfg.lora_alpha, cfg.lora_dropout, cfg.init_lora_weights) == (16, 16, 0.0, "pissa_niter_16")
+    assert (cfg.r, cfg.lora_alpha, cfg.lora_dropout, cfg.init_lora_weights) == (16, 16, 0.0, "pissa")
     assert cfg.task_type == "CAUSAL_LM" and cfg.target_modules == "all-linear"
     assert pissa_config(4, niter=None).init_lora_weights == "pissa"
     assert pissa_config(4, niter=1).init_lora_weights == "pissa_niter_1"
@@ -68,7 +68,8 @@ def test_conversion_checks_the_init_folder_and_records_the_ranks(tiny_tok, tmp_p
     (tmp_path / "empty").mkdir()
     with pytest.raises(FileNotFoundError, match=re.escape(f"{tmp_path / 'empty'}: no initial PiSSA adapter here")):
         save_pissa_as_lora(one, tmp_path / "out", init_dir=tmp_path / "empty")
-    with pytest.raises(ValueError, match=re.escape(f"{tmp_path / 'init2'} is the initial adapter of another model")):
+    with pytest.raises(ValueError, match=re.escape(f"{tmp_path / 'init2'} is the initial adapter of an unnamed model, "
+                                                   "not of this model (an unnamed model): their residual weights differ")):
         save_pissa_as_lora(one, tmp_path / "out", init_dir=tmp_path / "init2")
     relabelled = tmp_path / "relabelled"  # the right files, but not marked as an initial adapter
     save_pissa_as_lora(other, relabelled, init_dir=tmp_path / "init2")
@@ -140,3 +141,55 @@ def test_qpissa_iterations_refit_the_adapter():
     want = torch.linalg.matrix_norm(w - (nf4_roundtrip(w - B @ A) + B @ A), ord="nuc").item()
     assert qpissa_error(w, 2, iters=2)["qpissa"] == pytest.approx(want, rel=1e-4)
     assert qpissa_error(w, 2, iters=2)["qpissa"] != pytest.approx(qpissa_error(w, 2)["qpissa"], rel=1e-4)
+
+
+# --- principal_parts and the default ("pissa") init ------------------------------------------------------------------
+
+def test_principal_parts_exact_tall_wide_and_batched():
+    from adaptkit.pissa import principal_parts
+    U, S, Vh = principal_parts(torch.diag(torch.tensor([4.0, 3.0, 2.0, 1.0])), 2, niter=None)
+    assert S.tolist() == [4.0, 3.0] and torch.allclose((U * S) @ Vh, torch.diag(torch.tensor([4.0, 3.0, 0.0, 0.0])))
+    wide = _rank2(3, 8)
+    U, S, Vh = principal_parts(wide, 2)
+    assert (U.shape, S.shape, Vh.shape) == ((3, 2), (2,), (2, 8)) and torch.allclose((U * S) @ Vh, wide, atol=1e-4)
+    stack = torch.stack([_rank2(), 2 * _rank2()])
+    U, S, Vh = principal_parts(stack, 2, niter=None)
+    assert U.shape == (2, 12, 2) and torch.allclose(S[1], 2 * S[0]) and torch.allclose((U * S[:, None]) @ Vh, stack, atol=1e-4)
+
+
+def test_principal_parts_by_block_krylov_are_seeded_and_recover_a_low_rank_matrix():
+    from adaptkit.pissa import principal_parts
+    w = _rank2(40, 24)  # 4 * r * niter = 16 <= 24: the Krylov path
+    one = principal_parts(w, 2, niter=2, generator=torch.Generator().manual_seed(5))
+    two = principal_parts(w, 2, niter=2, generator=torch.Generator().manual_seed(5))
+    assert all(torch.equal(a, b) for a, b in zip(one, two))
+    U, S, Vh = one
+    assert (U.shape, Vh.shape) == ((40, 2), (2, 24)) and torch.allclose((U * S) @ Vh, w, atol=1e-3)
+    assert torch.allclose(S, torch.linalg.svdvals(w)[:2], rtol=1e-4)
+    U, S, Vh = principal_parts(w.T, 2, niter=2)  # wide: decomposed as its transpose, handed back the right way round
+    assert (U.shape, Vh.shape) == ((24, 2), (2, 40)) and torch.allclose((U * S) @ Vh, w.T, atol=1e-3)
+
+
+@pytest.mark.parametrize("r, niter, message", [
+    (0, 8, "r must be between 1 and 4 for a (4, 6) weight, got 0"),
+    (5, 8, "r must be between 1 and 4 for a (4, 6) weight, got 5"),
+    (2, 0, "niter must be at least 1 or None, got 0"),
+])
+def test_principal_parts_checks(r, niter, message):
+    from adaptkit.pissa import principal_parts
+    with pytest.raises(ValueError, match=re.escape(message)):
+        principal_parts(torch.ones(4, 6), r, niter=niter)
+
+
+def test_default_init_splits_each_weight_into_its_principal_part_and_the_residual(tiny_tok, tmp_path):
+    model = tiny_causal_lm(tiny_tok)
+    before = model.model.layers[0].self_attn.q_proj.weight.detach().clone()
+    with pytest.warns(UserWarning):
+        peft_model = init_pissa(model, pissa_config(4), init_dir=tmp_path / "init", seed=3)
+    layer = peft_model.base_model.model.model.layers[0].self_attn.q_proj
+    BA = layer.lora_B["default"].weight @ layer.lora_A["default"].weight
+    U, S, Vh = torch.linalg.svd(before)
+    assert torch.allclose(BA, (U[:, :4] * S[:4]) @ Vh[:4], atol=1e-3 * S[0].item())
+    assert torch.allclose(layer.get_base_layer().weight + BA, before, atol=1e-5)
+    record = json.loads((tmp_path / "init" / "adaptkit.json").read_text())["pissa"]
+    assert (record["init_lora_weights"], record["seed"]) == ("pissa", 3)
