@@ -225,3 +225,37 @@ def test_load_pissa_adapter_loads_a_plain_lora_on_the_untouched_base(tiny_tok, t
     ids = tiny_tok(["one plus two"], return_tensors="pt")
     loaded = load_pissa_adapter(tiny_causal_lm(tiny_tok), lora)
     assert torch.allclose(loaded(**ids).logits, pm(**ids).logits, atol=1e-5)
+
+
+def _lora_parts(pm) -> dict:
+    "name -> (B, A, scaling, base weight) of every adapted layer."
+    return {n.removeprefix("base_model.model."): (m.lora_B["default"].weight.detach().clone(), m.lora_A["default"].weight.detach().clone(),
+                                                  m.scaling["default"], m.get_base_layer().weight.detach().clone())
+            for n, m in pm.named_modules() if hasattr(m, "lora_A") and "default" in m.lora_A}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_default_init_equals_peft_exact_and_the_residual_is_exact(tiny_tok, tmp_path, dtype):
+    original = {n: m.weight.detach().clone() for n, m in tiny_causal_lm(tiny_tok).to(dtype).named_modules()
+                if isinstance(m, torch.nn.Linear)}
+    ours = _lora_parts(_init(tiny_causal_lm(tiny_tok).to(dtype), pissa_config(4, lora_alpha=8), tmp_path / "init"))
+    from peft import get_peft_model
+    peft_exact = _lora_parts(get_peft_model(tiny_causal_lm(tiny_tok).to(dtype), pissa_config(4, lora_alpha=8)))
+    assert ours.keys() == peft_exact.keys() and len(ours) == 14
+    for n, (B, A, scale, W) in ours.items():
+        B2, A2, scale2, W2 = peft_exact[n]
+        assert scale == scale2 == 2.0 and B.dtype == A.dtype == torch.float32 and W.dtype == dtype
+        # the same principal part (scaled by 1 / scaling); peft rounds its bf16 model's adapter through bf16, adaptkit does not
+        assert torch.allclose(B @ A, B2 @ A2, atol=1e-5 if dtype == torch.float32 else 1e-3), n
+        assert torch.equal(W, (original[n].float() - scale * B @ A).to(dtype)), n  # W_res = W - scaling B A, exactly
+
+
+def test_chunked_decomposition_gives_the_same_adapter(tiny_tok, tmp_path, monkeypatch):
+    whole = _lora_parts(_init(tiny_causal_lm(tiny_tok), pissa_config(4), tmp_path / "a"))
+    import adaptkit.pissa as pissa
+    monkeypatch.setattr(pissa, "_CHUNK_ELEMENTS", 1500)  # one 32x32 matrix per call instead of all same-shape ones
+    chunked = _lora_parts(_init(tiny_causal_lm(tiny_tok), pissa_config(4), tmp_path / "b"))
+    assert whole.keys() == chunked.keys()
+    for n in whole:
+        assert torch.allclose(whole[n][0] @ whole[n][1], chunked[n][0] @ chunked[n][1], atol=1e-5), n
+        assert torch.allclose(whole[n][3], chunked[n][3], atol=1e-5), n
