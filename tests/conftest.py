@@ -54,3 +54,23 @@ def hub(tmp_path):
     from adaptkit.localhub import LocalHub
     with LocalHub(tmp_path / "hub") as h:
         yield h
+
+
+@pytest.fixture
+def request_log():
+    "A loopback server answering 404 to every request, logging each request line: (its URL, the log)."
+    import http.server
+    import threading
+    log = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            log.append(f"{self.command} {self.path}")
+            self.send_response(404); self.send_header("Content-Length", "0"); self.end_headers()
+        do_HEAD = do_POST = do_GET
+        def log_message(self, *a): pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}", log
+    server.shutdown(); server.server_close()

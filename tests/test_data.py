@@ -1,9 +1,7 @@
 """adaptkit.data.load_rows on every kind of bad file (issue 14 item 1): one DataError naming file, line, row and column;
 valid files with a BOM, raw U+2028/U+2029 or quoted newlines come through unchanged; a missing path asks no Hub."""
-import http.server
 import json
 import re
-import threading
 
 import datasets
 import pytest
@@ -225,24 +223,6 @@ def test_unsupported_and_empty_files(tmp_path):
 
 
 # --- a missing local file is never looked up on a Hub (issue 14 item 2) ------------------------------------------
-
-@pytest.fixture
-def request_log():
-    "A loopback server that answers 404 to every request and logs it."
-    log = []
-
-    class Handler(http.server.BaseHTTPRequestHandler):
-        def do_GET(self):
-            log.append(f"{self.command} {self.path}")
-            self.send_response(404); self.send_header("Content-Length", "0"); self.end_headers()
-        do_HEAD = do_POST = do_GET
-        def log_message(self, *a): pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}", log
-    server.shutdown(); server.server_close()
-
 
 @pytest.mark.parametrize("name", ["data/train.jsonl", "train.csv", "rows.json", "shard.parquet", "./data", "~/nope.jsonl"])
 def test_a_missing_file_asks_no_hub(request_log, tmp_path, monkeypatch, name):

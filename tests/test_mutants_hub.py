@@ -138,24 +138,6 @@ def test_pull_from_another_endpoint_uses_a_cache_folder_of_its_own(hub, tmp_path
     assert (folder / "a.txt").read_text() == "a"
 
 
-@pytest.fixture
-def request_log():
-    "A loopback server answering 404 to every request, logging each request line."
-    import http.server
-    import threading
-    log = []
-
-    class Handler(http.server.BaseHTTPRequestHandler):
-        def do_GET(self):
-            log.append(f"{self.command} {self.path}")
-            self.send_response(404); self.send_header("Content-Length", "0"); self.end_headers()
-        do_HEAD = do_POST = do_GET
-        def log_message(self, *a): pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}", log
-    server.shutdown(); server.server_close()
 
 
 def test_pull_checks_access_to_the_revision_it_was_asked_for(request_log):
