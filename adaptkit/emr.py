@@ -18,8 +18,8 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
-from .emr_bundle import (FORMAT, VERSION, BundleError, EMRBundle, _base_reference, _new_record, _replace_folder,
-                                 _write_record, pack_mask, unpack_mask)
+from .emr_bundle import EMRBundle, _replace_folder
+from .emr_format import FORMAT, VERSION, BundleError, _base_reference, _new_record, _write_record, pack_mask, unpack_mask
 from .emr_inputs import _build_model, _check_finite, _MergePlan, _ModelSource, _open_inputs, _plan_merge
 from .tensorfiles import DTYPES, ShardWriter, StreamWriter, size_in_bytes
 

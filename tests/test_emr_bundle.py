@@ -273,7 +273,7 @@ def edit_meta(folder, edit):
 def replace_weights(folder, rel, tensors):
     "Write `tensors` as the bundle's file `rel` and record its new sha256 (the headers, not the hashes, must catch it)."
     from safetensors.torch import save_file
-    from adaptkit.emr_bundle import _sha256
+    from adaptkit.emr_format import _sha256
     save_file(tensors, folder / rel)
     edit_meta(folder, lambda m: m["files"].update({rel: _sha256(folder / rel)}))
 
