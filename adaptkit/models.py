@@ -146,13 +146,6 @@ def _new_text(tok, prompt_ids: torch.Tensor, ids: torch.Tensor, strip: bool) -> 
     full, pre = tok.batch_decode(ids, skip_special_tokens=True), tok.batch_decode(prompt_ids, skip_special_tokens=True)
     return [f[len(p):] if f.startswith(p) else n for f, p, n in zip(full, pre, new)]
 
-def _left_padded(rows: list[list[int]], pad_id: int, device) -> dict:
-    "`input_ids` and `attention_mask` of token lists, padded on the left to the longest."
-    width = max(len(r) for r in rows)
-    ids = torch.tensor([[pad_id] * (width - len(r)) + r for r in rows], device=device)
-    mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows], device=device)
-    return {"input_ids": ids, "attention_mask": mask}
-
 def _length_batches(rows: list[list[int]], batch_size: int, sort_by_length: bool) -> list[list[int]]:
     "Row indices in batches: longest rows first when sorting (ties keep the caller's order), else the caller's order."
     order = sorted(range(len(rows)), key=lambda i: -len(rows[i])) if sort_by_length else list(range(len(rows)))
@@ -196,7 +189,8 @@ def generate_batched(
     try:
         batches = _length_batches(rows, batch_size, sort_by_length)
         for batch in tqdm(batches, desc=desc, disable=not progress or len(batches) <= 1):
-            enc = _left_padded([rows[i] for i in batch], tokenizer.pad_token_id, model.device)
+            enc = tokenizer.pad({"input_ids": [rows[i] for i in batch]}, padding_side="left", return_tensors="pt")
+            enc = enc.to(model.device)
             ids = model.generate(**enc, max_new_tokens=max_new_tokens, **kw)
             for i, text in zip(batch, _new_text(tokenizer, enc["input_ids"], ids, strip)): out[i] = text
     finally: model.train(training)
