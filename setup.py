@@ -38,7 +38,7 @@ setuptools.setup(
     package_data={cfg["lib_name"]: ["templates/*.md", "cli_help.json"]},  # model-card templates, stored CLI help
     python_requires=f">={min_python}",
     install_requires=cfg["requirements"].split(),
-    extras_require={"dev": cfg["dev_requirements"].split()},
+    extras_require={"dev": cfg["dev_requirements"].split(), "vllm": cfg["optional_requirements"].split()},
     entry_points={"console_scripts": cfg["console_scripts"].split(), "nbdev": [f"{cfg['lib_name']}={cfg['lib_name']}._modidx:d"]},
     zip_safe=False,
 )

@@ -5,6 +5,7 @@
 # %% ../nbs/20_cli.ipynb #197959cd
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -15,10 +16,10 @@ from pathlib import Path
 from typing import Callable
 
 # %% auto #0
-__all__ = ['COMMANDS', 'HELP_COLUMNS', 'HubArguments', 'PushArguments', 'Command', 'command', 'ModelArguments', 'run_pissa',
-           'run_aligner', 'run_repnoise', 'TransLoRAArguments', 'run_translora', 'EMRArguments', 'run_emr',
+__all__ = ['COMMANDS', 'HELP_COLUMNS', 'HELP_PACKAGES', 'HubArguments', 'PushArguments', 'Command', 'command', 'ModelArguments',
+           'run_pissa', 'run_aligner', 'run_repnoise', 'TransLoRAArguments', 'run_translora', 'EMRArguments', 'run_emr',
            'ServeArguments', 'TransferArguments', 'run_serve', 'run_push', 'run_pull', 'parser_for', 'help_text',
-           'write_help_texts', 'stored_help', 'main']
+           'help_key', 'write_help_texts', 'stored_help', 'command_help', 'main']
 
 # %% ../nbs/20_cli.ipynb #0f5214e0
 @dataclass
@@ -332,6 +333,7 @@ def _usage() -> str:
 
 # %% ../nbs/20_cli.ipynb #ee552837
 HELP_COLUMNS = 100  # width of the stored help texts
+HELP_PACKAGES = ("adaptkit", "trl", "transformers", "peft")  # the distributions whose versions a help text depends on
 
 def help_text(
     name: str,  # a command's words, e.g. "pissa" or "hub pull"
@@ -343,24 +345,99 @@ def help_text(
         if width is None: del os.environ["COLUMNS"]
         else: os.environ["COLUMNS"] = width
 
-def _help_file() -> Path:
-    from importlib.resources import files
-    return Path(str(files("adaptkit") / "cli_help.json"))
+def _package_dir() -> Path:
+    import adaptkit
+    return Path(adaptkit.__file__).resolve().parent
+
+def _help_file() -> Path: return _package_dir() / "cli_help.json"
+
+def _help_sources(
+    name: str,  # a command's words
+) -> list[str]:
+    "The files under `adaptkit/` a command's help comes from: this module and those defining its dataclasses."
+    modules = {k.__module__ for dc in COMMANDS[name].dataclasses() for k in dc.__mro__} | {"adaptkit.cli"}
+    files = {Path(_lazy(m).__file__).resolve() for m in modules if m.split(".")[0] == "adaptkit"}
+    return sorted(f.relative_to(_package_dir()).as_posix() for f in files)
+
+def help_key(
+    sources: list[str],  # files under `adaptkit/`, as `_help_sources` names them
+) -> dict:
+    "What a help text is built from here and now: the installed versions of `HELP_PACKAGES`, the sha256 of each source."
+    from importlib.metadata import PackageNotFoundError, version
+    def installed(dist):
+        try: return version(dist)
+        except PackageNotFoundError: return None
+    def digest(rel):
+        try: return hashlib.sha256((_package_dir() / rel).read_bytes()).hexdigest()
+        except OSError: return None
+    return {"versions": {d: installed(d) for d in HELP_PACKAGES}, "sources": {s: digest(s) for s in sources}}
 
 def write_help_texts(
     path: str | Path | None = None,  # where to write; default `adaptkit/cli_help.json`
 ) -> Path:
-    "Store every command's help text, so `adaptkit <command> --help` prints it without building the parser."
+    "Store every command's help text with its key, so a bare `--help` prints it without building the parser."
+    entries = {}
+    for name in COMMANDS:
+        text = help_text(name)  # first: it imports the command's modules, which `_help_sources` reads
+        entries[name] = help_key(_help_sources(name)) | {"text": text}
     path = Path(path or _help_file())
-    path.write_text(json.dumps({name: help_text(name) for name in COMMANDS}, indent=1) + "\n", encoding="utf-8")
+    _write_text(path, json.dumps(entries, indent=1) + "\n")
     return path
+
+def _write_text(path: Path, text: str):
+    "Write `text` to `path` atomically (a temporary file beside it, then a rename)."
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)
+    finally: tmp.unlink(missing_ok=True)
+
+def _stored_entry(
+    name: str,  # a command's words
+) -> dict | None:
+    "The stored help of `adaptkit <name>` (text and key), or None when the file or its entry is missing or malformed."
+    try: entry = json.loads(_help_file().read_text(encoding="utf-8"))[name]
+    except (OSError, ValueError, KeyError, TypeError): return None
+    ok = isinstance(entry, dict) and isinstance(entry.get("sources"), dict) and isinstance(entry.get("text"), str)
+    return entry if ok else None
+
+def _is_current(entry: dict, key: dict) -> bool: return {"versions": entry.get("versions"), "sources": entry["sources"]} == key
 
 def stored_help(
     name: str,  # a command's words
 ) -> str | None:
-    "The stored help text of `adaptkit <name>`, or None when the file or the command is missing from it."
-    try: return json.loads(_help_file().read_text(encoding="utf-8"))[name]
-    except (OSError, ValueError, KeyError): return None
+    "The stored help text of `adaptkit <name>` if its key is this installation's, else None (never a stale text)."
+    entry = _stored_entry(name)
+    return entry["text"] if entry and _is_current(entry, help_key(list(entry["sources"]))) else None
+
+def _help_cache(
+    name: str,  # a command's words
+    key: dict,  # its help key here
+) -> Path:
+    "Where the user's cache keeps `adaptkit <name> --help` built under `key`."
+    # `adaptkit.models.cache_dir`'s rule, written out: importing that module would import torch
+    root = Path(os.environ.get("ADAPTKIT_CACHE") or Path(os.environ.get("XDG_CACHE_HOME") or "~/.cache") / "adaptkit")
+    root = root.expanduser() / "cli_help"
+    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
+    return root / f"{name.replace(' ', '-')}-{digest}.txt"
+
+def command_help(
+    name: str,  # a command's words
+) -> str:
+    "`adaptkit <name> --help`: the stored text when it is current, else the user's cached build, else the parser's."
+    entry = _stored_entry(name)  # its source list spares importing the dataclasses (torch) to find their files
+    key = help_key(list(entry["sources"]) if entry else _help_sources(name))
+    if entry and _is_current(entry, key): return entry["text"]
+    cached = _help_cache(name, key)
+    try: return cached.read_text(encoding="utf-8")
+    except OSError: pass
+    text = help_text(name)
+    try:
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        for old in cached.parent.glob(f"{cached.name.rsplit('-', 1)[0]}-*.txt"): old.unlink(missing_ok=True)
+        _write_text(cached, text)
+    except OSError: pass  # a read-only or full cache costs only speed
+    return text
 
 # %% ../nbs/20_cli.ipynb #f36acdbd
 def _user_errors() -> tuple:
@@ -389,8 +466,8 @@ def main(
         print(_usage(), file=sys.stdout if not argv or argv[0] in ("-h", "--help") else sys.stderr)
         return 0 if not argv or argv[0] in ("-h", "--help") else 2
     cmd, rest = COMMANDS[words], argv[len(words.split()):]
-    if rest in (["-h"], ["--help"]) and (text := stored_help(words)) is not None:
-        print(text, end="")
+    if rest in (["-h"], ["--help"]):
+        print(command_help(words), end="")
         return 0
     try:
         result = cmd.run(*parser_for(words).parse_args_and_config(rest))

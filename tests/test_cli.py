@@ -218,44 +218,86 @@ def test_refused_token_and_wrong_base_are_user_errors(tmp_path, capsys):
     assert not (tmp_path / "bundle").exists()
 
 
-# --- `adaptkit <command> --help` from the stored texts: fast, and the same as the parsers print ----------------------
+# --- `adaptkit <command> --help` from the stored texts: fast, the same as the parsers print, never stale -------------
 
-REGENERATE = 'stale adaptkit/cli_help.json: run .venv/bin/python -c "from adaptkit.cli import write_help_texts; write_help_texts()"'
-
-
-@pytest.mark.parametrize("name", list(COMMANDS))
-def test_stored_help_is_what_the_parser_prints(name):
-    from adaptkit.cli import help_text, stored_help
-    assert stored_help(name) == help_text(name), REGENERATE
+REGENERATE = "stale adaptkit/cli_help.json: run `make help-texts` (the notebooks changed a command's source)"
 
 
 @pytest.mark.parametrize("name", list(COMMANDS))
-def test_stored_help_lists_every_field_of_the_commands_dataclasses(name):
+def test_stored_help_was_built_from_adaptkits_current_source(name):
+    "Upstream-independent: a notebook edit to a command's modules without `make help-texts` fails here, by file."
+    from adaptkit.cli import _help_file, _help_sources, help_key
+    entry = json.loads(_help_file().read_text())[name]
+    assert entry["sources"] == help_key(_help_sources(name))["sources"], REGENERATE
+
+
+@pytest.mark.parametrize("name", list(COMMANDS))
+def test_help_is_what_the_parser_prints(name):
+    "The stored text while its versions are the installed ones (the lock's); after upstream drift, the parser's."
+    from adaptkit.cli import _help_file, command_help, help_key, help_text, stored_help
+    entry = json.loads(_help_file().read_text())[name]
+    if entry["versions"] == help_key([])["versions"]: assert stored_help(name) == help_text(name), REGENERATE
+    else: assert stored_help(name) is None and command_help(name) == help_text(name)
+
+
+@pytest.mark.parametrize("name", list(COMMANDS))
+def test_help_lists_every_field_of_the_commands_dataclasses(name):
     import dataclasses
     import re
-    from adaptkit.cli import stored_help
-    usage = stored_help(name).split("\n\n")[0]  # argparse's usage block names every option once
+    from adaptkit.cli import command_help
+    usage = command_help(name).split("\n\n")[0]  # argparse's usage block names every option once
     flags = {f.replace("-", "_") for f in re.findall(r"\[?--([\w-]+)", usage)}
     fields = {f.name: f for dc in COMMANDS[name].dataclasses() for f in dataclasses.fields(dc) if f.init}
     negated = {f"no_{n}" for n, f in fields.items() if f.type in (bool, "bool") and f.default is True}
     assert flags - negated == set(fields), (sorted(flags - negated - set(fields)), sorted(set(fields) - flags))
 
 
-def test_help_imports_nothing_heavy_and_prints_the_stored_text():
+def test_help_imports_nothing_heavy():
+    "A bare `--help` answers from the stored text, or after upstream drift from the user's cache, without torch."
+    from adaptkit.cli import command_help
+    expected = command_help("pissa")  # stored, or built once and cached (the tests' own ADAPTKIT_CACHE)
     code = ("import sys; from adaptkit.cli import main; code = main(['pissa', '--help']); "
             "print(code, sorted(m for m in ('torch', 'transformers', 'trl', 'datasets', 'peft') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    from adaptkit.cli import stored_help
-    assert out.stdout == stored_help("pissa") + "0 []\n", out.stderr[-2000:]
+    assert out.stdout == expected + "0 []\n", out.stderr[-2000:]
+
+
+def _help_file_built_with(tmp_path, monkeypatch, **versions) -> Path:
+    "A stored help file whose `hub pull` text says 'stale' and was built with `versions` (others as installed)."
+    import adaptkit.cli
+    path = adaptkit.cli.write_help_texts(tmp_path / "cli_help.json")
+    entries = json.loads(path.read_text())
+    entries["hub pull"] |= {"text": "stale", "versions": entries["hub pull"]["versions"] | versions}
+    path.write_text(json.dumps(entries))
+    monkeypatch.setattr(adaptkit.cli, "_help_file", lambda: path)
+    return path
+
+
+def test_help_after_upstream_drift_is_the_parsers_and_is_cached(tmp_path, monkeypatch, capsys):
+    import adaptkit.cli
+    _help_file_built_with(tmp_path, monkeypatch, transformers="4.0.0")
+    monkeypatch.setenv("ADAPTKIT_CACHE", str(tmp_path / "cache"))
+    assert main(["hub", "pull", "--help"]) == 0
+    assert capsys.readouterr().out == adaptkit.cli.help_text("hub pull")
+    [cached] = (tmp_path / "cache" / "cli_help").glob("hub-pull-*.txt")
+    monkeypatch.setattr(adaptkit.cli, "help_text", lambda name: pytest.fail("the cached text was not used"))
+    assert main(["hub", "pull", "--help"]) == 0 and capsys.readouterr().out == cached.read_text()
+
+
+def test_help_with_an_unwritable_cache_still_prints_the_parsers_text(tmp_path, monkeypatch, capsys):
+    import adaptkit.cli
+    _help_file_built_with(tmp_path, monkeypatch, peft="0.0.1")
+    (tmp_path / "file").write_text("")
+    monkeypatch.setenv("ADAPTKIT_CACHE", str(tmp_path / "file"))  # a file where the cache folder should be
+    assert main(["hub", "pull", "--help"]) == 0
+    assert capsys.readouterr().out == adaptkit.cli.help_text("hub pull")
 
 
 def test_help_without_the_stored_file_builds_the_parser(monkeypatch, tmp_path, capsys):
     import adaptkit.cli
     monkeypatch.setattr(adaptkit.cli, "_help_file", lambda: tmp_path / "missing.json")
-    monkeypatch.setenv("COLUMNS", "100")
-    with pytest.raises(SystemExit) as done:  # argparse prints the help and exits 0
-        main(["hub", "serve", "--help"])
-    assert done.value.code == 0
+    monkeypatch.setenv("ADAPTKIT_CACHE", str(tmp_path / "cache"))
+    assert main(["hub", "serve", "--help"]) == 0
     assert capsys.readouterr().out == adaptkit.cli.help_text("hub serve")
     assert adaptkit.cli.write_help_texts(tmp_path / "h.json") == tmp_path / "h.json"
-    assert json.loads((tmp_path / "h.json").read_text())["hub serve"] == adaptkit.cli.help_text("hub serve")
+    assert json.loads((tmp_path / "h.json").read_text())["hub serve"]["text"] == adaptkit.cli.help_text("hub serve")

@@ -1,4 +1,5 @@
 """The project's own promises: README in step with index.ipynb, the runtime package free of dev tools, offline tests."""
+import functools
 import json
 import runpy
 import socket
@@ -91,3 +92,66 @@ def test_every_public_parameter_is_documented():
 def dataclasses_fields(cls):
     import dataclasses
     return dataclasses.is_dataclass(cls)
+
+
+# --- every package adaptkit imports is declared in settings.ini -------------------------------------------------------
+
+def _requirement_names(key: str) -> set[str]:
+    "The normalised distribution names in settings.ini's `key`."
+    import configparser
+    import re
+    cfg = configparser.ConfigParser(delimiters=["="])
+    cfg.read(ROOT / "settings.ini", encoding="utf-8")
+    return {re.split(r"[<>=!~\[; ]", r, maxsplit=1)[0].lower().replace("_", "-") for r in cfg["DEFAULT"].get(key, "").split()}
+
+
+def _imports(path: Path) -> list[tuple[str, int, bool]]:
+    "(top-level module, line, imported at module level) for each absolute import in `path`."
+    import ast
+    tree, found = ast.parse(path.read_text(encoding="utf-8")), []
+    def visit(node, top):
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.Import): found.extend((a.name.split(".")[0], child.lineno, top) for a in child.names)
+            elif isinstance(child, ast.ImportFrom) and child.level == 0 and child.module:
+                found.append((child.module.split(".")[0], child.lineno, top))
+            nested = isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.Try))
+            visit(child, top and not nested)  # inside a function or a try: imported on use, or optional
+    visit(tree, True)
+    return found
+
+
+@functools.cache
+def _providers() -> dict[str, list[str]]:
+    from importlib.metadata import packages_distributions
+    return packages_distributions()
+
+
+def _distributions(module: str) -> set[str]:
+    "The normalised names of the installed distributions providing `module` (by name when none is installed)."
+    return {d.lower().replace("_", "-") for d in _providers().get(module, [module.replace("_", "-")])}
+
+
+def undeclared_imports(paths, required: set[str], optional: set[str]) -> list[str]:
+    "`file:line module` for each import of a package outside the stdlib that settings.ini does not declare."
+    bad = []
+    for p in paths:
+        for module, line, top in _imports(p):
+            if module in sys.stdlib_module_names or module in ("adaptkit", "__future__"): continue
+            allowed = required if top else required | optional
+            if not _distributions(module) & allowed: bad.append(f"{p.name}:{line} {module}")
+    return bad
+
+
+def test_every_imported_package_is_declared():
+    "Module-level imports need `requirements`; imports on use may also be dev tools, optional backends or assets."
+    optional = set().union(*map(_requirement_names, ("dev_requirements", "optional_requirements", "asset_requirements")))
+    paths = sorted(p for p in (ROOT / "adaptkit").rglob("*.py") if p.name != "_modidx.py")
+    assert not undeclared_imports(paths, _requirement_names("requirements"), optional)
+
+
+def test_an_undeclared_import_is_named(tmp_path):
+    (tmp_path / "m.py").write_text("import os\nimport torch\nimport httpx2\ndef f():\n    import reasoning_gym\n")
+    mod = tmp_path / "m.py"
+    bad = undeclared_imports([mod], {"torch"}, {"reasoning-gym"})
+    assert [b.split(" ", 1)[1] for b in bad] == ["httpx2"] and bad[0].endswith(":3 httpx2")
+    assert [b.split(" ")[1] for b in undeclared_imports([mod], {"torch", "httpx2"}, set())] == ["reasoning_gym"]
