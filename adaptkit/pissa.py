@@ -120,7 +120,8 @@ def _set_principal(layer: LoraLayer, w: torch.Tensor, U: torch.Tensor, S: torch.
     scale, base = layer.scaling["default"], layer.get_base_layer()
     root = (S / scale).sqrt()
     lora_A, lora_B = layer.lora_A["default"].weight, layer.lora_B["default"].weight
-    lora_A.data, lora_B.data = (root[:, None] * Vh).to(lora_A.dtype), (U * root).to(lora_B.dtype)
+    lora_A.data = (root[:, None] * Vh).to(lora_A.dtype).contiguous()  # Vh may be a transposed view
+    lora_B.data = (U * root).to(lora_B.dtype).contiguous()
     residual = w - scale * lora_B.float() @ lora_A.float()  # from the adapter as stored: W_res + scaling B A = W
     base.weight.data = transpose(residual.to(base.weight.dtype), layer.fan_in_fan_out)
 
