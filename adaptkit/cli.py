@@ -426,8 +426,9 @@ def command_help(
 ) -> str:
     "`adaptkit <name> --help`: the stored text when it is current, else the user's cached build, else the parser's."
     entry = _stored_entry(name)  # its source list spares importing the dataclasses (torch) to find their files
-    key = help_key(list(entry["sources"]) if entry else _help_sources(name))
+    key = help_key(list(entry["sources"])) if entry else None
     if entry and _is_current(entry, key): return entry["text"]
+    if key is None or None in key["sources"].values(): key = help_key(_help_sources(name))  # a listed file is gone
     cached = _help_cache(name, key)
     try: return cached.read_text(encoding="utf-8")
     except OSError: pass
