@@ -10,6 +10,7 @@ import math
 import random
 import time
 import warnings
+from collections import Counter
 from collections.abc import Callable, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -31,9 +32,9 @@ from .translora_discriminator import *
 logger = logging.getLogger(__name__)
 
 # %% auto #0
-__all__ = ['logger', 'vllm_generator', 'generate_texts', 'fewshot_prompt', 'synthesize_prompts', 'load_adapter_checked',
-           'teacher_completions', 'TransferredAdapter', 'target_lora_config', 'TransLoRATrainer', 'distill_lora',
-           'transfer_lora', 'translora_card']
+__all__ = ['logger', 'ANSWER_SHARE_WARNING', 'vllm_generator', 'generate_texts', 'fewshot_prompt', 'synthesize_prompts',
+           'load_adapter_checked', 'teacher_completions', 'answer_distribution', 'TransferredAdapter',
+           'target_lora_config', 'TransLoRATrainer', 'distill_lora', 'transfer_lora', 'translora_card']
 
 # %% ../nbs/13_translora.ipynb #c345f6e5
 def _is_vllm(model) -> bool: return type(model).__module__.split(".")[0] == "vllm"
@@ -157,6 +158,26 @@ def teacher_completions(
     if len(rows) < len(prompts): logger.warning("teacher: dropped %d empty completions of %d", len(prompts) - len(rows), len(prompts))
     return datasets.Dataset.from_list(rows)
 
+ANSWER_SHARE_WARNING = 0.5  # above this share of one teacher answer, `transfer_lora` warns before distilling
+
+def answer_distribution(
+    rows,  # prompt/completion rows: the teacher's answers (`teacher_completions`)
+    top: int = 10,  # how many of the most common answers to list
+) -> dict:
+    "How the teacher's answers spread: rows, distinct answers, the most common one's share, the `top` most common."
+    answers = Counter(" ".join(str(r["completion"]).split()) for r in rows)
+    n = sum(answers.values())
+    return {"rows": n, "distinct": len(answers), "top_share": round(max(answers.values()) / n, 4) if n else 0.0,
+            "most_common": [[a, c] for a, c in answers.most_common(top)]}
+
+def _warn_if_one_answer(answers: dict) -> bool:
+    "Log a warning (and return True) when one teacher answer is more than `ANSWER_SHARE_WARNING` of the rows."
+    if answers["distinct"] < 2 or answers["top_share"] <= ANSWER_SHARE_WARNING: return False
+    logger.warning("teacher: %.0f%% of the %d distilled rows have one answer (%r): the synthetic prompts may not cover "
+                   "the task (do the seeds show every kind of answer?)", 100 * answers["top_share"], answers["rows"],
+                   answers["most_common"][0][0])
+    return True
+
 # %% ../nbs/13_translora.ipynb #36b0cedd
 def _markdown_link(ref: dict | None) -> str:
     "An input's provenance as markdown: a Hub link with its revision, or a local folder's name."
@@ -175,9 +196,11 @@ class TransferredAdapter(AdapterArtifact):
                  *,
                  provenance: dict | None = None,  # source_base, source_adapter, target_base, discriminator: {repo_id, revision} or {local}
                  counts: dict | None = None,  # prompts per stage: seeds, synthetic, kept, distilled
-                 timings: dict | None = None):  # seconds per stage
+                 timings: dict | None = None,  # seconds per stage
+                 answers: dict | None = None):  # the teacher's answers to the distilled prompts (`answer_distribution`)
         super().__init__(model, tokenizer)
         self.provenance, self.counts, self.timings = dict(provenance or {}), dict(counts or {}), dict(timings or {})
+        self.answers = dict(answers or {})
         self.output_dir, self.commit = None, None  # where `transfer_lora` saved it, and its deprecated push's commit
 
     @property
@@ -188,12 +211,13 @@ class TransferredAdapter(AdapterArtifact):
     def _write(self, folder: Path) -> None:
         super()._write(folder)
         write_metadata(folder, translora={"provenance": self.provenance, "counts": self.counts, "timings": self.timings,
-                                          "kept_fraction": self.kept_fraction})
+                                          "kept_fraction": self.kept_fraction, "answers": self.answers})
 
     @classmethod
     def _from_parts(cls, model, tokenizer, record: dict):
         own = record.get("translora") or {}
-        return cls(model, tokenizer, provenance=own.get("provenance"), counts=own.get("counts"), timings=own.get("timings"))
+        return cls(model, tokenizer, provenance=own.get("provenance"), counts=own.get("counts"), timings=own.get("timings"),
+                   answers=own.get("answers"))
 
 # %% ../nbs/13_translora.ipynb #034d9bf5
 def _transfer_summary(provenance: dict, counts: dict, distillation: str) -> str:
@@ -214,6 +238,9 @@ def _card_fields(self: TransferredAdapter) -> dict:
     settings = self.settings or {}
     stages = [[k, v] for k, v in self.counts.items()] + ([["kept fraction", f"{self.kept_fraction:.3f}"]] if self.counts else [])
     stages += [[f"seconds: {k}", v] for k, v in self.timings.items()]
+    if self.answers.get("rows"):
+        common = ", ".join(f"`{a}` {c}" for a, c in self.answers["most_common"])
+        stages += [["teacher answers: distinct", self.answers["distinct"]], ["teacher answers: most common", common]]
     table = "\n".join(["| stage | value |", "|---|---|"] + [f"| {k} | {v} |" for k, v in stages]) if stages else ""
     usage = ("from adaptkit.translora import TransferredAdapter\n\nadapter = TransferredAdapter.from_pretrained(REPO_ID)  "
              "# on its recorded base, checked\nmodel = adapter.model\n# or, with stock PEFT:\nfrom peft import "
@@ -461,6 +488,7 @@ def transfer_lora(
     with _timed_stage(timings, "teacher"):
         teacher = load_adapter_checked(source_model, folders["source_adapter"])
         rows = teacher_completions(teacher, source_tok, kept, synthesis)
+    _warn_if_one_answer(answers := answer_distribution(rows))  # before the expensive stage
     with _timed_stage(timings, "distill"):
         trainer = _distillation_trainer(target, target_tok, rows, distillation, teacher=teacher, teacher_tokenizer=source_tok,
                                         peft_config=distillation.lora_config(adapter_config), provenance=provenance,
@@ -469,6 +497,7 @@ def transfer_lora(
         trainer.train()
     adapter = trainer.artifact()
     adapter.counts = {"seeds": len(seed_prompts), "synthetic": len(synthetic), "kept": len(kept), "distilled": len(rows)}
+    adapter.answers = answers
     _record_synthesis(adapter, synthesis, threshold if discriminator is not None else None, timings)
     adapter.results = list(evaluate(adapter.model, target_tok)) if evaluate else []
     return _deliver(adapter, output_dir, push_to, name, hub)
