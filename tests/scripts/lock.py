@@ -6,7 +6,8 @@
 `newest` installs torch (the CPU build on this machine's disk) and `.[dev]` into a new venv with pip, then freezes
 it: the dev/CI environment, every package pinned. `oldest` asks uv (pinned below, installed into the throwaway venv)
 for the lowest versions of the direct requirements (`--resolution lowest-direct`) that resolve together, torch held
-at the CPU build and the test tools at their locked versions: `make test-oldest` runs the fast tests there, which is what makes settings.ini's lower bounds true.
+at the CPU build and the test tools at their locked versions: `make test-oldest` runs the fast tests there, which
+is what makes settings.ini's lower bounds true.
 The olah venv (a third-party mirror used by one conformance test) gets its own frozen file. Each file is written
 whole or not at all (a temporary file, then a rename)."""
 import configparser
@@ -33,7 +34,8 @@ def settings() -> configparser.SectionProxy:
 def sh(*argv, **kw) -> str:
     "Run `argv`, fail loudly with its output, return its stdout."
     out = subprocess.run([str(a) for a in argv], capture_output=True, text=True, **kw)
-    if out.returncode: sys.exit(f"{' '.join(map(str, argv))} failed ({out.returncode}):\n{out.stdout[-3000:]}{out.stderr[-3000:]}")
+    if out.returncode:
+        sys.exit(f"{' '.join(map(str, argv))} failed ({out.returncode}):\n{out.stdout[-3000:]}{out.stderr[-3000:]}")
     return out.stdout
 
 
@@ -82,7 +84,8 @@ def oldest(tmp: Path):
     # the lower bounds under test are the library's; test tools (pytest, nbdev, matplotlib, ...) stay as locked
     tools = {name(r) for r in dev} - {name(r) for r in runtime}
     locked = (ROOT / "requirements-lock.txt").read_text().splitlines()
-    (tmp / "tools.txt").write_text("\n".join(l for l in locked if l and not l.startswith("#") and name(l) in tools) + "\n")
+    pinned_tools = [l for l in locked if l and not l.startswith("#") and name(l) in tools]
+    (tmp / "tools.txt").write_text("\n".join(pinned_tools) + "\n")
     py = f"{sys.version_info.major}.{sys.version_info.minor}"
     sh(pip.parent / "uv", "pip", "compile", "-q", "--resolution", "lowest-direct", "--python-version", py,
        "--override", tmp / "torch.txt", "--constraint", tmp / "tools.txt", "--no-header", "--no-annotate",
