@@ -13,7 +13,7 @@ ASSETS := $(shell sed -n 's/^asset_requirements *= *//p' settings.ini)
 export HF_HUB_DISABLE_TELEMETRY := 1
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: demo test check-nbs nbtest pytest readme docs bench clean-venv mutation lock lock-oldest test-oldest help-texts
+.PHONY: demo test check-nbs lint nbtest pytest readme docs bench clean-venv mutation lock lock-oldest test-oldest help-texts
 # olah (a third-party Hub mirror) pins versions that conflict with ours: it gets its own venv, used by one conformance test
 OLAH := .venv-olah/bin/olah-cli
 
@@ -29,6 +29,10 @@ demo: $(STAMP)
 	$(BIN)/adaptkit demo
 
 test: check-nbs nbtest pytest
+
+# Lines within 120 characters, pyflakes, sorted imports (pyproject.toml's [tool.ruff]); notebooks are checked cell by cell.
+lint: $(STAMP)
+	$(BIN)/ruff check adaptkit nbs tests benchmarks docs
 
 # The notebooks are the source: exporting must leave adaptkit/ unchanged, cleaning must leave nbs/ unchanged. (The
 # stored CLI help depends on upstream wording too: tests/test_cli.py checks it against adaptkit's source.)

@@ -11,8 +11,8 @@ __version__ = "0.1.0"
 import importlib
 
 _PUBLIC = {
-    "artifacts": ["Artifact", "AdapterArtifact", "ModelArtifact", "ArtifactTrainerMixin", "render_card"],
-    "hub": ["push_folder", "pull", "source_of", "read_metadata"],
+    "artifacts": ["Artifact", "AdapterArtifact", "ModelArtifact", "ArtifactTrainerMixin"],
+    "hub": ["push_folder", "pull", "source_of", "read_metadata", "render_card"],
     "localhub": ["LocalHub"],
     "data": ["load_rows", "validate_rows", "DataError", "Schema", "QAC", "PREFERENCE", "HARMFUL_PAIRS", "SEEDS",
              "PROMPT_COMPLETION", "CLASSIFICATION"],
@@ -22,8 +22,8 @@ _PUBLIC = {
               "quantization_error", "qpissa_error"],
     "aligner": ["Aligner", "AlignerConfig", "AlignerTrainer", "ALIGNER_V1_TEMPLATE", "format_aligner_prompt",
                 "preference_pairs", "dpo_rounds"],
-    "repnoise": ["RepNoiseConfig", "RepNoiseTrainer", "ImmunisedModel"],
-    "repnoise_eval": ["immunisation_report", "harmful_finetune_attack", "RefusalClassifier", "disjoint_splits"],
+    "repnoise": ["RepNoiseConfig", "RepNoiseTrainer", "ImmunisedModel", "immunisation_report", "harmful_finetune_attack",
+                 "RefusalClassifier", "disjoint_splits"],
     "translora": ["transfer_lora", "TransferredAdapter", "Discriminator", "TransLoRATrainer", "SynthesisConfig",
                   "DiscriminatorConfig", "DistillationConfig", "train_discriminator", "filter_prompts"],
     "emr": ["emr_merge", "EMRBundle", "task_arithmetic", "ties_merge"],

@@ -6,80 +6,17 @@
 from __future__ import annotations
 
 import copy
-import importlib.resources
-import math
 import tempfile
-import warnings
 from pathlib import Path
 
 import torch
-from huggingface_hub import EvalResult, ModelCard, ModelCardData
+from huggingface_hub import ModelCard
 
-from .hub import PAPERS, is_repo_id, pull, push_folder, read_metadata, write_folder, write_metadata
-from .models import BaseMismatchError, check_base, fingerprint  # the base checks every artifact records
+from .hub import is_repo_id, pull, push_folder, read_metadata, render_card, write_folder, write_metadata
+from .models import check_base
 
 # %% auto #0
-__all__ = ['render_card', 'Artifact', 'ModelArtifact', 'AdapterArtifact', 'ArtifactTrainerMixin']
-
-# %% ../nbs/06_artifacts.ipynb #bbd778d9
-_TEMPLATES = Path(str(importlib.resources.files("adaptkit"))) / "templates"  # shipped as package data
-
-def _eval_result(r: dict) -> EvalResult:
-    "A `model-index` entry from a plain result dict (task, dataset, metric, value; optional split, names)."
-    return EvalResult(task_type=r["task"], task_name=r.get("task_name"), dataset_type=r["dataset"],
-                      dataset_name=r.get("dataset_name", r["dataset"]), dataset_split=r.get("split"),
-                      metric_type=r["metric"], metric_value=r["value"], metric_name=r.get("metric_name"))
-
-def _table(rows: list[list], header: list[str]) -> str:
-    "A markdown table."
-    return "\n".join(["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-                     + ["| " + " | ".join(str(c) for c in row) + " |" for row in rows])
-
-def _made_with(method: str | None) -> str:
-    if method is None: return "Made with [adaptkit](https://github.com/adaptkit/adaptkit)."
-    title, arxiv = PAPERS[method]
-    return (f"Made with [adaptkit](https://github.com/adaptkit/adaptkit) using **{method}** "
-            f"([{title}](https://arxiv.org/abs/{arxiv}), NeurIPS 2024).")
-
-# %% ../nbs/06_artifacts.ipynb #831300ee
-def render_card(
-    method: str | None,  # one of PAPERS (aligner, pissa, repnoise, translora, emr); None for a plain checkpoint
-    *,
-    model_name: str,  # the artifact's name, shown as the title and in model-index
-    base_model: str | list[str] | None = None,  # Hub repo id(s) of the base model(s), never a local path
-    base_revision: str | None = None,  # commit of the base the artifact was made from
-    summary: str = "",  # what this artifact is, in a paragraph
-    usage: str = "",  # a code snippet showing how to load and use it
-    datasets: list[str] | None = None,  # Hub ids or names of the training data
-    settings: dict | None = None,  # the exact settings it was made with
-    results: list[dict] | None = None,  # measured results: dicts with task, dataset, metric, value
-    library_name: str = "transformers",  # `peft` for adapters
-    pipeline_tag: str | None = "text-generation",  # the Hub's task tag
-    license: str | None = None,  # license id of the artifact, e.g. that of its base model
-    tags: list[str] | None = None,  # extra tags
-    **template_kwargs,  # more variables the method's template uses (e.g. the aligner's `template`)
-) -> ModelCard:
-    "The model card of an artifact, rendered from the method's template; its metadata is what the Hub indexes."
-    if method is not None and method not in PAPERS: raise ValueError(f"unknown method {method!r}; expected one of {', '.join(PAPERS)}")
-    bases = [base_model] if isinstance(base_model, str) else list(base_model or [])
-    if (bad := [b for b in bases if not is_repo_id(b)]):
-        raise ValueError(f"base_model must be a Hub repo id, not a local path: {', '.join(map(repr, bad))} "
-                         "(push the base first, or name the repo it came from)")
-    results = list(results or [])
-    method_tags = [] if method is None else [method, f"arxiv:{PAPERS[method][1]}"]
-    data = ModelCardData(model_name=model_name, base_model=base_model, datasets=datasets or None, library_name=library_name,
-                         license=license, pipeline_tag=pipeline_tag, tags=["adaptkit", *method_tags, *(tags or [])],
-                         eval_results=[_eval_result(r) for r in results] or None)
-    base_line = ("Base model: " + ", ".join(f"[{b}](https://huggingface.co/{b})" for b in bases)
-                 + (f" at revision `{base_revision}`." if base_revision else ".")) if bases else ""
-    results_table = _table([[r["task"], r.get("dataset_name", r["dataset"]), r.get("split", ""), r.get("metric_name") or r["metric"], r["value"]]
-                            for r in results], ["task", "dataset", "split", "metric", "value"]) if results else \
-        "No evaluation results were recorded for this artifact."
-    settings_table = _table([[f"`{k}`", f"`{v}`"] for k, v in (settings or {}).items()], ["setting", "value"]) if settings else \
-        "No settings were recorded."
-    return ModelCard.from_template(data, template_path=str(_TEMPLATES / f"{method or 'checkpoint'}.md"), model_name=model_name,
-                                   summary=summary, made_with=_made_with(method), base_line=base_line, usage=usage.strip(),
-                                   settings_table=settings_table, results_table=results_table, **template_kwargs)
+__all__ = ['Artifact', 'ModelArtifact', 'AdapterArtifact', 'ArtifactTrainerMixin']
 
 # %% ../nbs/06_artifacts.ipynb #1f3f8503
 class Artifact:
@@ -109,6 +46,7 @@ class Artifact:
 
 # %% ../nbs/06_artifacts.ipynb #b4785135
 from fastcore.basics import patch
+
 
 @patch
 def model_card(self: Artifact, repo_id: str | None = None, name: str | None = None) -> ModelCard:
@@ -239,6 +177,7 @@ class AdapterArtifact(Artifact):
               is_trainable: bool = False, **load_kwargs):
         "The adapter on `base` (default: the recorded base), after checking the base is the one it was made on."
         from peft import PeftModel
+
         from adaptkit.models import load_tokenizer
         what = f"the adapter {folder.name!r}"
         model = _load_base_for(record, base, what, endpoint, token, **load_kwargs)

@@ -147,7 +147,8 @@ def run_aligner(
 ) -> dict:
     "Train an aligner on `--dataset_name` rows (question/answer/correction)."
     from trl.trainer.utils import get_peft_config
-    from adaptkit.aligner import AlignerTrainer
+
+    from adaptkit.aligner.trainer import AlignerTrainer
     from adaptkit.data import QAC
     push = _push_target(cfg, hub)
     rows = _rows(script, QAC, hub, cfg.hub_token)
@@ -171,9 +172,10 @@ def run_repnoise(
 ) -> dict:
     "Train RepNoise on `--dataset_name` rows (prompt/harmful/harmless)."
     from trl.trainer.utils import get_peft_config
+
     from adaptkit.data import HARMFUL_PAIRS
     from adaptkit.models import load_tokenizer
-    from adaptkit.repnoise import RepNoiseTrainer
+    from adaptkit.repnoise.trainer import RepNoiseTrainer
     push = _push_target(cfg, hub)
     rows = _rows(script, HARMFUL_PAIRS, hub, cfg.hub_token)
     tok = load_tokenizer(model.model_name_or_path, revision=_revision(model), endpoint=hub.hub_endpoint, token=cfg.hub_token)
@@ -208,7 +210,7 @@ def run_translora(
 ) -> dict:
     "Transfer `--source_adapter` onto `--target_base`."
     from adaptkit.data import SEEDS, load_rows
-    from adaptkit.translora import transfer_lora
+    from adaptkit.translora.transfer import transfer_lora
     push = _push_target(distillation, hub)
     seeds = load_rows(args.seeds, SEEDS, endpoint=hub.hub_endpoint, token=distillation.hub_token)
     adapter = transfer_lora(args.source_base, args.source_adapter, args.target_base, seeds, discriminator=args.discriminator,
@@ -244,7 +246,7 @@ def run_emr(
     push_args: PushArguments,  # where inputs come from and the bundle goes
 ) -> dict:
     "Merge `--finetuned` models of `--pretrained` into an EMR bundle."
-    from adaptkit.emr import emr_merge
+    from adaptkit.emr.merge import emr_merge
     push = _push_target(push_args, push_args)
     bundle = emr_merge(args.pretrained, _tasks(args.finetuned), exclude=args.exclude, rescale=args.rescale, out_dir=args.output_dir,
                        endpoint=push_args.hub_endpoint, token=push_args.hub_token, max_shard_size=args.max_shard_size)
@@ -280,7 +282,7 @@ def run_serve(
     args: ServeArguments,  # where and how to serve
 ) -> int:
     "Serve a LocalHub until interrupted."
-    from adaptkit.localhub import serve
+    from adaptkit.localhub.server import serve
     serve(Path(args.root), host=args.host, port=args.port, lfs=args.lfs, token=args.token, token_file=args.token_file,
           allowed_hosts=tuple(args.allowed_hosts))
     return 0
@@ -445,7 +447,7 @@ def _user_errors() -> tuple:
     "The exception types that mean bad input rather than a bug."
     import yaml
     errors = (ValueError, LookupError, OSError, ImportError, yaml.YAMLError)
-    if (tl := sys.modules.get("adaptkit.translora_config")): errors += (tl.EmptyGenerationError,)  # settings that produced nothing
+    if (tl := sys.modules.get("adaptkit.translora.config")): errors += (tl.EmptyGenerationError,)  # settings that produced nothing
     return errors
 
 def _one_line(e: BaseException) -> str:

@@ -12,8 +12,8 @@ import json
 import os
 import re
 from collections.abc import Mapping, Sequence
-from itertools import chain
 from dataclasses import dataclass, field
+from itertools import chain
 from pathlib import Path
 
 import datasets

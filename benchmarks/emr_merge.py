@@ -125,7 +125,7 @@ def child_io_floor_with_writes(root: Path, n: int, out: Path, **_):
 
 def child_emr(root: Path, n: int, out: Path, **_):
     "adaptkit's streaming merge into a bundle."
-    from adaptkit.emr import emr_merge
+    from adaptkit.emr.merge import emr_merge
     emr_merge(root / "base", {f"t{i}": root / f"ft{i}" for i in range(n)}, out_dir=out, progress=False)
     return {}
 
@@ -165,21 +165,21 @@ def one_pass(tensors) -> float:
 
 def child_materialise(root: Path, out: Path, **_):
     "Task t0's weights from the bundle, every one summed (opened without the sha256 check, timed on its own below)."
-    from adaptkit.emr import EMRBundle
+    from adaptkit.emr.merge import EMRBundle
     sd = EMRBundle(out, verify=False).task_state_dict("t0")
     return {"tensors": len(sd), "checksum": one_pass(sd.values())}
 
 
 def child_task_model(root: Path, out: Path, **_):
     "Task t0's transformers model from the bundle (`load_task_model`, weights computed as loaded), every weight summed."
-    from adaptkit.emr import EMRBundle
+    from adaptkit.emr.merge import EMRBundle
     model = EMRBundle(out, verify=False).load_task_model("t0")
     return {"tensors": len(model.state_dict()), "checksum": one_pass(model.state_dict().values())}
 
 
 def child_task_model_cached(root: Path, out: Path, **_):
     "Task t0's model through `load_task_model(cache_dir=...)`: written once as a plain checkpoint, memory-mapped after."
-    from adaptkit.emr import EMRBundle
+    from adaptkit.emr.merge import EMRBundle
     model = EMRBundle(out, verify=False).load_task_model("t0", cache_dir=root / "task_cache")
     return {"tensors": len(model.state_dict()), "checksum": one_pass(model.state_dict().values())}
 
@@ -194,7 +194,7 @@ def child_plain_model(root: Path, **_):
 
 def child_open_verified(root: Path, out: Path, **_):
     "Open the bundle as `EMRBundle.from_pretrained` does: emr.json checked, every file's sha256 verified, headers read."
-    from adaptkit.emr import EMRBundle
+    from adaptkit.emr.merge import EMRBundle
     return {"tasks": len(EMRBundle(out).tasks)}
 
 
@@ -220,7 +220,7 @@ def child_main(spec: str):
     import threading
     import torch  # imported (and warmed up) before the clock starts, like every variant's libraries
     from transformers import LlamaForSequenceClassification  # noqa: F401 (the modeling code, imported for every variant)
-    import adaptkit.emr
+    import adaptkit.emr.merge
     if args.get("threads"): torch.set_num_threads(args["threads"])
     adaptkit.emr.emr_elect(torch.randn(4, 1 << 16))
     start = status("VmRSS", "RssAnon")

@@ -126,7 +126,7 @@ def serve(kind: str, folder: str, root: str, lfs: bool):
         server.daemon_threads = True
         print(server.server_address[1], flush=True)
         server.serve_forever()
-    from adaptkit.localhub import LocalHub
+    from adaptkit.localhub.server import LocalHub
     hub = LocalHub(root, lfs=lfs).start()
     print(hub.port, flush=True)
     while True: time.sleep(3600)

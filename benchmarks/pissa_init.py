@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from _bench import RESULTS, median, quiet_start, write_result  # noqa: E402
 
 from adaptkit.models import load_causal_lm, smollm2  # noqa: E402
-from adaptkit.pissa import init_pissa, pissa_config, principal_parts, quantization_error  # noqa: E402
+from adaptkit.pissa.principal import init_pissa, pissa_config, principal_parts, quantization_error  # noqa: E402
 
 R, REPEATS = 16, 3
 SETTINGS = {"exact": "peft_exact", "adaptkit": None, "peft_niter_4": 4, "peft_niter_16": 16}

@@ -76,7 +76,7 @@ def step_macs(config, batch: dict, variant: str, layers=None) -> dict:
 def step_variant(variant):
     "Time `variant` ('repnoise' or 'sft') steps on SmolLM2-135M with one fixed batch; report times, memory and MACs."
     from adaptkit.models import load_causal_lm, load_tokenizer, smollm2
-    from adaptkit.repnoise import RepNoiseCollator, repnoise_dataset, repnoise_loss
+    from adaptkit.repnoise.trainer import RepNoiseCollator, repnoise_dataset, repnoise_loss
     folder = smollm2()
     model, tok = load_causal_lm(folder), load_tokenizer(folder)
     ds = repnoise_dataset(rows(BATCH), tok, max_length=256)
@@ -101,7 +101,7 @@ def leak_variant():
     "200 RepNoiseTrainer steps on a tiny Llama; RSS and hook count recorded at every step."
     from transformers import TrainerCallback
     from adaptkit.models import tiny_causal_lm, tiny_tokenizer
-    from adaptkit.repnoise import RepNoiseConfig, RepNoiseTrainer
+    from adaptkit.repnoise.trainer import RepNoiseConfig, RepNoiseTrainer
     tok = tiny_tokenizer()
     model = tiny_causal_lm(tok, hidden_size=64, num_layers=4)
     record = {}

@@ -26,11 +26,22 @@ _HIDE = {"hide", "exporti", "default_exp", "include: false"}
 _IMAGES = {"image/png": "png", "image/jpeg": "jpg", "image/gif": "gif"}
 
 
+METHODS = ("pissa", "aligner", "repnoise", "translora", "emr")  # the site's navigation: methods first, then the Hub,
+HUB = ("hub", "localhub")  # then the core modules below them
+
+
 def notebooks():
     "(home, module notebooks, tutorials): found by glob, so new numbered notebooks join the site by themselves."
-    mods = sorted(p for p in NBS.glob("[0-9]*.ipynb"))
+    packages = [NBS / name for name in (*METHODS, *HUB)]
+    mods = [p for folder in packages for p in sorted(folder.glob("[0-9]*.ipynb"))] + sorted(NBS.glob("[0-9]*.ipynb"))
     tuts = sorted((NBS / "tutorials").glob("*.ipynb"))
     return NBS / "index.ipynb", mods, tuts
+
+
+def _section(nb_path):
+    "The navigation section of a module notebook: Methods, Hub or Core, and the package it belongs to (None for Core)."
+    folder = Path(nb_path).relative_to(NBS).parent.name
+    return ("Methods" if folder in METHODS else "Hub" if folder in HUB else "Core"), folder or None
 
 
 def _read(nb_path):
@@ -39,9 +50,13 @@ def _read(nb_path):
 
 def _default_exp(nb):
     for cell in nb["cells"]:
-        m = re.search(r"^\s*#\s*\|\s*default_exp\s+(\S+)", _text(cell["source"]), re.M) if cell["cell_type"] == "code" else None
+        m = (
+            re.search(r"^\s*#\s*\|\s*default_exp\s+(\S+)", _text(cell["source"]), re.M)
+            if cell["cell_type"] == "code"
+            else None
+        )
         if m:
-            return m.group(1)
+            return m.group(1).removesuffix(".__init__")  # a package's notebook documents the package
 
 
 def _title(nb, fallback):
@@ -58,7 +73,10 @@ def page_path(nb_path, nb):
     if rel.name == "index.ipynb" and rel.parent == Path("."):
         return Path("index.md")
     mod = _default_exp(nb)
-    return Path(mod.replace(".", "/") + ".md") if mod and rel.parent == Path(".") else rel.with_suffix(".md")
+    if not mod or rel.parts[0] == "tutorials": return rel.with_suffix(".md")
+    return Path(
+        mod.replace(".", "/") + ("/index.md" if rel.stem.startswith("00_") and rel.parent != Path(".") else ".md")
+    )
 
 
 def _anchor(name):
@@ -74,12 +92,15 @@ def _rel(target, start):
 
 # ---- API entries ----------------------------------------------------------------------------------------------------
 def _is_patch(node):
-    return any((isinstance(d, ast.Name) and d.id == "patch") or (isinstance(d, ast.Call) and getattr(d.func, "id", "") == "patch")
-               for d in node.decorator_list)
+    return any(
+        (isinstance(d, ast.Name) and d.id == "patch")
+        or (isinstance(d, ast.Call) and getattr(d.func, "id", "") == "patch")
+        for d in node.decorator_list
+    )
 
 
 def _cell_symbols(source, exported):
-    "Names defined at the top level of an exported cell, in order, that the module exports (plus public @patch methods)."
+    "Names defined at the top level of an exported cell, in order, that the module exports (and public @patch methods)."
     try:
         tree = ast.parse(source)
     except SyntaxError:
@@ -138,14 +159,25 @@ def _render_dataclass(obj, name, level):
         default = repr(f.default) if f.default is not dataclasses.MISSING else (
             "<factory>" if f.default_factory is not dataclasses.MISSING else None)
         help_ = f.metadata.get("help") or comments.get(f.name)
-        lines.append(f"    {f.name}: {typ}" + (f" = {default}" if default is not None else "") + (f"  # {help_}" if help_ else ""))
+        lines.append(
+            f"    {f.name}: {typ}"
+            + (f" = {default}" if default is not None else "")
+            + (f"  # {help_}" if help_ else "")
+        )
     bases = [b.__name__ for b in obj.__bases__ if b is not object]
-    code = f"@dataclass\nclass {obj.__name__}" + (f"({', '.join(bases)})" if bases else "") + ":\n" + ("\n".join(lines) or "    ...")
+    code = (
+        f"@dataclass\nclass {obj.__name__}"
+        + (f"({', '.join(bases)})" if bases else "")
+        + ":\n"
+        + ("\n".join(lines) or "    ...")
+    )
     doc = inspect.getdoc(obj) or ""
     doc = "" if doc.startswith(f"{obj.__name__}(") else re.sub(r"^(\s*)(.+)", r"\1*\2*", doc, count=1)
     parent = next((b for b in obj.__mro__[1:] if dataclasses.is_dataclass(b)), None)
     more = f"\n\nEvery other field comes from `{parent.__name__}` ({parent.__module__})." if parent else ""
-    return f"{'#' * level} {name} {{ #{_anchor(name)} }}\n\n```python\n{code}\n```" + (f"\n\n{doc}" if doc else "") + more
+    return (
+        f"{'#' * level} {name} {{ #{_anchor(name)} }}\n\n```python\n{code}\n```" + (f"\n\n{doc}" if doc else "") + more
+    )
 
 
 def _render_value(obj, name, level):
@@ -182,7 +214,8 @@ def api_entry(mod, name):
     try:
         return _api_entry(mod, name, obj, level)
     except Exception as e:  # an object the renderers cannot take still gets its entry (and anchor)
-        return f'<div class="api-entry" markdown>\n\n{_render_value(obj, name, level)}\n\n({type(e).__name__} rendering it)\n\n</div>'
+        value = _render_value(obj, name, level)
+        return f'<div class="api-entry" markdown>\n\n{value}\n\n({type(e).__name__} rendering it)\n\n</div>'
 
 
 def _api_entry(mod, name, obj, level):
@@ -194,7 +227,9 @@ def _api_entry(mod, name, obj, level):
         is_dc = isinstance(obj, type) and dataclasses.is_dataclass(obj)
         body = _render_dataclass(obj, name, level) if is_dc else _render_callable(obj, name, level)
         if isinstance(obj, type):
-            body += "".join("\n\n" + _render_callable(fn, f"{name}.{k}", 4) for k, fn in _methods(obj, mod) if can_render(fn))
+            body += "".join(
+                "\n\n" + _render_callable(fn, f"{name}.{k}", 4) for k, fn in _methods(obj, mod) if can_render(fn)
+            )
     return f'<div class="api-entry" markdown>\n\n{body}\n\n</div>'
 
 
@@ -204,7 +239,12 @@ class Page:
 
     def __init__(self, nb_path, docs_dir, pages, symbols):
         self.nb_path, self.nb = Path(nb_path), _read(nb_path)
-        self.md_path, self.docs_dir, self.pages, self.symbols = page_path(nb_path, self.nb), Path(docs_dir), pages, symbols
+        self.md_path, self.docs_dir, self.pages, self.symbols = (
+            page_path(nb_path, self.nb),
+            Path(docs_dir),
+            pages,
+            symbols,
+        )
         self.n_files = 0
 
     def _asset(self, data, ext):
@@ -250,7 +290,9 @@ class Page:
         for name, data in (attachments or {}).items():
             for mime, b64 in data.items():
                 if mime in _IMAGES:
-                    source = source.replace(f"attachment:{name}", self._asset(base64.b64decode(_text(b64)), _IMAGES[mime]))
+                    source = source.replace(
+                        f"attachment:{name}", self._asset(base64.b64decode(_text(b64)), _IMAGES[mime])
+                    )
         out, fence = [], False
         for line in source.splitlines():
             if line.lstrip().startswith("```"):
@@ -316,17 +358,28 @@ def _git_url():
 
 def symbol_index(mods, pages):
     "exported name (bare and module-qualified) -> (page, anchor), for linking `name` in prose to its API entry."
-    index = {}
+    index, packages = {}, []
     for nb_path in mods:
         name = _default_exp(_read(nb_path))
         if not name:
             continue
         mod = importlib.import_module(f"adaptkit.{name}")
         index[f"adaptkit.{name}"] = (pages[nb_path.resolve()], "")
+        if hasattr(mod, "__path__"):  # a package: its names link to the module that defines them
+            packages.append((name, mod))
+            continue
         for sym in getattr(mod, "__all__", []):
             index.setdefault(sym, (pages[nb_path.resolve()], _anchor(sym)))
             page = pages[nb_path.resolve()]
-            index[f"{name}.{sym}"] = index[f"adaptkit.{name}.{sym}"] = index[f"{page.as_posix()}:{sym}"] = (page, _anchor(sym))
+            index[f"{name}.{sym}"] = index[f"adaptkit.{name}.{sym}"] = index[f"{page.as_posix()}:{sym}"] = (
+                page,
+                _anchor(sym),
+            )
+    for name, mod in packages:
+        for sym in mod.__all__:
+            defined_in = getattr(getattr(mod, sym), "__module__", None) or ""
+            if target := index.get(f"{defined_in}.{sym}"):
+                index[f"{name}.{sym}"] = index[f"adaptkit.{name}.{sym}"] = target
     return index
 
 
@@ -336,7 +389,7 @@ def write_sources(docs_dir):
     home, mods, tuts = notebooks()
     pages = {p.resolve(): page_path(p, _read(p)) for p in [home, *mods, *tuts]}
     symbols = symbol_index(mods, pages)
-    nav = {"Modules": [], "Tutorials": []}
+    nav = {"Methods": {}, "Hub": {}, "Core": [], "Tutorials": []}
     for nb_path in [home, *mods, *tuts]:
         page = Page(nb_path, docs_dir, pages, symbols)
         name = _default_exp(page.nb)
@@ -346,11 +399,15 @@ def write_sources(docs_dir):
         dst.write_text(page.render(mod), encoding="utf-8")
         title = _title(page.nb, nb_path.stem)
         if nb_path in mods:
-            nav["Modules"].append({f"adaptkit.{name}" if name == title else title: page.md_path.as_posix()})
+            section, package = _section(nb_path)
+            entry = {f"adaptkit.{name}" if name.split(".")[-1] == title else title: page.md_path.as_posix()}
+            if package is None: nav[section].append(entry)
+            else: nav[section].setdefault(f"adaptkit.{package}", []).append(entry)
         elif nb_path in tuts:
             nav["Tutorials"].append({title: page.md_path.as_posix()})
     (docs_dir / "assets").mkdir(exist_ok=True)
     shutil.copy(ROOT / "docs" / "adaptkit.css", docs_dir / "assets" / "adaptkit.css")
+    nav["Methods"], nav["Hub"] = ([{k: v} for k, v in nav[s].items()] for s in ("Methods", "Hub"))
     return [{"Home": "index.md"}] + [{k: v} for k, v in nav.items() if v]
 
 

@@ -51,7 +51,7 @@ def tiny_model_dir(tiny_tok, tmp_path_factory):
 @pytest.fixture
 def hub(tmp_path):
     "A LocalHub on loopback with its data in the test's temp folder."
-    from adaptkit.localhub import LocalHub
+    from adaptkit.localhub.server import LocalHub
     with LocalHub(tmp_path / "hub") as h:
         yield h
 

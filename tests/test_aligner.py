@@ -6,10 +6,10 @@ import re
 import pytest
 from huggingface_hub import HfApi
 
-from adaptkit.aligner import ALIGNER_QAC_TEMPLATE, Aligner, AlignerConfig, AlignerTrainer, save_aligner
+from adaptkit.aligner.trainer import ALIGNER_QAC_TEMPLATE, Aligner, AlignerConfig, AlignerTrainer
 from adaptkit.data import DataError
 from adaptkit.hub import push_folder
-from adaptkit.localhub import LocalHub
+from adaptkit.localhub.server import LocalHub
 from adaptkit.models import load_tokenizer
 
 
@@ -29,8 +29,10 @@ def test_train_push_pull_correct(tiny_model_dir, tmp_path):
                                  hub_endpoint=hub.endpoint)
         assert trainer.base_model == "team/base"
         trainer.train()
-        results = [{"task": "text-generation", "dataset": "tiny-times", "metric": "accuracy", "value": 0.0}]
-        out = save_aligner(trainer, tmp_path / "aligner", name="tiny-aligner", results=results, datasets=["tiny-times"])
+        art = trainer.artifact()
+        art.results = [{"task": "text-generation", "dataset": "tiny-times", "metric": "accuracy", "value": 0.0}]
+        art.datasets = ["tiny-times"]
+        out = art.save_pretrained(tmp_path / "aligner")
         commit = push_folder(out, "team/tiny-aligner", endpoint=hub.endpoint)
         data = HfApi(endpoint=hub.endpoint).model_info("team/tiny-aligner").card_data
         assert (data.base_model, data.datasets) == ("team/base", ["tiny-times"])
@@ -69,7 +71,7 @@ def _prompt_ids(tok, template, row):
 @pytest.mark.parametrize("identity", [False, True])
 def test_aligner_rows_hold_the_template_token_for_token(tiny_tok, identity):
     import datasets
-    from adaptkit.aligner import aligner_rows
+    from adaptkit.aligner.trainer import aligner_rows
     out = aligner_rows(datasets.Dataset.from_list(ROWS), CUSTOM, tiny_tok, identity=identity)
     assert out.column_names == ["input_ids", "labels"]
     for row, enc in zip(ROWS, out):
@@ -104,7 +106,7 @@ def test_correct_feeds_the_model_its_own_template_token_for_token(tiny_tok):
 def test_training_prompt_equals_inference_prompt_on_a_merging_boundary(tiny_tok, tiny_model_dir, tmp_path):
     "A correction starting with '-' after a template ending on ':' : the ids before the answer are still the prompt's own."
     import datasets
-    from adaptkit.aligner import ALIGNER_V1_TEMPLATE, aligner_rows
+    from adaptkit.aligner.trainer import ALIGNER_V1_TEMPLATE, aligner_rows
     from adaptkit.models import tiny_causal_lm
     row = ROWS[0]
     aligner = Aligner(tiny_causal_lm(tiny_tok), tiny_tok)
@@ -119,7 +121,7 @@ def test_training_prompt_equals_inference_prompt_on_a_merging_boundary(tiny_tok,
 # --- the template an aligner loads with ---
 
 def test_template_fallbacks(tiny_tok, tmp_path, caplog):
-    from adaptkit.aligner import ALIGNER_V1_TEMPLATE
+    from adaptkit.aligner.trainer import ALIGNER_V1_TEMPLATE
     from adaptkit.models import tiny_causal_lm
     plain = tmp_path / "plain"
     tiny_causal_lm(tiny_tok).save_pretrained(plain); tiny_tok.save_pretrained(plain)

@@ -13,7 +13,7 @@ from peft import PeftModel
 from transformers import BertConfig, BertForSequenceClassification
 
 from adaptkit.cli import COMMANDS, main, parser_for
-from adaptkit.emr import EMRBundle
+from adaptkit.emr.merge import EMRBundle
 from adaptkit.hub import pull, push_folder
 from adaptkit.models import load_causal_lm
 
@@ -69,7 +69,7 @@ def test_aligner_recipe_with_lora_saves_template(tiny_model_dir, tmp_path, capsy
                "--dataset_name", jsonl(tmp_path / "qac.jsonl", rows), "--lora_r", "2", "--lora_alpha", "4",
                "--output_dir", tmp_path / "out", *TINY_TRAIN], capsys)
     assert res["warmup_rows"] == 2 and Path(res["aligner"]).is_dir()
-    from adaptkit.aligner import ALIGNER_V1_TEMPLATE, Aligner
+    from adaptkit.aligner.trainer import ALIGNER_V1_TEMPLATE, Aligner
     assert Aligner.from_pretrained(res["aligner"]).template == ALIGNER_V1_TEMPLATE
 
 
@@ -198,7 +198,7 @@ def test_hub_serve_subprocess_with_a_token_file(tmp_path):
 
 def test_refused_token_and_wrong_base_are_user_errors(tmp_path, capsys):
     "A token the Hub refuses, and task models that do not fit their base: one line each, exit 2."
-    from adaptkit.localhub import LocalHub
+    from adaptkit.localhub.server import LocalHub
     (tmp_path / "f").mkdir(); (tmp_path / "f" / "a.txt").write_text("hi")
     with LocalHub(tmp_path / "hub", token="hf_right_token") as hub:
         code = main(["hub", "push", "--folder", str(tmp_path / "f"), "--repo_id", "me/x", "--hub_endpoint", hub.endpoint,

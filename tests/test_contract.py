@@ -13,7 +13,8 @@ import torch
 from huggingface_hub import HfApi
 
 import adaptkit
-from adaptkit.artifacts import Artifact, BaseMismatchError
+from adaptkit.artifacts import Artifact
+from adaptkit.models import BaseMismatchError
 from adaptkit.hub import push_folder
 from adaptkit.models import tiny_causal_lm
 
@@ -48,7 +49,7 @@ def _check_card(hub, repo_id: str, method: str, base: str, library: str):
 
 def _pissa_adapter(base_model, tok):
     from adaptkit.pissa import PiSSAAdapter, init_pissa, pissa_config
-    from adaptkit.artifacts import fingerprint
+    from adaptkit.models import fingerprint
     import tempfile
     model = tiny_causal_lm(tok)
     fp = fingerprint(model)
@@ -113,14 +114,14 @@ args = PiSSAConfig(sys.argv[1], pissa_r=2, max_steps=1, per_device_train_batch_s
 trainer = PiSSATrainer("me/tiny-base", args, train_dataset=rows, processing_class=tok)
 """),
     "aligner": ("transformers", """
-from adaptkit.aligner import AlignerConfig, AlignerTrainer
+from adaptkit.aligner.trainer import AlignerConfig, AlignerTrainer
 tok = load_tokenizer("me/tiny-base")
 rows = [{"question": f"what is {i} plus {i}?", "answer": f"{i}", "correction": f"{2 * i}"} for i in range(8)]
 args = AlignerConfig(sys.argv[1], max_steps=1, per_device_train_batch_size=4, use_cpu=True, save_strategy="no", disable_tqdm=True)
 trainer = AlignerTrainer("me/tiny-base", args, rows, processing_class=tok)
 """),
     "repnoise": ("transformers", """
-from adaptkit.repnoise import RepNoiseConfig, RepNoiseTrainer
+from adaptkit.repnoise.trainer import RepNoiseConfig, RepNoiseTrainer
 tok = load_tokenizer("me/tiny-base")
 rows = [{"prompt": f"how do I do bad thing {i}?", "harmful": f"step {i}: do it", "harmless": "I can't help with that."} for i in range(4)]
 args = RepNoiseConfig(sys.argv[1], max_steps=1, per_device_train_batch_size=2, max_length=32, use_cpu=True, save_strategy="no", disable_tqdm=True)

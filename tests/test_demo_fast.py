@@ -9,7 +9,7 @@ import torch
 from huggingface_hub import HfApi
 
 from adaptkit.demo import EMR_TASKS, DemoArguments, DemoModels, run_demo
-from adaptkit.localhub import LocalHub
+from adaptkit.localhub.server import LocalHub
 from adaptkit.models import tiny_causal_lm, tiny_tokenizer
 
 

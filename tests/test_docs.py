@@ -33,7 +33,8 @@ def _builder():
 def _url(md_path):
     "The site-relative URL MkDocs gives a Markdown page (directory URLs)."
     p = Path(md_path).with_suffix("")
-    return "" if p.name == "index" and p.parent == Path(".") else p.as_posix() + "/"
+    if p.name == "index": p = p.parent  # a section's index page is the section's URL
+    return "" if p == Path(".") else p.as_posix() + "/"
 
 
 class _Quiet(http.server.SimpleHTTPRequestHandler):

@@ -15,8 +15,8 @@ from huggingface_hub import HfApi
 from transformers import AutoConfig, GPT2LMHeadModel, LlamaForSequenceClassification
 from transformers.utils import logging as hf_logging
 
-import adaptkit.emr as emr
-from adaptkit.emr import EMRBundle, emr_merge, task_arithmetic, ties_merge
+import adaptkit.emr.merge as emr
+from adaptkit.emr import EMRBundle, emr_merge, pack_mask, task_arithmetic, ties_merge, unpack_mask
 from adaptkit.hub import push_folder
 from adaptkit.tensorfiles import SafetensorsHeaderError, TensorFiles
 
@@ -224,7 +224,7 @@ def test_errors_name_the_problem(tmp_path):
 
 CHILD = """
 import sys, time, torch
-import adaptkit.emr as emr
+import adaptkit.emr.merge as emr
 real, n = emr._elect_in_place, [0]
 def slow(*args):
     n[0] += 1
@@ -255,7 +255,7 @@ def test_merge_killed_halfway_leaves_no_bundle_and_reruns(tmp_path):
 
 PEAK = """
 import sys, torch
-import adaptkit.emr as emr
+import adaptkit.emr.merge as emr
 def hwm():  # this process's peak RSS since exec (getrusage's ru_maxrss would include the parent's peak, carried over exec)
     return int(next(l for l in open("/proc/self/status") if l.startswith("VmHWM")).split()[1]) * 1024
 torch.set_num_threads(1)  # 2 threads on a busy 2-core machine make small ops 10x slower; memory is what is measured here
@@ -337,7 +337,7 @@ def test_election_masks_and_rescalers_by_hand():
     unified = TensorFiles.of_folder(bundle.folder / "unified").read("w")
     # sign of the sum (+, -, 0 -> -1, -), magnitude: the largest |τ_t| whose sign agrees
     assert unified.tolist() == [2.0, -3.0, 0.0, -5.0] and torch.signbit(unified).tolist() == [False, True, True, True]
-    masks = {t: emr.unpack_mask(TensorFiles([bundle.folder / "tasks" / t / "mask.safetensors"]).read("w"), (4,)).tolist()
+    masks = {t: unpack_mask(TensorFiles([bundle.folder / "tasks" / t / "mask.safetensors"]).read("w"), (4,)).tolist()
              for t in bundle.tasks}
     assert masks == {"a": [True, True, False, False], "b": [False, True, False, False], "c": [True, False, False, True]}
     # λ_t = mean|τ_t| / mean|M_t ⊙ τ_uni|: a 6/5, b 5/3, c 8/7
@@ -487,8 +487,8 @@ def test_a_merged_model_that_does_not_fit_its_architecture_is_named(tmp_path):
 
 def test_mask_bits_are_little_endian_bytes():
     mask = torch.tensor([True, False, False, False, False, False, False, False, False, True])
-    assert emr.pack_mask(mask).tolist() == [1, 2]  # parameter i is bit i % 8 of byte i // 8
-    assert emr.unpack_mask(torch.tensor([1, 2], dtype=torch.uint8), (2, 5)).tolist() == [[True, False, False, False, False],
+    assert pack_mask(mask).tolist() == [1, 2]  # parameter i is bit i % 8 of byte i // 8
+    assert unpack_mask(torch.tensor([1, 2], dtype=torch.uint8), (2, 5)).tolist() == [[True, False, False, False, False],
                                                                                        [False, False, False, False, True]]
 
 

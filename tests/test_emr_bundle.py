@@ -14,7 +14,7 @@ from transformers import AutoConfig, LlamaForSequenceClassification
 from transformers.utils import logging as hf_logging
 
 from adaptkit.emr import BundleError, EMRBundle, emr_merge
-from adaptkit.emr_inputs import _ARCHITECTURE_KEYS
+from adaptkit.emr.inputs import _ARCHITECTURE_KEYS
 from adaptkit.hub import push_folder
 from adaptkit.tensorfiles import SafetensorsHeaderError
 
@@ -122,7 +122,7 @@ def test_the_referenced_base_is_checked_by_dtype_and_shape(hub, tmp_path, change
 KILL = """
 import os, sys
 from pathlib import Path
-from adaptkit.emr import emr_merge
+from adaptkit.emr.merge import emr_merge
 root = Path(sys.argv[1])
 real = os.rename
 def rename(src, dst):  # the process dies between moving the old bundle away and renaming the new one in
@@ -165,9 +165,8 @@ def test_results_travel_with_the_bundle_and_pushes_go_to_a_branch(hub, tmp_path)
     assert json.loads((tmp_path / "bundle" / "emr.json").read_text())["results"] == [RESULT]  # recorded in the bundle too
     # a pulled bundle belongs to the HF cache: new results go into a linked copy, the cache's files stay as they were
     cached = (pulled.folder / "emr.json").read_bytes()
-    pulled.results = [RESULT | {"value": 0.5}]
-    with pytest.warns(FutureWarning, match="deprecated"):
-        again = pulled.push_to_hub("team/emr-copy", results=[RESULT | {"value": 0.25}])
+    pulled.results = [RESULT | {"value": 0.25}]
+    again = pulled.push_to_hub("team/emr-copy")
     assert (pulled.folder / "emr.json").read_bytes() == cached
     data = api.model_info("team/emr-copy", revision=again).card_data
     assert data.eval_results[0].metric_value == 0.25 and data.base_model == "team/base"
@@ -207,8 +206,8 @@ def same_bits(a, b):
                                           ((7,), torch.float64), ((), torch.float32), ((1,), torch.float32), ((73,), torch.float32),
                                           ((0, 4), torch.float32)])
 def test_expand_equals_the_whole_tensor_formula_bit_for_bit(monkeypatch, shape, dtype):
-    import adaptkit.emr_bundle as emr_bundle
-    from adaptkit.emr import pack_mask
+    import adaptkit.emr.bundle as emr_bundle
+    from adaptkit.emr.merge import pack_mask
     g = torch.Generator().manual_seed(1)
     b, u = torch.randn(shape, generator=g).to(dtype), torch.randn(shape, generator=g).to(dtype)
     keep = torch.rand(shape, generator=g) > 0.5
@@ -222,7 +221,7 @@ def test_expand_equals_the_whole_tensor_formula_bit_for_bit(monkeypatch, shape, 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_a_lazily_loaded_task_model_equals_the_whole_tensor_formula_bit_for_bit(tmp_path, monkeypatch, dtype):
-    import adaptkit.emr_bundle as emr_bundle
+    import adaptkit.emr.bundle as emr_bundle
     monkeypatch.setattr(emr_bundle, "_EXPAND_CHUNK", 72)  # many steps per tensor, the last ones partial
     base = classifier(dtype=dtype)
     tasks = {}
@@ -242,7 +241,7 @@ def test_a_lazily_loaded_task_model_equals_the_whole_tensor_formula_bit_for_bit(
 
 
 def test_a_tensor_that_fails_while_loading_is_named(tmp_path, monkeypatch):
-    import adaptkit.emr_bundle as emr_bundle
+    import adaptkit.emr.bundle as emr_bundle
     bundle = emr_merge(classifier(), {f"t{i}": classifier(2, seed=i + 1) for i in range(2)}, out_dir=tmp_path / "bundle",
                        progress=False)
     def broken(*a): raise OSError("disk gone")
@@ -273,7 +272,7 @@ def edit_meta(folder, edit):
 def replace_weights(folder, rel, tensors):
     "Write `tensors` as the bundle's file `rel` and record its new sha256 (the headers, not the hashes, must catch it)."
     from safetensors.torch import save_file
-    from adaptkit.emr_format import _sha256
+    from adaptkit.emr.format import _sha256
     save_file(tensors, folder / rel)
     edit_meta(folder, lambda m: m["files"].update({rel: _sha256(folder / rel)}))
 
@@ -379,7 +378,7 @@ def test_a_task_model_needs_a_config_naming_an_architecture(tmp_path):
 
 
 def test_a_task_model_written_once_loads_as_a_plain_checkpoint_and_is_reused(tmp_path, monkeypatch):
-    import adaptkit.emr_bundle as emr_bundle
+    import adaptkit.emr.bundle as emr_bundle
     tasks = models(tmp_path, 3)
     bundle = emr_merge(tmp_path / "base", tasks, out_dir=tmp_path / "bundle", progress=False)
     want = whole_tensor_formula(bundle, "t1")
@@ -403,7 +402,7 @@ def test_a_task_model_written_once_loads_as_a_plain_checkpoint_and_is_reused(tmp
 
 
 def test_a_task_model_save_that_fails_leaves_nothing(tmp_path, monkeypatch):
-    import adaptkit.emr_bundle as emr_bundle
+    import adaptkit.emr.bundle as emr_bundle
     bundle = small_bundle(tmp_path)
     calls = []
     real = emr_bundle._expand

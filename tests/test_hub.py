@@ -14,10 +14,10 @@ from huggingface_hub import HfApi
 from huggingface_hub.errors import HfHubHTTPError, RepositoryNotFoundError
 
 from adaptkit.data import QAC, DataError, load_rows
-import adaptkit.hub
-from adaptkit.artifacts import render_card as model_card
+import adaptkit.hub.client
+from adaptkit.hub import render_card as model_card
 from adaptkit.hub import PushConflictError, is_repo_id, pull, push_folder, read_metadata, source_of, write_folder
-from adaptkit.localhub import LocalHub
+from adaptkit.localhub.server import LocalHub
 from adaptkit.models import load_adapter, load_causal_lm, load_tokenizer
 
 TOKEN = "hf_adaptkit_secret_token_123"
@@ -245,7 +245,7 @@ def test_read_only_folder_is_pushed_and_its_commit_returned(hub, tmp_path, monke
     os.chmod(art, 0o555)
     if os.geteuid() == 0:  # root writes anyway: make the write fail as it does for other users
         def read_only(folder, **_): raise PermissionError(13, "Permission denied", str(folder))
-        monkeypatch.setattr(adaptkit.hub, "write_metadata", read_only)
+        monkeypatch.setattr(adaptkit.hub.client, "write_metadata", read_only)
     try:
         with caplog.at_level(logging.DEBUG, logger="adaptkit.hub"):
             commit = push_folder(art, "team/ro", endpoint=hub.endpoint, token=TOKEN)
@@ -258,7 +258,7 @@ def test_read_only_folder_is_pushed_and_its_commit_returned(hub, tmp_path, monke
 
 def test_push_record_names_only_its_own_repo(hub, tmp_path):
     art = _folder(tmp_path, **{"a.txt": "a"})
-    adaptkit.hub.write_metadata(art, source={"base_model": "org/base"})
+    adaptkit.hub.client.write_metadata(art, source={"base_model": "org/base"})
     first = push_folder(art, "me/first", endpoint=hub.endpoint, token=TOKEN)
     assert read_metadata(art)["hub"]["commit"] == first
     second = push_folder(art, "me/second", endpoint=hub.endpoint, token=TOKEN)

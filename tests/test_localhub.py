@@ -15,7 +15,7 @@ from huggingface_hub import HfApi, constants, get_hf_file_metadata, hf_hub_downl
 from huggingface_hub.errors import (EntryNotFoundError, HfHubHTTPError, RepositoryNotFoundError,
                                     RevisionNotFoundError)
 
-from adaptkit.localhub import LocalHub
+from adaptkit.localhub.server import LocalHub
 
 TOKEN = "hf_localhub_test_token_0123"
 BIG = 12 << 20  # bytes in the big safetensors file: above the Hub's 10 MiB LFS threshold

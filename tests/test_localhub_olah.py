@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from huggingface_hub import HfApi, constants, hf_hub_download, snapshot_download
 
-from adaptkit.hubstore import GITATTRIBUTES
-from adaptkit.localhub import LocalHub
+from adaptkit.localhub.storage import GITATTRIBUTES
+from adaptkit.localhub.server import LocalHub
 
 OLAH = Path(__file__).resolve().parents[1] / ".venv-olah" / "bin" / "olah-cli"
 pytestmark = pytest.mark.skipif(not OLAH.exists(), reason=f"olah is not installed at {OLAH} (python3 -m venv .venv-olah "

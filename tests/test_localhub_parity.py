@@ -14,8 +14,8 @@ from huggingface_hub.errors import (EntryNotFoundError, GatedRepoError, HfHubHTT
                                     RevisionNotFoundError)
 from huggingface_hub.hf_api import RepoFile, RepoFolder
 
-from adaptkit.hubstore import GITATTRIBUTES, USER
-from adaptkit.localhub import LocalHub
+from adaptkit.localhub.storage import GITATTRIBUTES, USER
+from adaptkit.localhub.server import LocalHub
 
 TOKEN = "hf_localhub_parity_token"
 

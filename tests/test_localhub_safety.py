@@ -20,8 +20,8 @@ import pytest
 from huggingface_hub import CommitOperationAdd, CommitOperationDelete, HfApi, constants
 from huggingface_hub.errors import HfHubHTTPError
 
-from adaptkit.hubhttp import MAX_JSON
-from adaptkit.localhub import LocalHub, read_token_file
+from adaptkit.localhub.http import MAX_JSON
+from adaptkit.localhub.server import LocalHub, read_token_file
 
 TOKEN = "hf_localhub_safety_token"
 
@@ -178,7 +178,7 @@ def test_concurrent_pushes_are_commits_or_clean_refusals(tmp_path):
 
 
 def test_full_disk_is_507_and_nothing_half_written(tmp_path, monkeypatch):
-    import adaptkit.hubstore as hubstore
+    import adaptkit.localhub.storage as hubstore
     with LocalHub(tmp_path / "hub", token=TOKEN) as hub:
         api = HfApi(endpoint=hub.endpoint, token=TOKEN)
         api.create_repo("team/full")
@@ -414,14 +414,14 @@ def test_a_blob_missing_from_the_store_is_a_500_naming_it(hub, tmp_path):
     (None, 100, None), ("bytes=-", 100, None), ("bytes=0-1,5-6", 100, None), ("items=0-1", 100, None),
 ])
 def test_parse_range_known_answers(header, size, want):
-    from adaptkit.hubwire import parse_range
+    from adaptkit.localhub.wire import parse_range
     assert parse_range(header, size) == want
 
 
 @pytest.mark.parametrize("header", ["bytes=100-", "bytes=100-200", "bytes=5-4", "bytes=-0"])
 def test_unsatisfiable_ranges_are_416(header):
-    from adaptkit.hubstore import HubError
-    from adaptkit.hubwire import parse_range
+    from adaptkit.localhub.storage import HubError
+    from adaptkit.localhub.wire import parse_range
     with pytest.raises(HubError, match=re.escape(f"Range {header} is not satisfiable for 100 bytes")) as e:
         parse_range(header, 100)
     assert e.value.status == 416 and e.value.headers == {"Content-Range": "bytes */100"}
@@ -433,13 +433,13 @@ def test_unsatisfiable_ranges_are_416(header):
     ("", (None, None)), ("host:port", (None, None)),
 ])
 def test_host_and_port_known_answers(header, want):
-    from adaptkit.hubwire import host_and_port
+    from adaptkit.localhub.wire import host_and_port
     assert host_and_port(header) == want
 
 
 def test_json_body_and_field_refusals_name_what_is_wrong():
-    from adaptkit.hubstore import HubError
-    from adaptkit.hubwire import field, json_body
+    from adaptkit.localhub.storage import HubError
+    from adaptkit.localhub.wire import field, json_body
     assert json_body(b"  ") == {} and json_body(b'{"a": 1}') == {"a": 1}
     for raw, message in [(b"{nope", "the commit line 3 is not valid JSON (Expecting property name"),
                          (b"[1]", "the commit line 3 must be a JSON object, not list"),
@@ -461,14 +461,14 @@ def test_json_body_and_field_refusals_name_what_is_wrong():
 
 @pytest.mark.parametrize("repo_id", ["a/b", "Org-1/model.v2_x", "a" * 96 + "/b", "x/" + "y" * 96])
 def test_valid_repo_ids_pass(repo_id):
-    from adaptkit.hubstore import check_repo_id
+    from adaptkit.localhub.storage import check_repo_id
     assert check_repo_id(repo_id) == repo_id
 
 
 @pytest.mark.parametrize("repo_id", ["a", "a/b/c", "/b", "a/", "a--x/b", "a/b..c", "a/b.git", "-a/b", "a/b-", ".a/b", "a/b.",
                                      "a" * 97 + "/b", "a b/c", "a/é", None, 3, "datasets/x", "api/x"])
 def test_invalid_repo_ids_are_400(repo_id):
-    from adaptkit.hubstore import HubError, check_repo_id
+    from adaptkit.localhub.storage import HubError, check_repo_id
     with pytest.raises(HubError, match=re.escape(f"Invalid repo id {str(repo_id)[:200]!r}: expected 'namespace/name'")) as e:
         check_repo_id(repo_id)
     assert e.value.status == 400
@@ -476,14 +476,14 @@ def test_invalid_repo_ids_are_400(repo_id):
 
 @pytest.mark.parametrize("path", ["a", "a/b.txt", ".gitattributes", "x/.hidden/y", "a" * 1000, "dir/file with space"])
 def test_safe_paths_pass(path):
-    from adaptkit.hubstore import check_path
+    from adaptkit.localhub.storage import check_path
     assert check_path(path) == path
 
 
 @pytest.mark.parametrize("path", ["", "/abs", "a//b", "a/", "./a", "a/../b", "..", "a/.git/config", ".git", "a\\b",
                                   "a\nb", "a\x00b", "a" * 1001, None, 7])
 def test_unsafe_paths_are_400(path):
-    from adaptkit.hubstore import HubError, check_path
+    from adaptkit.localhub.storage import HubError, check_path
     with pytest.raises(HubError, match=re.escape(f"Invalid path {str(path)[:200]!r}: use a relative path")) as e:
         check_path(path)
     assert e.value.status == 400
@@ -494,7 +494,7 @@ def test_unsafe_paths_are_400(path):
                                       ("a//b", False), ("a..b", False), ("x.lock", False), ("refs/heads/x", False),
                                       ("0" * 40, False), ("0" * 39, True), ("A" * 40, True), (None, False), ("", False)])
 def test_ref_names(name, ok):
-    from adaptkit.hubstore import HubError, check_ref_name
+    from adaptkit.localhub.storage import HubError, check_ref_name
     if ok: assert check_ref_name(name) == name
     else:
         with pytest.raises(HubError, match=re.escape(f"Invalid branch or tag name {str(name)[:200]!r}")):

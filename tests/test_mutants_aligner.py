@@ -5,7 +5,7 @@ import re
 import datasets
 import pytest
 
-from adaptkit.aligner import ALIGNER_QAC_TEMPLATE, ALIGNER_V1_TEMPLATE, aligner_rows, check_template, format_aligner_prompt
+from adaptkit.aligner.trainer import ALIGNER_QAC_TEMPLATE, ALIGNER_V1_TEMPLATE, aligner_rows, check_template, format_aligner_prompt
 
 
 def test_the_default_template_is_aligner_v1_word_for_word():

@@ -9,7 +9,7 @@ from huggingface_hub import HfApi
 from huggingface_hub.errors import RepositoryNotFoundError
 
 from adaptkit.data import CLASSIFICATION, PREFERENCE, PROMPT_COMPLETION, QAC, DataError, Schema, load_rows, validate_rows
-from adaptkit.localhub import LocalHub
+from adaptkit.localhub.server import LocalHub
 
 ROW = {"question": "2+2?", "answer": "5", "correction": "4"}
 

@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from adaptkit import emr
+import adaptkit.emr.merge as emr
 
 C = emr._CHUNK
 

@@ -10,8 +10,9 @@ from pathlib import Path
 import huggingface_hub.constants
 import pytest
 
-import adaptkit.hub
-from adaptkit.hub import _folder_files, _metadata_upload, pull, push_folder, write_folder
+import adaptkit.hub.client
+from adaptkit.hub import pull, push_folder, write_folder
+from adaptkit.hub.client import _folder_files, _metadata_upload
 
 SHA = "0123456789abcdef0123456789abcdef01234567"
 
@@ -77,7 +78,7 @@ def test_a_failed_swap_puts_the_old_folder_back_from_an_aside_folder_beside_it(t
         renames.append((Path(src), Path(dst)))
         if ".tmp-" in Path(src).name: raise OSError("disk gone")  # moving the new folder in fails
         return real(src, dst)
-    monkeypatch.setattr(adaptkit.hub.os, "rename", rename)
+    monkeypatch.setattr(adaptkit.hub.client.os, "rename", rename)
     with pytest.raises(OSError, match="disk gone"):
         write_folder(out, _fill('{"v": 2}'))
     assert (out / "adaptkit.json").read_text() == '{"v": 1}'
@@ -88,14 +89,14 @@ def test_a_failed_swap_puts_the_old_folder_back_from_an_aside_folder_beside_it(t
 
 def _failing_rmtree(part, monkeypatch):
     "shutil.rmtree failing on folders whose name holds `part`, but honouring ignore_errors as the real one does."
-    real, failed = adaptkit.hub.shutil.rmtree, []
+    real, failed = adaptkit.hub.client.shutil.rmtree, []
     def rmtree(path, ignore_errors=False, **kw):
         if part in Path(path).name:
             failed.append(Path(path))
             if not ignore_errors: raise PermissionError(f"cannot remove {path}")
             return
         return real(path, ignore_errors=ignore_errors, **kw)
-    monkeypatch.setattr(adaptkit.hub.shutil, "rmtree", rmtree)
+    monkeypatch.setattr(adaptkit.hub.client.shutil, "rmtree", rmtree)
     return failed
 
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from adaptkit.models import tiny_causal_lm
-from adaptkit.pissa import (_fingerprint_matches, _principal, init_pissa, nf4_roundtrip, pissa_config, qpissa_error,
+from adaptkit.pissa.principal import (_fingerprint_matches, _principal, init_pissa, nf4_roundtrip, pissa_config, qpissa_error,
                             save_pissa_as_lora)
 
 
@@ -146,7 +146,7 @@ def test_qpissa_iterations_refit_the_adapter():
 # --- principal_parts and the default ("pissa") init ------------------------------------------------------------------
 
 def test_principal_parts_exact_tall_wide_and_batched():
-    from adaptkit.pissa import principal_parts
+    from adaptkit.pissa.principal import principal_parts
     U, S, Vh = principal_parts(torch.diag(torch.tensor([4.0, 3.0, 2.0, 1.0])), 2, niter=None)
     assert S.tolist() == [4.0, 3.0] and torch.allclose((U * S) @ Vh, torch.diag(torch.tensor([4.0, 3.0, 0.0, 0.0])))
     wide = _rank2(3, 8)
@@ -158,7 +158,7 @@ def test_principal_parts_exact_tall_wide_and_batched():
 
 
 def test_principal_parts_by_block_krylov_are_seeded_and_recover_a_low_rank_matrix():
-    from adaptkit.pissa import principal_parts
+    from adaptkit.pissa.principal import principal_parts
     w = _rank2(40, 24)  # 4 * r * niter = 16 <= 24: the Krylov path
     one = principal_parts(w, 2, niter=2, generator=torch.Generator().manual_seed(5))
     two = principal_parts(w, 2, niter=2, generator=torch.Generator().manual_seed(5))
@@ -176,7 +176,7 @@ def test_principal_parts_by_block_krylov_are_seeded_and_recover_a_low_rank_matri
     (2, 0, "niter must be at least 1 or None, got 0"),
 ])
 def test_principal_parts_checks(r, niter, message):
-    from adaptkit.pissa import principal_parts
+    from adaptkit.pissa.principal import principal_parts
     with pytest.raises(ValueError, match=re.escape(message)):
         principal_parts(torch.ones(4, 6), r, niter=niter)
 

@@ -8,22 +8,23 @@ from peft import PeftModel
 
 from adaptkit.hub import pull, push_folder, read_metadata
 from adaptkit.models import load_causal_lm, load_tokenizer
-from adaptkit.pissa import PiSSATrainer, pissa_config, pissa_sft_config
+from adaptkit.pissa import PiSSAConfig, PiSSATrainer, pissa_config
 
 
 def test_train_push_pull_load_on_untouched_base(hub, tiny_model_dir, tmp_path):
     base_commit = push_folder(tiny_model_dir, "team/tiny-base", endpoint=hub.endpoint)
     rows = datasets.Dataset.from_list([{"prompt": f"{i} plus {i} is", "completion": f" {2 * i}."} for i in range(12)])
     tok = load_tokenizer(tiny_model_dir)
-    args = pissa_sft_config(tmp_path / "out", max_steps=3, per_device_train_batch_size=4, learning_rate=1e-2,
-                            save_strategy="no", disable_tqdm=True, use_cpu=True, logging_steps=1)
+    args = PiSSAConfig(str(tmp_path / "out"), max_steps=3, per_device_train_batch_size=4, learning_rate=1e-2,
+                       save_strategy="no", disable_tqdm=True, use_cpu=True, logging_steps=1)
     trainer = PiSSATrainer("team/tiny-base", args, peft_config=pissa_config(4, niter=2), train_dataset=rows,
                            processing_class=tok, hub_endpoint=hub.endpoint)
     assert (trainer.base_model, trainer.base_revision) == ("team/tiny-base", base_commit)
     assert read_metadata(trainer.init_dir)["pissa"]["seed"] == args.seed == 42  # the init is seeded with the run's seed
     trainer.train()
-    results = [{"task": "text-generation", "dataset": "tiny-sums", "metric": "loss", "value": 1.5}]
-    commit = trainer.push_lora("team/tiny-pissa", endpoint=hub.endpoint, results=results)
+    adapter = trainer.artifact()
+    adapter.results = [{"task": "text-generation", "dataset": "tiny-sums", "metric": "loss", "value": 1.5}]
+    commit = adapter.push_to_hub("team/tiny-pissa", endpoint=hub.endpoint)
 
     data = HfApi(endpoint=hub.endpoint).model_info("team/tiny-pissa").card_data
     assert (data.base_model, data.library_name) == ("team/tiny-base", "peft")
@@ -45,7 +46,7 @@ import numpy as np  # noqa: E402
 from peft import LoraConfig  # noqa: E402
 
 from adaptkit.models import tiny_causal_lm  # noqa: E402
-from adaptkit.pissa import (NF4_LEVELS, PiSSAConfig, init_pissa, load_pissa_adapter, nf4_roundtrip,  # noqa: E402
+from adaptkit.pissa.principal import (NF4_LEVELS, init_pissa, load_pissa_adapter, nf4_roundtrip,  # noqa: E402
                             principal_parts, qpissa_error, quantization_error, save_pissa_as_lora, save_pissa_residual)
 
 
@@ -252,7 +253,7 @@ def test_default_init_equals_peft_exact_and_the_residual_is_exact(tiny_tok, tmp_
 
 def test_chunked_decomposition_gives_the_same_adapter(tiny_tok, tmp_path, monkeypatch):
     whole = _lora_parts(_init(tiny_causal_lm(tiny_tok), pissa_config(4), tmp_path / "a"))
-    import adaptkit.pissa as pissa
+    import adaptkit.pissa.principal as pissa
     monkeypatch.setattr(pissa, "_CHUNK_ELEMENTS", 1500)  # one 32x32 matrix per call instead of all same-shape ones
     chunked = _lora_parts(_init(tiny_causal_lm(tiny_tok), pissa_config(4), tmp_path / "b"))
     assert whole.keys() == chunked.keys()

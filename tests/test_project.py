@@ -33,7 +33,7 @@ def test_readme_has_exactly_two_setup_commands():
 def test_runtime_package_needs_no_dev_tools():
     "Importing every module must not pull in nbdev or execnb (dev-only); fastcore is a runtime dependency (`@patch`)."
     code = ("import sys, importlib, pkgutil, adaptkit\n"
-            "for m in pkgutil.iter_modules(adaptkit.__path__): importlib.import_module('adaptkit.' + m.name)\n"
+            "for m in pkgutil.walk_packages(adaptkit.__path__, 'adaptkit.'): importlib.import_module(m.name)\n"
             "bad = [m for m in ('nbdev', 'execnb') if m in sys.modules]\n"
             "assert not bad, bad")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
@@ -50,19 +50,97 @@ def test_network_is_blocked():
 
 
 def _modules():
-    return sorted(p for p in (ROOT / "adaptkit").glob("*.py") if p.name != "_modidx.py")
+    return sorted(p for p in (ROOT / "adaptkit").rglob("*.py") if p.name != "_modidx.py")
 
 
-def test_no_module_over_500_lines_no_function_over_50():
-    "The size guide (~500 and ~50 lines, with slack), until issue 23 replaces this gate by ruff (DESIGN.md)."
-    import ast
-    big = [f"{p.name}: {n} lines" for p in _modules() if (n := len(p.read_text().splitlines())) > 540]
-    long = []
+def test_every_module_is_exported_from_a_notebook():
+    "Each file of the package names the notebook it is exported from, and that notebook exists (no stale module)."
+    stale = []
     for p in _modules():
-        for node in ast.walk(ast.parse(p.read_text())):
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno + 1 > 55:
-                long.append(f"{p.name}:{node.lineno} {node.name} ({node.end_lineno - node.lineno + 1} lines)")
-    assert not big and not long, big + long
+        head = p.read_text().split("\n# %%", 1)[0]
+        src = next((line.split("File to edit: ", 1)[1].rstrip(".") for line in head.splitlines() if "File to edit: " in line), None)
+        if src is None or not (p.parent / src).resolve().exists(): stale.append(f"{p.relative_to(ROOT)} (from {src})")
+    assert not stale, f"modules no notebook exports (delete them): {stale}"
+
+
+METHODS = ("pissa", "aligner", "repnoise", "translora", "emr")
+CORE = ("artifacts", "data", "models", "tensorfiles", "tasks")
+
+
+def _module_name(path: Path, root: Path) -> str:
+    parts = path.relative_to(root.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def import_graph(root: Path = ROOT / "adaptkit") -> dict[str, set[str]]:
+    "{module: the adaptkit modules it imports}, at module level or inside functions, relative imports resolved."
+    import ast
+    modules = {_module_name(p, root): p for p in sorted(root.rglob("*.py")) if p.name != "_modidx.py"}
+    graph = {}
+    for name, path in modules.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        graph[name] = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                graph[name] |= {a.name for a in node.names if a.name.split(".")[0] == "adaptkit"}
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    up = package.split(".")[:len(package.split(".")) - node.level + 1]
+                    base = ".".join(up + ([node.module] if node.module else []))
+                if base.split(".")[0] != "adaptkit": continue
+                # `from package import submodule` imports the submodule
+                graph[name] |= {f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base for a in node.names}
+        graph[name] -= {name}
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    "Every import cycle found by depth-first search, each as the list of modules around it."
+    found, state = [], {}
+    def visit(node, stack):
+        state[node] = "open"; stack.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == "open": found.append(stack[stack.index(nxt):] + [nxt])
+            elif nxt not in state: visit(nxt, stack)
+        stack.pop(); state[node] = "done"
+    for node in sorted(graph):
+        if node not in state: visit(node, [])
+    return found
+
+
+def layer_violations(graph: dict[str, set[str]]) -> list[str]:
+    "Imports against the layers: a method importing another, the core importing up, the client importing the server."
+    top = lambda m: m.split(".")[1] if "." in m else ""
+    bad = []
+    for src, targets in graph.items():
+        for dst in targets:
+            s, d = top(src), top(dst)
+            if s in METHODS and d in METHODS and s != d: bad.append(f"{src} -> {dst}: methods never import each other")
+            if s in (*CORE, "hub") and d in (*METHODS, "cli", "demo"): bad.append(f"{src} -> {dst}: the core imports up")
+            if s not in ("localhub", "cli", "demo") and d == "localhub": bad.append(f"{src} -> {dst}: the client imports the server")
+            if s == "hub" and d in CORE: bad.append(f"{src} -> {dst}: the Hub client sits below the core")
+    return sorted(bad)
+
+
+def test_the_import_graph_has_no_cycle_and_points_down():
+    graph = import_graph()
+    assert {"adaptkit.emr.bundle", "adaptkit.localhub.storage", "adaptkit.hub.cards"} <= set(graph)
+    assert not cycles(graph), cycles(graph)
+    assert not layer_violations(graph), layer_violations(graph)
+
+
+def test_the_import_graph_checks_catch_a_cycle_and_a_method_importing_another(tmp_path):
+    pkg = tmp_path / "adaptkit"
+    for rel, text in {"__init__.py": "", "models.py": "from .emr import x\n", "emr/__init__.py": "from .merge import *\n",
+                      "emr/merge.py": "def f():\n    from ..models import y\n    from adaptkit.pissa import z\n",
+                      "pissa/__init__.py": ""}.items():
+        (pkg / rel).parent.mkdir(parents=True, exist_ok=True); (pkg / rel).write_text(text)
+    graph = import_graph(pkg)
+    assert graph["adaptkit.emr.merge"] == {"adaptkit.models", "adaptkit.pissa"}
+    assert cycles(graph) == [["adaptkit.emr", "adaptkit.emr.merge", "adaptkit.models", "adaptkit.emr"]]
+    assert layer_violations(graph) == ["adaptkit.emr.merge -> adaptkit.pissa: methods never import each other",
+                                       "adaptkit.models -> adaptkit.emr: the core imports up"]
 
 
 def test_every_public_parameter_is_documented():
@@ -71,7 +149,7 @@ def test_every_public_parameter_is_documented():
     from fastcore.docments import docments
     missing = []
     for p in _modules():
-        mod = importlib.import_module(f"adaptkit.{p.stem}")
+        mod = importlib.import_module(_module_name(p, ROOT / "adaptkit"))
         for name in getattr(mod, "__all__", []):
             obj = getattr(mod, name)
             if not callable(obj) or getattr(obj, "__module__", None) != mod.__name__: continue
@@ -85,7 +163,7 @@ def test_every_public_parameter_is_documented():
                 if param in ("return", "self", "cls") or param.startswith("_"): continue
                 kind = inspect.signature(target).parameters.get(param)
                 if kind is not None and kind.kind in (kind.VAR_POSITIONAL, kind.VAR_KEYWORD): continue  # described by their function
-                if not doc: missing.append(f"{p.stem}.{name}({param})")
+                if not doc: missing.append(f"{mod.__name__}.{name}({param})")
     assert not missing, f"{len(missing)} undocumented parameters: {missing}"
 
 

@@ -18,15 +18,27 @@ from huggingface_hub import HfApi
 from torch.nn.utils.rnn import pad_sequence
 from transformers import AutoModelForCausalLM
 
-import adaptkit.repnoise_eval as repnoise_eval
+import adaptkit.repnoise.harness as repnoise_eval
 from adaptkit.data import DataError
 from adaptkit.hub import pull, push_folder, read_metadata, write_metadata
-from adaptkit.localhub import LocalHub
+from adaptkit.localhub.server import LocalHub
 from adaptkit.models import load_tokenizer, tiny_causal_lm
-from adaptkit.repnoise import (ImmunisedModel, LayerCapture, RepNoiseCollator, RepNoiseConfig, RepNoiseTrainer,
-                               decoder_layers, defence_settings, encode_answer, format_prompt, pair_rows, readout, repnoise_card,
-                               repnoise_dataset, repnoise_loss, save_repnoise)
-from adaptkit.repnoise_eval import (RefusalClassifier, answer_metrics, disjoint_splits, harmful_finetune_attack,
+from adaptkit.repnoise import (
+    ImmunisedModel,
+    LayerCapture,
+    RepNoiseCollator,
+    RepNoiseConfig,
+    RepNoiseTrainer,
+    decoder_layers,
+    defence_settings,
+    encode_answer,
+    format_prompt,
+    pair_rows,
+    readout,
+    repnoise_dataset,
+    repnoise_loss,
+)
+from adaptkit.repnoise.harness import (RefusalClassifier, answer_metrics, disjoint_splits, harmful_finetune_attack,
                                     immunisation_report, refusal_rate)
 
 torch.set_num_threads(2)
@@ -262,7 +274,7 @@ def test_harmfulness_known_answer_with_a_stub_generator(tiny_tok, monkeypatch):
 
 def test_pyrit_refusal_labels_when_installed():
     pytest.importorskip("pyrit", reason="pyrit (an asset package) not installed")  # find_spec only; never imported for real
-    from adaptkit.repnoise_eval import pyrit_refusal_labels
+    from adaptkit.repnoise.harness import pyrit_refusal_labels
     labels = pyrit_refusal_labels()
     assert len(labels) > 100 and {y for _, y in labels} == {0, 1}
 
@@ -308,24 +320,7 @@ def test_folder_of_the_previous_release_loads(tiny_tok, tmp_path):
     assert loaded.report == REPORT and loaded.base_model == "team/base" and _same_weights(loaded.model, model)
 
 
-def test_deprecated_names_still_work_and_warn(tiny_tok, tmp_path):
-    model = tiny_causal_lm(tiny_tok)
-    settings = {"beta": 0.001, "alpha": 1.0}
-    with pytest.warns(FutureWarning, match="save_repnoise is deprecated"):
-        out = save_repnoise(model, tiny_tok, tmp_path / "d", settings=settings, base_model="team/base", report=REPORT, name="tiny")
-    loaded = ImmunisedModel.from_pretrained(out)
-    assert loaded.settings == settings and loaded.report == REPORT and _same_weights(loaded.model, model)
-    with pytest.warns(FutureWarning, match="repnoise_card is deprecated"):
-        card = repnoise_card("tiny", base_model="team/base", settings=settings, report=REPORT)
-    assert card.data.base_model == "team/base" and "repnoise" in card.data.tags and "| `beta` | `0.001` |" in card.text
-    rows = [{"prompt": f"q {i}", "completion": f"a {i}"} for i in range(4)]
-    with pytest.warns(FutureWarning, match="finetune is deprecated"):
-        tuned = repnoise_eval.finetune(model, rows, tokenizer=tiny_tok, column="completion", lr=1e-2, steps=1, seed=0)
-    assert _same_weights(tuned, repnoise_eval.finetuned_copy(model, rows, tokenizer=tiny_tok, column="completion", lr=1e-2,
-                                                              steps=1, seed=0))
-    import adaptkit.repnoise as repnoise
-    with pytest.warns(FutureWarning, match="adaptkit.repnoise.immunisation_report moved to adaptkit.repnoise_eval"):
-        assert repnoise.immunisation_report is immunisation_report
+def test_collator_takes_the_tokenizer(tiny_tok):
     with pytest.raises(TypeError, match=re.escape("RepNoiseCollator(tok), not RepNoiseCollator(tok.pad_token_id)")):
         RepNoiseCollator(tiny_tok.pad_token_id)
 
@@ -334,7 +329,7 @@ _PUSH_SCRIPT = textwrap.dedent("""
     import json, sys
     from pathlib import Path
     from adaptkit.models import load_tokenizer
-    from adaptkit.repnoise import RepNoiseConfig, RepNoiseTrainer
+    from adaptkit.repnoise.trainer import RepNoiseConfig, RepNoiseTrainer
     rows = [{"prompt": f"how do I do task {i}", "harmful": f"here is how {i}", "harmless": "sorry I cannot help"} for i in range(4)]
     args = RepNoiseConfig(str(Path(sys.argv[1]) / "tiny-immunised"), max_steps=1, per_device_train_batch_size=2, use_cpu=True,
                           save_strategy="no", disable_tqdm=True, max_length=64, hub_model_id="tiny-immunised")
@@ -489,8 +484,8 @@ def test_model_checks_name_the_model_and_the_layer(tiny_tok, tmp_path):
         readout(model)
     with pytest.raises(ValueError, match=re.escape("RepNoiseTrainer needs processing_class=")):
         RepNoiseTrainer(str(tmp_path / "no-such-model"), _args(tmp_path), ROWS)
-    import adaptkit.repnoise as repnoise
-    with pytest.raises(AttributeError, match="module 'adaptkit.repnoise' has no attribute 'no_such_name'"):
+    import adaptkit.repnoise.trainer as repnoise
+    with pytest.raises(AttributeError, match="module 'adaptkit.repnoise.trainer' has no attribute 'no_such_name'"):
         repnoise.no_such_name
 
 

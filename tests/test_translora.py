@@ -7,25 +7,30 @@ import re
 import shutil
 import sys
 import types
-import warnings
 
 import pytest
 import torch
 from huggingface_hub import HfApi
 from peft import LoraConfig, PeftModel, get_peft_model
 
-from adaptkit import translora
-from adaptkit.artifacts import BaseMismatchError
+import adaptkit.translora.synthesis as synthesis
+import adaptkit.translora.transfer as transfer
+from adaptkit.models import BaseMismatchError
 from adaptkit.data import DataError
 from adaptkit.hub import pull, push_folder, read_metadata
 from adaptkit.models import load_causal_lm, load_tokenizer, tiny_causal_lm, tiny_tokenizer
 from adaptkit.translora import (AdapterMismatchError, Discriminator, DiscriminatorConfig, DistillationConfig,
-                                EmptyGenerationError, SynthesisConfig, TransferredAdapter, TransLoRAConfig, filter_prompts,
+                                EmptyGenerationError, SynthesisConfig, TransferredAdapter, filter_prompts,
                                 synthesize_prompts, teacher_completions, train_discriminator, transfer_lora)
 
 SEEDS = [{"prompt": f"Question: what is {a} plus {b}?\nAnswer:", "completion": f" {a + b}"} for a, b in [(1, 2), (3, 4), (5, 6), (7, 8), (9, 1)]]
 FAST = {"use_cpu": True, "disable_tqdm": True}
 
+
+
+def _generate_with(monkeypatch, generate):
+    "Replace the generation both Trans-LoRA stages call: synthesis (target writes prompts) and the teacher's answers."
+    for module in (synthesis, transfer): monkeypatch.setattr(module, "generate_texts", generate)
 
 def _synthesis(**kw):
     return SynthesisConfig(**{**dict(num_synthetic=5, prompt_max_new_tokens=8, completion_max_new_tokens=5, generation_batch_size=5), **kw})
@@ -129,13 +134,13 @@ def test_trained_discriminator_keeps_real_and_drops_synthetic(tmp_path):
 
 
 def test_distilled_count_matches_a_hand_count(bases, tmp_path, monkeypatch):
-    real_generate, answered = translora.generate_texts, []
+    real_generate, answered = synthesis.generate_texts, []
     def generate(model, tok, prompts, **kw):
         if kw.get("desc") != "teacher completions": return real_generate(model, tok, prompts, **kw)
         answers = ["  \n" if i % 3 == 0 else f" {i}" for i in range(len(prompts))]  # every third answer is empty
         answered.append(answers)
         return answers
-    monkeypatch.setattr(translora, "generate_texts", generate)
+    _generate_with(monkeypatch, generate)
     adapter = transfer_lora(bases / "src-base", bases / "src-lora", bases / "tgt-base", SEEDS, synthesis=_synthesis(num_synthetic=7),
                             distillation=_distillation(tmp_path))
     hand_count = sum(1 for a in answered[0] if a.strip())
@@ -168,7 +173,7 @@ def test_vllm_path_with_a_stand_in(bases, tmp_path, monkeypatch):
     assert _StandInLLM.built == [str(bases / "tgt-base")] and adapter.counts["synthetic"] == 4
     n, params = _StandInLLM.calls[0]
     assert params == {"max_tokens": 8, "temperature": 0.7, "top_p": 0.95, "stop": ["###"]}
-    greedy = translora.generate_texts(_StandInLLM("x"), None, ["a"], max_new_tokens=3)
+    greedy = synthesis.generate_texts(_StandInLLM("x"), None, ["a"], max_new_tokens=3)
     assert greedy[0].startswith("input number ") and greedy[0].endswith("### Input") and _StandInLLM.calls[-1][1]["temperature"] == 0.0
     assert adapter.settings["backend"] == "vllm"
 
@@ -185,19 +190,13 @@ def test_logit_level_needs_one_vocabulary(bases, tmp_path):
     assert "library_name: peft" in readme and read_metadata(tmp_path / "y")["artifact"] == "translora-adapter"
 
 
-def test_deprecated_flat_config_and_push_to(bases, tmp_path, hub):  # pushes a new folder, not the bases
-    with pytest.warns(FutureWarning, match="TransLoRAConfig is deprecated"):
-        flat = TransLoRAConfig(num_synthetic=4, prompt_max_new_tokens=8, completion_max_new_tokens=4, generation_batch_size=4, max_steps=1,
-                               train_batch_size=2, training_kwargs=FAST)
-    with pytest.warns(FutureWarning, match=r"push_to=\.\.\.\) is deprecated"):
-        res = transfer_lora(bases / "src-base", bases / "src-lora", bases / "tgt-base", SEEDS, output_dir=tmp_path / "out", config=flat,
-                            push_to="team/flat", endpoint=hub.endpoint)
-    assert res.commit and res.output_dir == tmp_path / "out" and (tmp_path / ".out.trainer").is_dir()
-    assert HfApi(endpoint=hub.endpoint).model_info("team/flat").sha == res.commit
-    with pytest.raises(ValueError, match="not both"):
-        transfer_lora(bases / "src-base", bases / "src-lora", bases / "tgt-base", SEEDS, config=flat, synthesis=_synthesis())
-    with pytest.warns(FutureWarning, match="TransferResult is deprecated"):
-        assert translora.TransferResult is TransferredAdapter
+def test_saved_beside_its_trainer_folder_then_pushed(bases, tmp_path, hub):  # pushes a new folder, not the bases
+    res = transfer_lora(bases / "src-base", bases / "src-lora", bases / "tgt-base", SEEDS, output_dir=tmp_path / "out",
+                        synthesis=_synthesis(num_synthetic=4, completion_max_new_tokens=4, generation_batch_size=4))
+    assert res.output_dir == tmp_path / "out"
+    assert (tmp_path / ".out.trainer").is_dir()  # the default distillation works beside the output
+    commit = res.push_to_hub("team/pushed", endpoint=hub.endpoint)
+    assert HfApi(endpoint=hub.endpoint).model_info("team/pushed").sha == commit
 
 
 def test_too_few_seeds_fail_before_anything_is_pulled(tmp_path):
@@ -218,12 +217,12 @@ def test_adapter_on_the_wrong_base_is_refused(bases, tmp_path):
 def test_empty_generations_are_refused(bases, monkeypatch):
     tok = load_tokenizer(bases / "src-base")
     model = load_causal_lm(bases / "src-base")
-    monkeypatch.setattr(translora, "generate_texts", lambda m, t, prompts, **kw: ["" for _ in prompts])
+    _generate_with(monkeypatch, lambda m, t, prompts, **kw: ["" for _ in prompts])
     with pytest.raises(EmptyGenerationError, match="wrote no usable prompt in 15 generations"):
         synthesize_prompts(model, tok, SEEDS, _synthesis(), progress=False)
     with pytest.raises(EmptyGenerationError, match="answered none of 2 prompts"):
         teacher_completions(model, tok, ["a", "b"], _synthesis(), progress=False)
-    monkeypatch.setattr(translora, "generate_texts", lambda m, t, prompts, **kw: ["### only a separator" for _ in prompts])
+    _generate_with(monkeypatch, lambda m, t, prompts, **kw: ["### only a separator" for _ in prompts])
     with pytest.raises(EmptyGenerationError, match="no usable prompt"):
         synthesize_prompts(model, tok, SEEDS, _synthesis(), progress=False)
 
@@ -255,12 +254,12 @@ def test_transfer_filters_with_a_trained_discriminator_at_threshold_half(tmp_pat
         model.save_pretrained(folder / name); tok.save_pretrained(folder / name)
     get_peft_model(tiny_causal_lm(tok, seed=2), LoraConfig(r=4, target_modules=["q_proj", "v_proj"])).save_pretrained(folder / "lora")
     written = [synthetic[8], real[8], real[9], synthetic[9], real[10], synthetic[10]]  # what the target "writes"
-    real_generate, taught = translora.generate_texts, []
+    real_generate, taught = synthesis.generate_texts, []
     def generate(model, tok_, prompts, **kw):
         if kw.get("desc") == "teacher completions":
             taught.append(list(prompts)); return [" one" for _ in prompts]
         return [written.pop(0) + "\n###" for _ in prompts] if kw.get("stop_strings") else real_generate(model, tok_, prompts, **kw)
-    monkeypatch.setattr(translora, "generate_texts", generate)
+    _generate_with(monkeypatch, generate)
     seeds = [f"apple seed {i} is red" for i in range(5)]
     adapter = transfer_lora(folder / "src", folder / "lora", folder / "tgt", seeds, discriminator=disc,
                             synthesis=_synthesis(num_synthetic=6, generation_batch_size=1, keep_template=False),
@@ -296,30 +295,18 @@ def test_stage_configs_refuse_bad_settings_by_name(make, error, message):
         make()
 
 
-@pytest.mark.parametrize("kw, message", [
-    (dict(threshold=-0.1), r"threshold must be in \[0, 1\], got -0.1"),
-    (dict(distillation="token"), "distillation must be 'sequence' or 'logit', got 'token'"),
-    (dict(discriminator_template="x"), "discriminator_template needs a {text} field"),
-    (dict(real_label=" no"), "real_label and synthetic_label must differ"),
-    (dict(num_synthetic=0), "num_synthetic must be at least 1"),
-])
-def test_deprecated_flat_config_refuses_bad_settings_by_name(kw, message):
-    with pytest.warns(FutureWarning), pytest.raises(ValueError, match=message):
-        TransLoRAConfig(**kw)
-
-
 def test_stage_config_refuses_wrong_types():
-    from adaptkit.translora_config import stage_config
+    from adaptkit.translora.config import stage_config
     with pytest.raises(TypeError, match="not a Trans-LoRA stage config: <class 'int'>"):
         stage_config(None, int)
-    with pytest.raises(TypeError, match="expected a DistillationConfig \\(or a deprecated TransLoRAConfig\\), got a SynthesisConfig"):
+    with pytest.raises(TypeError, match="expected a DistillationConfig, got a SynthesisConfig"):
         stage_config(SynthesisConfig(), DistillationConfig)
-    with pytest.raises(TypeError, match="config= takes a TransLoRAConfig, got a SynthesisConfig"):
-        transfer_lora("a", "b", "c", SEEDS, config=SynthesisConfig())
+    with pytest.raises(TypeError, match="expected a DistillationConfig, got a SynthesisConfig"):
+        transfer_lora("a", "b", "c", SEEDS, distillation=SynthesisConfig())
 
 
 def test_seed_and_adapter_checks_name_the_row_and_tensor(bases, tmp_path):
-    from adaptkit.translora_config import check_adapter, load_seeds
+    from adaptkit.translora.config import check_adapter, load_seeds
     with pytest.raises(DataError, match="seed 2: empty text"):
         load_seeds(["a", "b", "  ", "c", "d", "e"])
     lora = get_peft_model(tiny_causal_lm(tiny_tokenizer(), seed=2), LoraConfig(r=2, target_modules=["q_proj"]))
@@ -332,7 +319,7 @@ def test_seed_and_adapter_checks_name_the_row_and_tensor(bases, tmp_path):
 
 
 def test_discriminator_and_filter_inputs_are_checked():
-    from adaptkit.translora import discriminator_rows
+    from adaptkit.translora.discriminator import discriminator_rows
     with pytest.raises(ValueError, match="needs real and synthetic texts; got 2 real, 0 synthetic"):
         discriminator_rows(["a", "b"], [])
     with pytest.raises(ValueError, match="synthetic text 1: empty or not a string"):
@@ -350,7 +337,7 @@ def test_discriminator_and_filter_inputs_are_checked():
 
 def test_distillation_inputs_are_checked(bases, tmp_path):
     import datasets
-    from adaptkit.translora import distill_lora
+    from adaptkit.translora.transfer import distill_lora
     tok = load_tokenizer(bases / "tgt-base")
     with pytest.raises(EmptyGenerationError, match=r"needs prompt/completion rows; got 0 rows"):
         distill_lora(load_causal_lm(bases / "tgt-base"), tok, datasets.Dataset.from_list([]), _distillation(tmp_path))
@@ -366,13 +353,13 @@ def test_distillation_inputs_are_checked(bases, tmp_path):
     with pytest.raises(EmptyGenerationError, match="no prompts for the teacher to answer"):
         teacher_completions(None, tok, [], _synthesis())
     with pytest.raises(AttributeError, match="has no attribute 'NoSuchTrainer'"):
-        translora.NoSuchTrainer
+        transfer.NoSuchTrainer
 
 
 def test_vllm_generator_without_vllm_says_how_to_install(monkeypatch):
     monkeypatch.setitem(sys.modules, "vllm", None)  # an import of vllm now raises ImportError
     with pytest.raises(ImportError, match=r"backend='vllm' needs vLLM \(`pip install vllm`\)"):
-        translora.vllm_generator("/nowhere")
+        synthesis.vllm_generator("/nowhere")
 
 
 def test_model_helpers_refuse_bad_inputs(tmp_path):

@@ -1,4 +1,5 @@
-"""Trains a tiny aligner for a few steps; run under `accelerate launch --cpu --num_processes 2` by tests/test_multiprocess.py.
+"""Trains a tiny aligner for a few steps; tests/test_multiprocess.py runs it under
+`accelerate launch --cpu --num_processes 2`.
 Each rank writes the SHA-256 of its final weights (and the world size it saw) to OUT/rank{N}.json."""
 import hashlib
 import json
@@ -8,7 +9,7 @@ from pathlib import Path
 
 import torch
 
-from adaptkit.aligner import AlignerConfig, AlignerTrainer
+from adaptkit.aligner.trainer import AlignerConfig, AlignerTrainer
 from adaptkit.models import load_tokenizer
 
 model_dir, out = Path(sys.argv[1]), Path(sys.argv[2])
@@ -18,7 +19,9 @@ args = AlignerConfig(str(out / "run"), max_steps=3, per_device_train_batch_size=
 trainer = AlignerTrainer(str(model_dir), args, rows, processing_class=load_tokenizer(model_dir))
 trainer.train()
 digest = hashlib.sha256()
-for name, p in sorted(trainer.model.state_dict().items()): digest.update(name.encode()); digest.update(p.detach().float().numpy().tobytes())
+for name, p in sorted(trainer.model.state_dict().items()):
+    digest.update(name.encode())
+    digest.update(p.detach().float().numpy().tobytes())
 rank = int(os.environ.get("RANK", 0))
 (out / f"rank{rank}.json").write_text(json.dumps({"sha256": digest.hexdigest(), "world_size": trainer.args.world_size,
                                                    "global_step": trainer.state.global_step}))

@@ -4,7 +4,7 @@
     # default: every [mutation:MODULE] section of setup.cfg, in order, from a clean mutants/
 
 Each `[mutation:MODULE]` section of setup.cfg names the files to mutate, the fast pytest files that test them and the
-core functions whose mutants are run (`file.function` or `file.Class.method`), with a sentence saying why those.
+core functions whose mutants are run (`module:function` or `module:Class.method`), with a sentence saying why those.
 One module at a time, mutmut (its `[mutmut]` section in setup.cfg, patched with the module's files and tests) copies
 the project into mutants/ and runs, for each mutant, the selected tests that call the mutated function.
 The counts per module and every survivor (its function and mutated line) are written to tests/mutation.json; a
@@ -41,10 +41,10 @@ def read_modules(path: Path = CONFIG) -> dict[str, dict]:
 
 
 def mutant_glob(function: str) -> str:
-    "mutmut's name pattern for the mutants of `file.function` or `file.Class.method`."
-    file, _, name = function.partition(".")
+    "mutmut's name pattern for the mutants of `module:function` or `module:Class.method` (dotted)"
+    module, _, name = function.partition(":")
     cls, _, method = name.rpartition(".")
-    return f"adaptkit.{file}." + (f"x\u01c1{cls}\u01c1{method}" if cls else f"x_{name}") + "__mutmut_*"
+    return f"adaptkit.{module}." + (f"x\u01c1{cls}\u01c1{method}" if cls else f"x_{name}") + "__mutmut_*"
 
 
 def run_module(name: str, spec: dict, max_children: int, timeout: float | None = None) -> dict:
@@ -95,7 +95,7 @@ def _fastest_tests_first():
 
 
 def _run_one(name: str, max_children: int):
-    "In the child process: patch mutmut's config with the module's files and tests, make the mutants, run the core ones."
+    "In the child process: patch mutmut's config with the module's files and tests, make mutants, run the core ones."
     import mutmut.__main__ as mm
     from fnmatch import fnmatch
     from mutmut.configuration import config
@@ -179,13 +179,15 @@ def main(names: list[str], until: str | None = None, module_timeout: float | Non
     if names == list(modules): shutil.rmtree(ROOT / "mutants", ignore_errors=True)  # a full pass starts clean
     old = json.loads(OUTPUT.read_text()) if OUTPUT.exists() else {}
     previous = previous_whys()
-    report = {"tool": "mutmut " + __import__("importlib.metadata").metadata.version("mutmut"),
-              "command": "make mutation  (python tests/scripts/mutation.py)",
-              "kill_rate": "(killed + timeout) / checked mutants (mutants - not_checked), over the core functions listed "
-                           "per module; not_checked > 0 only when a module's run was stopped (see its error)",
-              "docstring_mutants": "not run and not counted: they change only a docstring, and nothing in adaptkit "
-                                   "reads __doc__ at run time (equivalent by construction)",
-              "modules": old.get("modules", {}) if names != list(modules) else {}}
+    report = {
+        "tool": "mutmut " + __import__("importlib.metadata").metadata.version("mutmut"),
+        "command": "make mutation  (python tests/scripts/mutation.py)",
+        "kill_rate": "(killed + timeout) / checked mutants (mutants - not_checked), over the core functions listed "
+        "per module; not_checked > 0 only when a module's run was stopped (see its error)",
+        "docstring_mutants": "not run and not counted: they change only a docstring, and nothing in adaptkit "
+        "reads __doc__ at run time (equivalent by construction)",
+        "modules": old.get("modules", {}) if names != list(modules) else {},
+    }
     started, load = datetime.now(timezone.utc), os.getloadavg()
     for name in names:
         if until and datetime.now(timezone.utc).strftime("%H:%M") >= until:
@@ -222,7 +224,9 @@ if __name__ == "__main__":
     if sys.argv[1:2] == ["--one"]: _run_one(sys.argv[2], int(sys.argv[3])); sys.exit()
     import argparse
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("modules", nargs="*", help="[mutation:NAME] sections to run (default: all, from a clean mutants/)")
+    parser.add_argument(
+        "modules", nargs="*", help="[mutation:NAME] sections to run (default: all, from a clean mutants/)"
+    )
     parser.add_argument("--until", help="HH:MM (UTC): start no module after this time")
     parser.add_argument("--module-timeout", type=float, help="seconds after which a module's run is stopped")
     a = parser.parse_args()
