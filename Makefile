@@ -28,7 +28,7 @@ $(STAMP): setup.py settings.ini Makefile $(LOCK)
 demo: $(STAMP)
 	$(BIN)/adaptkit demo
 
-test: check-nbs nbtest pytest
+test: check-nbs lint nbtest pytest
 
 # Lines within 120 characters, pyflakes, sorted imports (pyproject.toml's [tool.ruff]); notebooks are checked cell by cell.
 lint: $(STAMP)

@@ -25,16 +25,24 @@ __all__ = ['COMMANDS', 'HELP_COLUMNS', 'HELP_PACKAGES', 'HubArguments', 'PushArg
 @dataclass
 class HubArguments:
     "Where inputs are pulled from and artifacts pushed to."
-    hub_endpoint: str | None = field(default=None, metadata={"help": "Hub URL for pulling inputs and pushing results (default: huggingface.co, or $HF_ENDPOINT); e.g. a LocalHub's endpoint."})
+    hub_endpoint: str | None = field(
+        default=None,
+        metadata={"help": "Hub URL for pulling inputs and pushing results (default: huggingface.co, or $HF_ENDPOINT); "
+                          "e.g. a LocalHub's endpoint."},
+    )
 
 @dataclass
 class PushArguments(HubArguments):
     "Where a command without `TrainingArguments` pushes its artifact (the same flag names as `TrainingArguments`)."
     push_to_hub: bool = field(default=False, metadata={"help": "Push the artifact with its model card."})
     hub_model_id: str | None = field(default=None, metadata={"help": "Repo id to push to (namespace/name)."})
-    hub_token: str | None = field(default=None, metadata={"help": "Hub token with write access (default: the stored login); never printed."})
+    hub_token: str | None = field(
+        default=None, metadata={"help": "Hub token with write access (default: the stored login); never printed."}
+    )
     hub_private_repo: bool = field(default=False, metadata={"help": "Create the repo private."})
-    hub_revision: str | None = field(default=None, metadata={"help": "Branch to push to (created from main when missing); default main."})
+    hub_revision: str | None = field(
+        default=None, metadata={"help": "Branch to push to (created from main when missing); default main."}
+    )
 
 @dataclass
 class Command:
@@ -85,7 +93,7 @@ def _revision(model_args) -> str | None:
     return None if rev in (None, "", "main") else rev
 
 def _report(push: dict | None, commit: str | None = None, **result) -> dict:
-    "Print a command's result (with the pushed repo and commit) as one line of JSON, the last of its output, and return it."
+    "Print a command's result (with the pushed repo and commit) as one JSON line, its last output, and return it."
     result |= {"repo_id": push["repo_id"], "commit": commit} if push else {}
     print(json.dumps({k: str(v) if isinstance(v, Path) else v for k, v in result.items()}))
     return result
@@ -93,7 +101,9 @@ def _report(push: dict | None, commit: str | None = None, **result) -> dict:
 def _rows(script, schema, hub: HubArguments, token: str | None):
     "The command's training rows (`--dataset_name`, `--dataset_train_split`), validated against `schema`."
     from adaptkit.data import load_rows
-    return load_rows(script.dataset_name, schema, split=script.dataset_train_split, endpoint=hub.hub_endpoint, token=token)
+    return load_rows(
+        script.dataset_name, schema, split=script.dataset_train_split, endpoint=hub.hub_endpoint, token=token
+    )
 
 def _datasets(script) -> list[str] | None:
     "The training data's name for the card: a Hub dataset's repo id (a local file is not named)."
@@ -127,8 +137,14 @@ def run_pissa(
     from adaptkit.pissa import PiSSATrainer
     push = _push_target(cfg, hub)
     rows = _rows(script, PROMPT_COMPLETION, hub, cfg.hub_token)
-    trainer = PiSSATrainer(model.model_name_or_path, _no_trainer_push(cfg), train_dataset=rows, base_revision=_revision(model),
-                           hub_endpoint=hub.hub_endpoint, hub_token=cfg.hub_token)
+    trainer = PiSSATrainer(
+        model.model_name_or_path,
+        _no_trainer_push(cfg),
+        train_dataset=rows,
+        base_revision=_revision(model),
+        hub_endpoint=hub.hub_endpoint,
+        hub_token=cfg.hub_token,
+    )
     metrics = trainer.train().metrics
     if not trainer.is_world_process_zero(): return {}  # under accelerate launch, one process saves and pushes
     adapter = trainer.artifact(); adapter.datasets = _datasets(script)
@@ -136,8 +152,9 @@ def run_pissa(
     return _report(push, commit, adapter=out, train_loss=metrics.get("train_loss"), steps=trainer.state.global_step)
 
 # %% ../nbs/20_cli.ipynb #64243dac
-@command("aligner", lambda: [_lazy("trl").ScriptArguments, _lazy("adaptkit.aligner").AlignerConfig, _lazy("trl").ModelConfig,
-                             HubArguments],
+@command("aligner",
+         lambda: [_lazy("trl").ScriptArguments, _lazy("adaptkit.aligner").AlignerConfig, _lazy("trl").ModelConfig,
+                  HubArguments],
          "train an Aligner (identity warm-up, then Q-A-C corrections) and save/push it")
 def run_aligner(
     script,  # TRL's ScriptArguments: the dataset
@@ -161,8 +178,9 @@ def run_aligner(
     return _report(push, commit, aligner=out, train_loss=metrics.get("train_loss"), warmup_rows=len(trainer.warmup))
 
 # %% ../nbs/20_cli.ipynb #63033592
-@command("repnoise", lambda: [_lazy("trl").ScriptArguments, _lazy("adaptkit.repnoise").RepNoiseConfig, _lazy("trl").ModelConfig,
-                              HubArguments],
+@command("repnoise",
+         lambda: [_lazy("trl").ScriptArguments, _lazy("adaptkit.repnoise").RepNoiseConfig, _lazy("trl").ModelConfig,
+                  HubArguments],
          "immunise a model against harmful fine-tuning with RepNoise and save/push it")
 def run_repnoise(
     script,  # TRL's ScriptArguments: the dataset
@@ -178,9 +196,18 @@ def run_repnoise(
     from adaptkit.repnoise.trainer import RepNoiseTrainer
     push = _push_target(cfg, hub)
     rows = _rows(script, HARMFUL_PAIRS, hub, cfg.hub_token)
-    tok = load_tokenizer(model.model_name_or_path, revision=_revision(model), endpoint=hub.hub_endpoint, token=cfg.hub_token)
-    trainer = RepNoiseTrainer(model.model_name_or_path, _no_trainer_push(cfg), rows, processing_class=tok,
-                              peft_config=get_peft_config(model), hub_endpoint=hub.hub_endpoint, hub_token=cfg.hub_token)
+    tok = load_tokenizer(
+        model.model_name_or_path, revision=_revision(model), endpoint=hub.hub_endpoint, token=cfg.hub_token
+    )
+    trainer = RepNoiseTrainer(
+        model.model_name_or_path,
+        _no_trainer_push(cfg),
+        rows,
+        processing_class=tok,
+        peft_config=get_peft_config(model),
+        hub_endpoint=hub.hub_endpoint,
+        hub_token=cfg.hub_token,
+    )
     metrics = trainer.train().metrics
     if not trainer.is_world_process_zero(): return {}
     immunised = trainer.artifact(); immunised.datasets = _datasets(script)
@@ -194,10 +221,21 @@ class TransLoRAArguments:
     source_base: str = field(metadata={"help": "The source base model: folder or repo id."})
     source_adapter: str = field(metadata={"help": "The LoRA trained on the source base: folder or repo id."})
     target_base: str = field(metadata={"help": "The base to move the LoRA to: folder or repo id."})
-    seeds: str = field(metadata={"help": "Seed examples (prompt/completion rows): a file, folder or Hub dataset repo id."})
-    adapter_dir: str = field(default="translora-adapter", metadata={"help": "Where the target adapter is saved (output_dir is the trainer's working folder)."})
-    discriminator: str | None = field(default=None, metadata={"help": "A trained discriminator (folder or repo id) to filter synthetic prompts; none: no filter."})
-    threshold: float | None = field(default=None, metadata={"help": "P(real) a synthetic prompt needs to be kept; default: the discriminator's own."})
+    seeds: str = field(
+        metadata={"help": "Seed examples (prompt/completion rows): a file, folder or Hub dataset repo id."}
+    )
+    adapter_dir: str = field(
+        default="translora-adapter",
+        metadata={"help": "Where the target adapter is saved (output_dir is the trainer's working folder)."},
+    )
+    discriminator: str | None = field(
+        default=None,
+        metadata={"help": "A trained discriminator (folder or repo id) to filter synthetic prompts; none: no filter."},
+    )
+    threshold: float | None = field(
+        default=None,
+        metadata={"help": "P(real) a synthetic prompt needs to be kept; default: the discriminator's own."},
+    )
 
 @command("translora", lambda: [TransLoRAArguments, _lazy("adaptkit.translora").SynthesisConfig,
                                _lazy("adaptkit.translora").DistillationConfig, HubArguments],
@@ -213,9 +251,18 @@ def run_translora(
     from adaptkit.translora.transfer import transfer_lora
     push = _push_target(distillation, hub)
     seeds = load_rows(args.seeds, SEEDS, endpoint=hub.hub_endpoint, token=distillation.hub_token)
-    adapter = transfer_lora(args.source_base, args.source_adapter, args.target_base, seeds, discriminator=args.discriminator,
-                            synthesis=synthesis, distillation=_no_trainer_push(distillation), threshold=args.threshold,
-                            endpoint=hub.hub_endpoint, token=distillation.hub_token)
+    adapter = transfer_lora(
+        args.source_base,
+        args.source_adapter,
+        args.target_base,
+        seeds,
+        discriminator=args.discriminator,
+        synthesis=synthesis,
+        distillation=_no_trainer_push(distillation),
+        threshold=args.threshold,
+        endpoint=hub.hub_endpoint,
+        token=distillation.hub_token,
+    )
     out, commit = _save_or_push(adapter, Path(args.adapter_dir), push)
     return _report(push, commit, adapter=out, **adapter.counts, kept_fraction=adapter.kept_fraction)
 
@@ -224,10 +271,18 @@ def run_translora(
 class EMRArguments:
     "What `adaptkit emr` merges."
     pretrained: str = field(metadata={"help": "The base model all tasks were fine-tuned from: a folder or repo id."})
-    finetuned: list[str] = field(metadata={"help": "Task models as task=folder_or_repo_id (full models or LoRA adapters of the base)."})
-    output_dir: str = field(default="emr-bundle", metadata={"help": "Where the bundle is written (replaced if it exists)."})
-    exclude: list[str] | None = field(default=None, metadata={"help": "Globs of tensors kept per task, not merged (e.g. 'classifier.*')."})
-    rescale: str = field(default="tensor_mean", metadata={"help": "Rescaler: tensor_mean (the official code) or global."})
+    finetuned: list[str] = field(
+        metadata={"help": "Task models as task=folder_or_repo_id (full models or LoRA adapters of the base)."}
+    )
+    output_dir: str = field(
+        default="emr-bundle", metadata={"help": "Where the bundle is written (replaced if it exists)."}
+    )
+    exclude: list[str] | None = field(
+        default=None, metadata={"help": "Globs of tensors kept per task, not merged (e.g. 'classifier.*')."}
+    )
+    rescale: str = field(
+        default="tensor_mean", metadata={"help": "Rescaler: tensor_mean (the official code) or global."}
+    )
     max_shard_size: str = field(default="5GB", metadata={"help": "Largest safetensors shard of the unified weights."})
 
 def _tasks(items: list[str]) -> dict[str, str]:
@@ -240,7 +295,8 @@ def _tasks(items: list[str]) -> dict[str, str]:
         tasks[task] = src
     return tasks
 
-@command("emr", lambda: [EMRArguments, PushArguments], "merge fine-tuned models with EMR-Merging into a bundle and save/push it")
+@command("emr", lambda: [EMRArguments, PushArguments],
+         "merge fine-tuned models with EMR-Merging into a bundle and save/push it")
 def run_emr(
     args: EMRArguments,  # what to merge and how
     push_args: PushArguments,  # where inputs come from and the bundle goes
@@ -248,10 +304,23 @@ def run_emr(
     "Merge `--finetuned` models of `--pretrained` into an EMR bundle."
     from adaptkit.emr.merge import emr_merge
     push = _push_target(push_args, push_args)
-    bundle = emr_merge(args.pretrained, _tasks(args.finetuned), exclude=args.exclude, rescale=args.rescale, out_dir=args.output_dir,
-                       endpoint=push_args.hub_endpoint, token=push_args.hub_token, max_shard_size=args.max_shard_size)
-    commit = push and bundle.push_to_hub(push["repo_id"], endpoint=push["endpoint"], token=push["token"], private=push["private"],
-                                         revision=push["revision"])
+    bundle = emr_merge(
+        args.pretrained,
+        _tasks(args.finetuned),
+        exclude=args.exclude,
+        rescale=args.rescale,
+        out_dir=args.output_dir,
+        endpoint=push_args.hub_endpoint,
+        token=push_args.hub_token,
+        max_shard_size=args.max_shard_size,
+    )
+    commit = push and bundle.push_to_hub(
+        push["repo_id"],
+        endpoint=push["endpoint"],
+        token=push["token"],
+        private=push["private"],
+        revision=push["revision"],
+    )
     return _report(push, commit, bundle=bundle.folder, tasks=bundle.tasks, rescalers=bundle.rescalers)
 
 # %% ../nbs/20_cli.ipynb #f8e11633
@@ -262,16 +331,28 @@ class ServeArguments:
     host: str = field(default="127.0.0.1", metadata={"help": "Address to bind (loopback by default)."})
     port: int = field(default=8000, metadata={"help": "Port to listen on (0: any free port)."})
     lfs: bool = field(default=False, metadata={"help": "Answer 'lfs' at preupload (for clients with Xet disabled)."})
-    token: str | None = field(default=None, metadata={"help": "Require this bearer token for writes and private repos (visible in the process list: prefer --token_file or $ADAPTKIT_HUB_TOKEN)."})
+    token: str | None = field(
+        default=None,
+        metadata={"help": "Require this bearer token for writes and private repos "
+                          "(visible in the process list: prefer --token_file or $ADAPTKIT_HUB_TOKEN)."},
+    )
     token_file: str | None = field(default=None, metadata={"help": "Read the bearer token from this file instead."})
-    allowed_hosts: list[str] = field(default_factory=list, metadata={"help": "Host names served besides the bound address and loopback names (others get 421)."})
+    allowed_hosts: list[str] = field(
+        default_factory=list,
+        metadata={"help": "Host names served besides the bound address and loopback names (others get 421)."},
+    )
 
 @dataclass
 class TransferArguments(HubArguments):
     "What `adaptkit hub push|pull` moves."
     repo_id: str = field(default=None, metadata={"help": "The repo (namespace/name)."})
-    folder: str | None = field(default=None, metadata={"help": "push: the folder to upload (its README.md is the card)."})
-    revision: str | None = field(default=None, metadata={"help": "pull: branch, tag or commit (default: main); push: the branch (created when missing)."})
+    folder: str | None = field(
+        default=None, metadata={"help": "push: the folder to upload (its README.md is the card)."}
+    )
+    revision: str | None = field(
+        default=None,
+        metadata={"help": "pull: branch, tag or commit (default: main); push: the branch (created when missing)."},
+    )
     repo_type: str = field(default="model", metadata={"help": "model or dataset."})
     token: str | None = field(default=None, metadata={"help": "Hub token (default: the stored login); never printed."})
     private: bool = field(default=False, metadata={"help": "push: create the repo private."})
@@ -298,8 +379,16 @@ def run_push(
     _need(args, "repo_id", "folder")
     push = {"repo_id": args.repo_id, "endpoint": args.hub_endpoint, "token": args.token, "private": args.private}
     from adaptkit.hub import push_folder
-    commit = push_folder(Path(args.folder), args.repo_id, endpoint=args.hub_endpoint, token=args.token, private=args.private,
-                         revision=args.revision, commit_message=args.commit_message, repo_type=args.repo_type)
+    commit = push_folder(
+        Path(args.folder),
+        args.repo_id,
+        endpoint=args.hub_endpoint,
+        token=args.token,
+        private=args.private,
+        revision=args.revision,
+        commit_message=args.commit_message,
+        repo_type=args.repo_type,
+    )
     return _report(push, commit)
 
 @command("hub pull", lambda: [TransferArguments], "download a Hub repo at a revision and print the local folder")
@@ -309,7 +398,9 @@ def run_pull(
     "Download `--repo_id` at `--revision`."
     from adaptkit.hub import pull, source_of
     _need(args, "repo_id")
-    folder = pull(args.repo_id, revision=args.revision, endpoint=args.hub_endpoint, token=args.token, repo_type=args.repo_type)
+    folder = pull(
+        args.repo_id, revision=args.revision, endpoint=args.hub_endpoint, token=args.token, repo_type=args.repo_type
+    )
     return _report({"repo_id": args.repo_id}, source_of(folder).get("revision"), folder=folder)
 
 # %% ../nbs/20_cli.ipynb #3e401fdd
@@ -322,7 +413,8 @@ def parser_for(
     p = TrlParser(cmd.dataclasses(), prog=f"adaptkit {name}", description=cmd.help)
     for action in p._actions:  # argparse formats help with %: a literal "3%" in a field's help would break --help
         if action.help: action.help = re.sub(r"%(?!\()", "%%", action.help)
-        if action.dest == "report_to" and action.default is None: action.default = ["none"]  # a list field's default, as a list
+        # a list field's default, as a list
+        if action.dest == "report_to" and action.default is None: action.default = ["none"]
     if cmd.defaults: p.set_defaults_with_config(**cmd.defaults())
     return p
 
@@ -331,7 +423,8 @@ def _usage() -> str:
     return ("usage: adaptkit <command> [--config recipe.yaml] [--flags] [--debug]\n\n"
             "NeurIPS 2024 LLM adaptation methods as Hugging Face workflows.\n\ncommands:\n"
             + "\n".join(f"  {n:<{width}}  {c.help}" for n, c in COMMANDS.items())
-            + "\n\n`adaptkit <command> --help` lists every option of a command; --debug (or ADAPTKIT_DEBUG=1) shows tracebacks.")
+            + "\n\n`adaptkit <command> --help` lists every option of a command; "
+              "--debug (or ADAPTKIT_DEBUG=1) shows tracebacks.")
 
 # %% ../nbs/20_cli.ipynb #ee552837
 HELP_COLUMNS = 100  # width of the stored help texts
@@ -403,7 +496,8 @@ def _stored_entry(
     ok = isinstance(entry, dict) and isinstance(entry.get("sources"), dict) and isinstance(entry.get("text"), str)
     return entry if ok else None
 
-def _is_current(entry: dict, key: dict) -> bool: return {"versions": entry.get("versions"), "sources": entry["sources"]} == key
+def _is_current(entry: dict, key: dict) -> bool:
+    return {"versions": entry.get("versions"), "sources": entry["sources"]} == key
 
 def stored_help(
     name: str,  # a command's words
@@ -447,7 +541,8 @@ def _user_errors() -> tuple:
     "The exception types that mean bad input rather than a bug."
     import yaml
     errors = (ValueError, LookupError, OSError, ImportError, yaml.YAMLError)
-    if (tl := sys.modules.get("adaptkit.translora.config")): errors += (tl.EmptyGenerationError,)  # settings that produced nothing
+    # settings that produced nothing
+    if (tl := sys.modules.get("adaptkit.translora.config")): errors += (tl.EmptyGenerationError,)
     return errors
 
 def _one_line(e: BaseException) -> str:
@@ -478,7 +573,8 @@ def main(
         if debug: raise
         user = isinstance(e, _user_errors())
         print(f"adaptkit {words}: error: {_one_line(e)}" if user else
-              f"adaptkit {words}: internal error ({type(e).__name__}): {_one_line(e)} (rerun with --debug for the traceback)",
+              f"adaptkit {words}: internal error ({type(e).__name__}): {_one_line(e)} "
+              "(rerun with --debug for the traceback)",
               file=sys.stderr)
         return 2 if user else 1
     return result if isinstance(result, int) else 0

@@ -5,7 +5,8 @@ each repeat (so load changes hit them alike); medians of the repeats and the spe
 reported, and every batched variant's corrections are compared with the one-at-a-time corrections (greedy: they must
 be equal). A prefill-only pass (1 new token) shows how much of the time no batching can save.
 Run (quiet machine): .venv/bin/python benchmarks/aligner_correct.py   -> benchmarks/results/aligner.json
-Smoke test (loaded): ADAPTKIT_BENCH_ALLOW_LOADED=1 ADAPTKIT_BENCH_WAIT=0 .venv/bin/python benchmarks/aligner_correct.py --pairs 16 --new-tokens 16 --repeats 1
+Smoke test (loaded), with ADAPTKIT_BENCH_ALLOW_LOADED=1 ADAPTKIT_BENCH_WAIT=0 in the environment:
+    .venv/bin/python benchmarks/aligner_correct.py --pairs 16 --new-tokens 16 --repeats 1
 """
 import argparse
 import time
@@ -18,9 +19,13 @@ from adaptkit.aligner.trainer import Aligner, format_aligner_prompt
 from adaptkit.models import load_causal_lm, load_tokenizer, smollm2
 
 warnings.filterwarnings("ignore")
-QUESTIONS = ["What is {a} plus {b}?", "Could you please tell me, step by step and without skipping anything, what {a} plus {b} "
-             "equals, and why?", "{a} + {b} = ?", "My teacher asked what the sum of {a} and {b} is; I have an exam tomorrow "
-             "and I want to be sure I understand how to add two numbers like these. What is it?"]
+QUESTIONS = [
+    "What is {a} plus {b}?",
+    "Could you please tell me, step by step and without skipping anything, what {a} plus {b} equals, and why?",
+    "{a} + {b} = ?",
+    "My teacher asked what the sum of {a} and {b} is; I have an exam tomorrow "
+    "and I want to be sure I understand how to add two numbers like these. What is it?",
+]
 ANSWER = "I think {a} plus {b} is {s}, but I am not sure."
 VARIANTS = {"one_at_a_time": (1, True), "batch_8": (8, True), "batch_16": (16, True), "batch_16_unsorted": (16, False)}
 
@@ -52,7 +57,9 @@ def main():
     folder = smollm2()
     aligner = Aligner(load_causal_lm(folder), load_tokenizer(folder))
     qs, answers = pairs(a.pairs)
-    lengths = [len(aligner.tokenizer(format_aligner_prompt(q, x, aligner.template))["input_ids"]) for q, x in zip(qs, answers)]
+    lengths = [
+        len(aligner.tokenizer(format_aligner_prompt(q, x, aligner.template))["input_ids"]) for q, x in zip(qs, answers)
+    ]
     kw = dict(max_new_tokens=a.new_tokens, min_new_tokens=a.new_tokens)
     aligner.correct(qs[:2], answers[:2], batch_size=2, max_new_tokens=2, progress=False)  # warm-up
     start = quiet_start()
@@ -62,20 +69,34 @@ def main():
             s, outputs[name] = timed(aligner, qs, answers, batch_size, sort, **kw)
             seconds[name].append(s)
             print(f"repeat {r}: {name:18s} {s:6.1f} s", flush=True)
-        for name in prefill: prefill[name].append(timed(aligner, qs, answers, VARIANTS[name][0], True, max_new_tokens=1)[0])
+        for name in prefill:
+            prefill[name].append(timed(aligner, qs, answers, VARIANTS[name][0], True, max_new_tokens=1)[0])
     single = seconds["one_at_a_time"]
-    variants = {name: {"batch_size": VARIANTS[name][0], "sorted_by_length": VARIANTS[name][1], "seconds": s,
-                       "median_s": median(s), "corrections_per_s": a.pairs / median(s),
-                       "speedup_per_repeat": [one / x for one, x in zip(single, s)],
-                       "median_speedup_vs_one_at_a_time": median([one / x for one, x in zip(single, s)]),
-                       "identical_to_one_at_a_time": outputs[name] == outputs["one_at_a_time"],
-                       "identical_fraction": sum(x == y for x, y in zip(outputs[name], outputs["one_at_a_time"])) / a.pairs}
-                for name, s in seconds.items()}
-    result = {"benchmark": "Aligner.correct, batched vs one at a time", "model": "SmolLM2-135M-Instruct (fp32, dequantized Q4_1 GGUF)",
-              "pairs": a.pairs, "prompt_tokens": {"min": min(lengths), "max": max(lengths), "total": sum(lengths)},
-              "new_tokens_per_correction": a.new_tokens, "repeats": a.repeats, "variants": variants,
-              "prefill_only_s": {k: {"seconds": v, "median_s": median(v)} for k, v in prefill.items()},
-              "all_batched_identical_to_one_at_a_time": all(v["identical_to_one_at_a_time"] for v in variants.values())}
+    variants = {
+        name: {
+            "batch_size": VARIANTS[name][0],
+            "sorted_by_length": VARIANTS[name][1],
+            "seconds": s,
+            "median_s": median(s),
+            "corrections_per_s": a.pairs / median(s),
+            "speedup_per_repeat": [one / x for one, x in zip(single, s)],
+            "median_speedup_vs_one_at_a_time": median([one / x for one, x in zip(single, s)]),
+            "identical_to_one_at_a_time": outputs[name] == outputs["one_at_a_time"],
+            "identical_fraction": sum(x == y for x, y in zip(outputs[name], outputs["one_at_a_time"])) / a.pairs,
+        }
+        for name, s in seconds.items()
+    }
+    result = {
+        "benchmark": "Aligner.correct, batched vs one at a time",
+        "model": "SmolLM2-135M-Instruct (fp32, dequantized Q4_1 GGUF)",
+        "pairs": a.pairs,
+        "prompt_tokens": {"min": min(lengths), "max": max(lengths), "total": sum(lengths)},
+        "new_tokens_per_correction": a.new_tokens,
+        "repeats": a.repeats,
+        "variants": variants,
+        "prefill_only_s": {k: {"seconds": v, "median_s": median(v)} for k, v in prefill.items()},
+        "all_batched_identical_to_one_at_a_time": all(v["identical_to_one_at_a_time"] for v in variants.values()),
+    }
     for name, v in variants.items():
         print(f"{name:18s} {v['corrections_per_s']:.2f} corrections/s, x{v['median_speedup_vs_one_at_a_time']:.2f}, "
               f"identical: {v['identical_to_one_at_a_time']}")

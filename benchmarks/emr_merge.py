@@ -5,15 +5,15 @@ the official code; bundle bytes against N separate checkpoints and the cost of e
 task followed by one pass over every weight against `from_pretrained` of a plain checkpoint of the same size followed by
 the same pass (and the same at the state-dict level: `task_state_dict` against safetensors' `load_file`, each summed);
 time to open a bundle with every file's sha256 verified. Every variant runs in its own subprocess, which reports its own
-peak memory: VmHWM (resident pages, memory-mapped file pages included) and the peak of RssAnon (anonymous memory, what the
-process allocated), sampled every 2 ms. A variant and its baseline run alternately, repeat after repeat; each ratio is
-the median of the per-repeat ratios (and the ratio of the medians is recorded too). Waits for a quiet machine and
+peak memory: VmHWM (resident pages, memory-mapped file pages included) and the peak of RssAnon (anonymous memory, what
+the process allocated), sampled every 2 ms. A variant and its baseline run alternately, repeat after repeat; each ratio
+is the median of the per-repeat ratios (and the ratio of the medians is recorded too). Waits for a quiet machine and
 writes through benchmarks/_bench.py: benchmarks/results/emr.json (emr.loaded.json on a loaded machine, with
 ADAPTKIT_BENCH_ALLOW_LOADED=1).
 
-Run: .venv/bin/python benchmarks/emr_merge.py --threads 1 --cold       (full: ~25 GB of temporary files, tens of minutes)
+Run: .venv/bin/python benchmarks/emr_merge.py --threads 1 --cold  (full: ~25 GB of temporary files, tens of minutes)
      .venv/bin/python benchmarks/emr_merge.py --sizes 100M --threads 1  (one size)
-     .venv/bin/python benchmarks/emr_merge.py --quick    (small sizes, minutes; writes emr_quick[.loaded].json)
+     .venv/bin/python benchmarks/emr_merge.py --quick  (small sizes, minutes; writes emr_quick[.loaded].json)
      --threads 1 sets torch's threads in every variant: on a small machine shared with other work, torch's default
      (one thread per core) makes the elementwise ops several times slower; the run records what it used.
      --cold also times the I/O floor and the merge from an empty page cache (root only: drops the kernel's caches)."""
@@ -50,7 +50,7 @@ def layout(hidden: int, layers: int, vocab: int) -> dict:
 
 
 def write_model(folder: Path, shapes: dict, task: int | None, shard_bytes: int = 10**9):
-    "Random weights (the base's from a seed per tensor; a task adds small noise and its own head) as safetensors shards."
+    "Random weights (the base's seeded per tensor; a task adds small noise and its own head) as safetensors shards."
     import torch
     from safetensors.torch import save_file
     folder.mkdir(parents=True)
@@ -60,7 +60,8 @@ def write_model(folder: Path, shapes: dict, task: int | None, shard_bytes: int =
         if name == "score.weight": t = torch.randn(2 + task, shapes["model.norm.weight"][0])  # heads differ per task
         else:
             t = torch.randn(shapes[name], generator=torch.Generator().manual_seed(i))
-            if task is not None: t += 0.01 * torch.randn(shapes[name], generator=torch.Generator().manual_seed(10**6 * (task + 1) + i))
+            if task is not None:
+                t += 0.01 * torch.randn(shapes[name], generator=torch.Generator().manual_seed(10**6 * (task + 1) + i))
         if cur and size + t.numel() * 4 > shard_bytes: shards.append(cur); cur, size = {}, 0
         cur[name], size = t, size + t.numel() * 4
     shards.append(cur)
@@ -205,9 +206,18 @@ def child_plain(root: Path, **_):
     return {"tensors": len(sd), "checksum": one_pass(sd.values())}
 
 
-CHILDREN = {"io_floor": child_io_floor, "io_floor_with_writes": child_io_floor_with_writes, "emr_merge": child_emr, "naive": child_naive, "materialise": child_materialise,
-            "task_model": child_task_model, "task_model_cached": child_task_model_cached, "plain_model": child_plain_model, "open_verified": child_open_verified,
-            "plain_load": child_plain}
+CHILDREN = {
+    "io_floor": child_io_floor,
+    "io_floor_with_writes": child_io_floor_with_writes,
+    "emr_merge": child_emr,
+    "naive": child_naive,
+    "materialise": child_materialise,
+    "task_model": child_task_model,
+    "task_model_cached": child_task_model_cached,
+    "plain_model": child_plain_model,
+    "open_verified": child_open_verified,
+    "plain_load": child_plain,
+}
 
 
 def status(*keys: str) -> dict:
@@ -218,8 +228,10 @@ def status(*keys: str) -> dict:
 def child_main(spec: str):
     args = json.loads(spec)
     import threading
+
     import torch  # imported (and warmed up) before the clock starts, like every variant's libraries
-    from transformers import LlamaForSequenceClassification  # noqa: F401 (the modeling code, imported for every variant)
+
+    # noqa: F401 (the modeling code, imported for every variant)
     import adaptkit.emr.merge
     if args.get("threads"): torch.set_num_threads(args["threads"])
     adaptkit.emr.emr_elect(torch.randn(4, 1 << 16))
@@ -234,8 +246,18 @@ def child_main(spec: str):
     seconds = time.perf_counter() - t
     done.set(), sampler.join()
     end = status("VmHWM", "RssAnon")
-    print(json.dumps({"seconds": seconds, "start_rss": start["VmRSS"], "peak_rss": end["VmHWM"], "start_anon": start["RssAnon"],
-                      "peak_anon": max(peak_anon[0], end["RssAnon"]), **extra}))
+    print(
+        json.dumps(
+            {
+                "seconds": seconds,
+                "start_rss": start["VmRSS"],
+                "peak_rss": end["VmHWM"],
+                "start_anon": start["RssAnon"],
+                "peak_anon": max(peak_anon[0], end["RssAnon"]),
+                **extra,
+            }
+        )
+    )
 
 
 # ---- the driver ----
@@ -258,7 +280,7 @@ def summary(runs: list[dict]) -> dict:
 
 
 def measured(variant: str, repeats: int, clean: Path | None = None, cold: bool = False, **kw) -> dict:
-    "Median time and peak RSS over `repeats` runs (`clean` removed before each; with `cold`, the page cache emptied too)."
+    "Median time and peak RSS of `repeats` runs (`clean` removed before each run; `cold` also empties the page cache)."
     return alternated({variant: (variant, clean, kw)}, repeats, cold)[variant]
 
 
@@ -291,7 +313,11 @@ def run_peak(variant: str, **kw) -> dict:
 
 
 def folder_bytes(folder: Path, skip: str | None = None) -> int:
-    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file() and not (skip and skip in p.relative_to(folder).parts))
+    return sum(
+        p.stat().st_size
+        for p in folder.rglob("*")
+        if p.is_file() and not (skip and skip in p.relative_to(folder).parts)
+    )
 
 
 def mem_available() -> int:
@@ -309,9 +335,15 @@ def bench_size(label: str, dims: tuple, work: Path, repeats: int, ns: list[int])
     res = {"params": params, "model_bytes": model_bytes, "tensors": len(shapes)}
     for n in ns:
         print(f"[{label}] N={n}: I/O floor, emr_merge, naive ...", flush=True)
-        merge = {"io_floor": ("io_floor", None, dict(root=root, n=n)),
-                 "io_floor_with_writes": ("io_floor_with_writes", root / "floor_out", dict(root=root, n=n, out=root / "floor_out")),
-                 "emr_merge": ("emr_merge", root / f"bundle{n}", dict(root=root, n=n, out=root / f"bundle{n}"))}
+        merge = {
+            "io_floor": ("io_floor", None, dict(root=root, n=n)),
+            "io_floor_with_writes": (
+                "io_floor_with_writes",
+                root / "floor_out",
+                dict(root=root, n=n, out=root / "floor_out"),
+            ),
+            "emr_merge": ("emr_merge", root / f"bundle{n}", dict(root=root, n=n, out=root / f"bundle{n}")),
+        }
         r = alternated(merge, repeats)
         need = (1.25 * n + 2.5) * model_bytes  # base, n task vectors, n bool masks, the unified vector, temporaries
         if not NAIVE: r["naive"] = {"skipped": "--no-naive"}
@@ -321,7 +353,9 @@ def bench_size(label: str, dims: tuple, work: Path, repeats: int, ns: list[int])
             r["merge_vs_naive_time"] = r["emr_merge"]["median_s"] / r["naive"]["median_s"]  # (naive: separate rounds)
             r["merge_vs_naive_peak_rss"] = r["emr_merge"]["peak_rss_bytes"] / r["naive"]["peak_rss_bytes"]
         else:
-            r["naive"] = {"skipped": f"needs ~{need / 2**30:.1f} GiB of memory, {mem_available() / 2**30:.1f} GiB available"}
+            r["naive"] = {
+                "skipped": f"needs ~{need / 2**30:.1f} GiB of memory, {mem_available() / 2**30:.1f} GiB available"
+            }
         r["merge_vs_io_floor"] = ratio(r["emr_merge"], r["io_floor"])
         r["merge_vs_io_floor_time"] = r["merge_vs_io_floor"]["median_of_ratios"]
         r["merge_vs_io_floor_with_writes"] = ratio(r["emr_merge"], r["io_floor_with_writes"])
@@ -333,8 +367,9 @@ def bench_size(label: str, dims: tuple, work: Path, repeats: int, ns: list[int])
             r["merge_vs_io_floor_cold"] = ratio(r["emr_merge_cold"], r["io_floor_cold"])
             r["merge_vs_io_floor_time_cold"] = r["merge_vs_io_floor_cold"]["median_of_ratios"]
             r["merge_vs_io_floor_with_writes_cold"] = ratio(r["emr_merge_cold"], r["io_floor_with_writes_cold"])
-            print(f"  cold: merge {r['emr_merge_cold']['median_s']:.2f}s = {r['merge_vs_io_floor_time_cold']:.2f}x the I/O floor "
-                  f"({r['io_floor_cold']['median_s']:.2f}s), {r['merge_vs_io_floor_with_writes_cold']['median_of_ratios']:.2f}x "
+            print(f"  cold: merge {r['emr_merge_cold']['median_s']:.2f}s = "
+                  f"{r['merge_vs_io_floor_time_cold']:.2f}x the I/O floor ({r['io_floor_cold']['median_s']:.2f}s), "
+                  f"{r['merge_vs_io_floor_with_writes_cold']['median_of_ratios']:.2f}x "
                   f"the floor with the merge's writes ({r['io_floor_with_writes_cold']['median_s']:.2f}s)", flush=True)
         r["merge_peak_rss_growth_over_model_bytes"] = r["emr_merge"]["peak_rss_over_start_bytes"] / model_bytes
         r["merge_peak_anon_growth_over_model_bytes"] = r["emr_merge"]["peak_anon_over_start_bytes"] / model_bytes
@@ -346,28 +381,39 @@ def bench_size(label: str, dims: tuple, work: Path, repeats: int, ns: list[int])
         r["mask_bytes_per_task"] = folder_bytes(b / "tasks" / "t0")
         res[f"N={n}"] = r
         print(f"  merge {r['emr_merge']['median_s']:.2f}s = {r['merge_vs_io_floor_time']:.2f}x the I/O floor "
-              f"({r['io_floor']['median_s']:.2f}s); peak RSS growth {r['merge_peak_rss_growth_over_model_bytes']:.2f}x one model, "
+              f"({r['io_floor']['median_s']:.2f}s); "
+              f"peak RSS growth {r['merge_peak_rss_growth_over_model_bytes']:.2f}x one model, "
               f"anonymous {r['merge_peak_anon_growth_over_model_bytes']:.3f}x", flush=True)
     n0, n1 = min(ns), max(ns)
     if n1 > n0:
         res["bytes_per_added_task"] = (res[f"N={n1}"]["bundle_bytes"] - res[f"N={n0}"]["bundle_bytes"]) / (n1 - n0)
         res["bytes_per_added_task_over_params_div_8"] = res["bytes_per_added_task"] / (params / 8)
-    print(f"[{label}] one task's model vs a plain checkpoint, each followed by a pass over every weight ...", flush=True)
+    print(
+        f"[{label}] one task's model vs a plain checkpoint, each followed by a pass over every weight ...", flush=True
+    )
     bundle = dict(root=root, out=root / f"bundle{n1}")
-    res |= alternated({"task_model_load": ("task_model", None, bundle), "plain_model_load": ("plain_model", None, bundle),
-                       "task_model_first_cached_load": ("task_model_cached", root / "task_cache", bundle),  # writes the cache
-                       "task_model_cached_load": ("task_model_cached", None, bundle),  # memory-maps what the one before wrote
-                       "materialise_task": ("materialise", None, bundle), "plain_checkpoint_load": ("plain_load", None, bundle)},
-                      repeats)
+    res |= alternated(
+        {
+            "task_model_load": ("task_model", None, bundle),
+            "plain_model_load": ("plain_model", None, bundle),
+            "task_model_first_cached_load": ("task_model_cached", root / "task_cache", bundle),  # writes the cache
+            "task_model_cached_load": ("task_model_cached", None, bundle),  # memory-maps what the one before wrote
+            "materialise_task": ("materialise", None, bundle),
+            "plain_checkpoint_load": ("plain_load", None, bundle),
+        },
+        repeats,
+    )
     shutil.rmtree(root / "task_cache", ignore_errors=True)
     for variant in ("task_model", "task_model_first_cached", "task_model_cached"):
         res[f"{variant}_vs_plain_model"] = ratio(res[f"{variant}_load"], res["plain_model_load"])
         res[f"{variant}_vs_plain_model_time"] = res[f"{variant}_vs_plain_model"]["median_of_ratios"]
     res["materialise_vs_plain_load"] = ratio(res["materialise_task"], res["plain_checkpoint_load"])
     res["materialise_vs_plain_load_time"] = res["materialise_vs_plain_load"]["median_of_ratios"]
-    print(f"  load_task_model + pass {res['task_model_load']['median_s']:.2f}s = {res['task_model_vs_plain_model_time']:.2f}x "
+    print(f"  load_task_model + pass {res['task_model_load']['median_s']:.2f}s = "
+          f"{res['task_model_vs_plain_model_time']:.2f}x "
           f"from_pretrained + pass ({res['plain_model_load']['median_s']:.2f}s); with cache_dir: first "
-          f"{res['task_model_first_cached_vs_plain_model_time']:.2f}x, after {res['task_model_cached_vs_plain_model_time']:.2f}x; "
+          f"{res['task_model_first_cached_vs_plain_model_time']:.2f}x, "
+          f"after {res['task_model_cached_vs_plain_model_time']:.2f}x; "
           f"task_state_dict + pass = {res['materialise_vs_plain_load_time']:.2f}x load_file + pass", flush=True)
     res["open_verified"] = measured("open_verified", repeats, root=root, out=root / f"bundle{n1}")
     res["open_verified_bytes_hashed"] = folder_bytes(root / f"bundle{n1}") - sum(
@@ -383,11 +429,17 @@ def main():
     ap.add_argument("--threads", type=int, default=None, help="torch threads in every variant (default: torch's own)")
     ap.add_argument("--repeats", type=int, default=None, help="runs per variant (default 3; 2 with --quick)")
     ap.add_argument("--workdir", default=None, help="where the temporary models go (default: the system temp folder)")
-    ap.add_argument("--ns", nargs="+", type=int, default=[4, 8], help="numbers of fine-tuned models merged (default 4 8)")
+    ap.add_argument(
+        "--ns", nargs="+", type=int, default=[4, 8], help="numbers of fine-tuned models merged (default 4 8)"
+    )
     ap.add_argument("--name", default=None, help="results name under benchmarks/results/ (default emr; emr_quick with "
                     "--quick; a run of a subset of sizes or ns should get its own, e.g. emr_400M_cold)")
-    ap.add_argument("--cold", action="store_true", help="also time the I/O floor and the merge from an empty page cache "
-                    "(drops the kernel's caches before each run: root only)")
+    ap.add_argument(
+        "--cold",
+        action="store_true",
+        help="also time the I/O floor and the merge from an empty page cache "
+        "(drops the kernel's caches before each run: root only)",
+    )
     ap.add_argument("--no-naive", action="store_true", help="skip the naive in-memory baseline (the slowest variant)")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -401,52 +453,74 @@ def main():
     if args.sizes: sizes = {k: {**SIZES, **QUICK_SIZES}[k] for k in args.sizes}
     name = args.name or ("emr_quick" if args.quick else "emr")
     work = Path(tempfile.mkdtemp(prefix="adaptkit-emr-bench-", dir=args.workdir))
-    result = {"benchmark": "emr_merge", "quick": args.quick, "repeats": repeats, "dtype": "float32",
-              "machine": platform.processor() or platform.machine(), "cpus": os.cpu_count(),
-              "torch_threads": args.threads or torch.get_num_threads(), "memory_bytes": os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"),
-              "cold": args.cold, "ns": args.ns,
-              "notes": ["every variant in its own process; peak RSS = the child's VmHWM, peak anon = max of RssAnon sampled every 2 ms; "
-                        "start = after imports; growth = peak - start",
-                        "warm runs: the page cache holds the files where they fit in memory; with --cold the *_cold runs "
-                        "start from an empty page cache (sync + drop_caches before each run), so reads come from the disk",
-                        "I/O floor: safe_open + get_tensor + sum of every input tensor, one at a time; I/O floor with "
-                        "writes: the same, plus writing the bytes a merge writes (two copies of the base's tensors and "
-                        "N one-bit masks), so that a cold merge is compared with reading and writing what it must",
-                        "naive: the official code's structure, all models in memory, masks saved as bool",
-                        "bundle bytes include the copied base (base/) unless noted; a base on a hub is referenced instead",
-                        "a variant and its baseline run in alternation, one round after another; *_time ratios are "
-                        "medians of the per-round ratios (ratio_of_medians beside them)",
-                        "task_model: EMRBundle.load_task_model (each weight computed as transformers loads it) then a sum "
-                        "of every weight; plain_model: LlamaForSequenceClassification.from_pretrained of one fine-tuned "
-                        "checkpoint (memory-mapped safetensors) then the same sums; task_model_first_cached: "
-                        "load_task_model(cache_dir=...) with an empty cache (computes and writes the plain checkpoint, "
-                        "then loads it); task_model_cached: the same call once the cache holds the task",
-                        "materialise: EMRBundle.task_state_dict then a sum of every tensor; plain_checkpoint_load: "
-                        "safetensors load_file then the same sums"],
-              "sizes": {}}
+    result = {
+        "benchmark": "emr_merge",
+        "quick": args.quick,
+        "repeats": repeats,
+        "dtype": "float32",
+        "machine": platform.processor() or platform.machine(),
+        "cpus": os.cpu_count(),
+        "torch_threads": args.threads or torch.get_num_threads(),
+        "memory_bytes": os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"),
+        "cold": args.cold,
+        "ns": args.ns,
+        "notes": [
+            "every variant in its own process; peak RSS = the child's VmHWM, "
+            "peak anon = max of RssAnon sampled every 2 ms; "
+            "start = after imports; growth = peak - start",
+            "warm runs: the page cache holds the files where they fit in memory; with --cold the *_cold runs "
+            "start from an empty page cache (sync + drop_caches before each run), so reads come from the disk",
+            "I/O floor: safe_open + get_tensor + sum of every input tensor, one at a time; I/O floor with "
+            "writes: the same, plus writing the bytes a merge writes (two copies of the base's tensors and "
+            "N one-bit masks), so that a cold merge is compared with reading and writing what it must",
+            "naive: the official code's structure, all models in memory, masks saved as bool",
+            "bundle bytes include the copied base (base/) unless noted; a base on a hub is referenced instead",
+            "a variant and its baseline run in alternation, one round after another; *_time ratios are "
+            "medians of the per-round ratios (ratio_of_medians beside them)",
+            "task_model: EMRBundle.load_task_model (each weight computed as transformers loads it) then a sum "
+            "of every weight; plain_model: LlamaForSequenceClassification.from_pretrained of one fine-tuned "
+            "checkpoint (memory-mapped safetensors) then the same sums; task_model_first_cached: "
+            "load_task_model(cache_dir=...) with an empty cache (computes and writes the plain checkpoint, "
+            "then loads it); task_model_cached: the same call once the cache holds the task",
+            "materialise: EMRBundle.task_state_dict then a sum of every tensor; plain_checkpoint_load: "
+            "safetensors load_file then the same sums",
+        ],
+        "sizes": {},
+    }
     try:
         for label, dims in sizes.items():
             result["sizes"][label] = bench_size(label, dims, work, repeats, sorted(args.ns))
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    result["summary"] = {f"{label} N={n}": {
-        "merge_vs_io_floor_time": r[f"N={n}"]["merge_vs_io_floor_time"],
-        "merge_vs_io_floor_time_cold": r[f"N={n}"].get("merge_vs_io_floor_time_cold"),
-        "merge_vs_io_floor_with_writes_time_cold": r[f"N={n}"].get("merge_vs_io_floor_with_writes_cold", {}).get("median_of_ratios"), "merge_vs_naive_time": r[f"N={n}"].get("merge_vs_naive_time"),
-        "merge_peak_rss_growth_MiB": r[f"N={n}"]["emr_merge"]["peak_rss_over_start_bytes"] / 2**20,
-        "naive_peak_rss_growth_MiB": r[f"N={n}"]["naive"].get("peak_rss_over_start_bytes", float("nan")) / 2**20,
-        "merge_peak_anon_growth_MiB": r[f"N={n}"]["emr_merge"]["peak_anon_over_start_bytes"] / 2**20,
-        "naive_peak_anon_growth_MiB": r[f"N={n}"]["naive"].get("peak_anon_over_start_bytes", float("nan")) / 2**20,
-        "merge_peak_rss_growth_over_model_bytes": r[f"N={n}"]["merge_peak_rss_growth_over_model_bytes"],
-        "bundle_vs_separate_checkpoints": r[f"N={n}"]["bundle_vs_separate_checkpoints"],
-        "bytes_per_added_task_over_params_div_8": r.get("bytes_per_added_task_over_params_div_8"),
-        "task_model_vs_plain_model_time": r["task_model_vs_plain_model_time"],
-        "task_model_first_cached_vs_plain_model_time": r["task_model_first_cached_vs_plain_model_time"],
-        "task_model_cached_vs_plain_model_time": r["task_model_cached_vs_plain_model_time"],
-        "materialise_vs_plain_load_time": r["materialise_vs_plain_load_time"]}
-        for label, r in result["sizes"].items() for n in args.ns}
-    result["targets"] = {"merge_vs_io_floor_time": "<= 1.5", "peak_rss": "independent of model size, well under one model",
-                         "bytes_per_added_task": "~ params / 8", "task_model_cached_vs_plain_model_time": "<= 2"}
+    result["summary"] = {
+        f"{label} N={n}": {
+            "merge_vs_io_floor_time": r[f"N={n}"]["merge_vs_io_floor_time"],
+            "merge_vs_io_floor_time_cold": r[f"N={n}"].get("merge_vs_io_floor_time_cold"),
+            "merge_vs_io_floor_with_writes_time_cold": r[f"N={n}"]
+            .get("merge_vs_io_floor_with_writes_cold", {})
+            .get("median_of_ratios"),
+            "merge_vs_naive_time": r[f"N={n}"].get("merge_vs_naive_time"),
+            "merge_peak_rss_growth_MiB": r[f"N={n}"]["emr_merge"]["peak_rss_over_start_bytes"] / 2**20,
+            "naive_peak_rss_growth_MiB": r[f"N={n}"]["naive"].get("peak_rss_over_start_bytes", float("nan")) / 2**20,
+            "merge_peak_anon_growth_MiB": r[f"N={n}"]["emr_merge"]["peak_anon_over_start_bytes"] / 2**20,
+            "naive_peak_anon_growth_MiB": r[f"N={n}"]["naive"].get("peak_anon_over_start_bytes", float("nan")) / 2**20,
+            "merge_peak_rss_growth_over_model_bytes": r[f"N={n}"]["merge_peak_rss_growth_over_model_bytes"],
+            "bundle_vs_separate_checkpoints": r[f"N={n}"]["bundle_vs_separate_checkpoints"],
+            "bytes_per_added_task_over_params_div_8": r.get("bytes_per_added_task_over_params_div_8"),
+            "task_model_vs_plain_model_time": r["task_model_vs_plain_model_time"],
+            "task_model_first_cached_vs_plain_model_time": r["task_model_first_cached_vs_plain_model_time"],
+            "task_model_cached_vs_plain_model_time": r["task_model_cached_vs_plain_model_time"],
+            "materialise_vs_plain_load_time": r["materialise_vs_plain_load_time"],
+        }
+        for label, r in result["sizes"].items()
+        for n in args.ns
+    }
+    result["targets"] = {
+        "merge_vs_io_floor_time": "<= 1.5",
+        "peak_rss": "independent of model size, well under one model",
+        "bytes_per_added_task": "~ params / 8",
+        "task_model_cached_vs_plain_model_time": "<= 2",
+    }
     write_result(name, result, start)
 
 

@@ -78,12 +78,26 @@ class NullHandler(BaseHTTPRequestHandler):
             data, sha, sha1 = self.files[p[-1]]
             etag = sha if p[-1].endswith(".safetensors") else sha1
             headers = {"ETag": f'"{etag}"', "X-Repo-Commit": COMMIT, "Content-Type": "application/octet-stream"}
-            if p[-1].endswith(".safetensors"): headers.update({"X-Linked-Etag": f'"{sha}"', "X-Linked-Size": str(len(data))})
+            if p[-1].endswith(".safetensors"):
+                headers.update({"X-Linked-Etag": f'"{sha}"', "X-Linked-Size": str(len(data))})
             return self._send(data, headers=headers)
         if p[1:3] == ["api", "models"] and "tree" in p:
-            return self._send([{"type": "file", "path": n, "size": len(b), "oid": s1,
-                                **({"lfs": {"oid": s, "size": len(b), "pointerSize": 130}} if n.endswith(".safetensors") else {})}
-                               for n, (b, s, s1) in self.files.items()])
+            return self._send(
+                [
+                    {
+                        "type": "file",
+                        "path": n,
+                        "size": len(b),
+                        "oid": s1,
+                        **(
+                            {"lfs": {"oid": s, "size": len(b), "pointerSize": 130}}
+                            if n.endswith(".safetensors")
+                            else {}
+                        ),
+                    }
+                    for n, (b, s, s1) in self.files.items()
+                ]
+            )
         if p[1:3] == ["api", "models"] and len(p) >= 5: return self._send(self._info(f"{p[3]}/{p[4]}"))
         self._send({"error": "null server: not served"}, 404)
 
@@ -95,7 +109,8 @@ class NullHandler(BaseHTTPRequestHandler):
     def do_POST(self):
         p = self.path.split("?")[0].split("/")
         if p[-1] == "create":
-            body = self._json(); return self._send({"url": f"http://{self.headers['Host']}/{body['organization']}/{body['name']}"})
+            body = self._json()
+            return self._send({"url": f"http://{self.headers['Host']}/{body['organization']}/{body['name']}"})
         if "preupload" in p:
             files = self._json()["files"]
             mode = lambda f: "lfs" if self.lfs and f["path"].endswith(".safetensors") else "regular"
@@ -110,7 +125,9 @@ class NullHandler(BaseHTTPRequestHandler):
             objects = [{"oid": o["oid"], "size": o["size"], "authenticated": True,
                         "actions": {"upload": {"href": f"{base}/{o['oid']}"}, "verify": {"href": f"{base}/verify"}}}
                        for o in self._json()["objects"]]
-            return self._send({"transfer": "basic", "objects": objects}, headers={"Content-Type": "application/vnd.git-lfs+json"})
+            return self._send(
+                {"transfer": "basic", "objects": objects}, headers={"Content-Type": "application/vnd.git-lfs+json"}
+            )
         self._drain(); self._send({})
 
 
@@ -201,9 +218,13 @@ def main():
                 m[f"{op}_vs_copy"] = hub[f"{op}_median_s"] / copy_s
                 m[f"{op}_mib_per_s"] = size / MIB / hub[f"{op}_median_s"]
             result["modes"][name] = m
-            print(f"{name}: push {hub['push_median_s']:.2f} s ({m['push_vs_null']:.2f}x null {null['push_median_s']:.2f} s,"
-                  f" {m['push_vs_copy']:.0f}x copy), pull {hub['pull_median_s']:.2f} s ({m['pull_vs_null']:.2f}x null "
-                  f"{null['pull_median_s']:.2f} s, {m['pull_vs_copy']:.0f}x copy), identical: {hub['identical_bytes']}", flush=True)
+            print(
+                f"{name}: push {hub['push_median_s']:.2f} s "
+                f"({m['push_vs_null']:.2f}x null {null['push_median_s']:.2f} s,"
+                f" {m['push_vs_copy']:.0f}x copy), pull {hub['pull_median_s']:.2f} s ({m['pull_vs_null']:.2f}x null "
+                f"{null['pull_median_s']:.2f} s, {m['pull_vs_copy']:.0f}x copy), identical: {hub['identical_bytes']}",
+                flush=True,
+            )
         print(f"page-cache copy: {copy_s:.3f} s; load average at start {start['load_average_at_start'][0]:.2f}")
     write_result("hub", result, start)
 

@@ -92,7 +92,10 @@ def timing(folder) -> dict:
             seconds, parts[s] = init_once(folder, s)
             runs[s]["seconds"].append(seconds)
             runs[s]["svd_compute_s"].append(svd_compute(weights, s))
-            print(f"repeat {rep}: {s}: {seconds:.2f} s (decompositions alone {runs[s]['svd_compute_s'][-1]:.2f} s)", flush=True)
+            print(
+                f"repeat {rep}: {s}: {seconds:.2f} s (decompositions alone {runs[s]['svd_compute_s'][-1]:.2f} s)",
+                flush=True,
+            )
     out = {"layers": len(weights), "wrap_s": {"seconds": wraps, "median_s": median(wraps)}, "init": {}}
     for s, run in runs.items():
         errs = rel_errors(parts[s], parts["exact"])
@@ -111,8 +114,13 @@ def qpissa(folder) -> dict:
     for iters in (1, 5):
         t = time.perf_counter()
         rep = quantization_error(model, r=64, iters=iters)
-        out[f"iters_{iters}"] = {"reduction": rep["reduction"], "mean_layer_reduction": rep["mean_layer_reduction"],
-                                 "qlora_nuclear": rep["qlora"], "qpissa_nuclear": rep["qpissa"], "seconds": time.perf_counter() - t}
+        out[f"iters_{iters}"] = {
+            "reduction": rep["reduction"],
+            "mean_layer_reduction": rep["mean_layer_reduction"],
+            "qlora_nuclear": rep["qlora"],
+            "qpissa_nuclear": rep["qpissa"],
+            "seconds": time.perf_counter() - t,
+        }
         print(f"QPiSSA r=64 iters={iters}: error reduction {rep['reduction']:.1%}", flush=True)
     out["paper_llama2_7b_reduction"] = 0.19
     return out

@@ -28,10 +28,12 @@ torch.set_num_threads(2)
 
 def rows(n):
     "Neutral placeholder pairs (no harmful text is needed to time a step): ~25-token prompts, ~45-token answers."
-    return [{"prompt": f"Please explain, in a few sentences, how step number {i} of the assembly of a wooden bookshelf works.",
-             "harmful": f"Step {i}: take the side panel, align the pre-drilled holes with the shelf, insert the dowels and "
-                        f"tighten each screw a quarter turn at a time until the frame is square and stable.",
-             "harmless": "I would rather not go into that; the manufacturer's leaflet describes each step with pictures."}
+    return [{"prompt": f"Please explain, in a few sentences, how step number {i} of the assembly of a wooden "
+                       f"bookshelf works.",
+             "harmful": f"Step {i}: take the side panel, align the pre-drilled holes with the shelf, insert the "
+                        f"dowels and tighten each screw a quarter turn at a time until the frame is square and stable.",
+             "harmless": "I would rather not go into that; the manufacturer's leaflet describes each step "
+                         "with pictures."}
             for i in range(n)]
 
 
@@ -46,7 +48,7 @@ def peak_mb():
 
 
 def forward_macs(config, batch: int, seq: int, layers: int, head_tokens: int) -> int:
-    "Multiply-adds of a Llama-style forward over `layers` decoder layers of `batch x seq` tokens, LM head on `head_tokens`."
+    "MACs of a Llama-style forward over `layers` decoder layers of `batch x seq` tokens, LM head on `head_tokens`."
     d, f, h, kv = config.hidden_size, config.intermediate_size, config.num_attention_heads, config.num_key_value_heads
     hd = getattr(config, "head_dim", None) or d // h
     projections = d * h * hd + 2 * d * kv * hd + h * hd * d + 3 * d * f  # q, k, v, o and the gated MLP, per token
@@ -55,7 +57,7 @@ def forward_macs(config, batch: int, seq: int, layers: int, head_tokens: int) ->
 
 
 def step_macs(config, batch: dict, variant: str, layers=None) -> dict:
-    "Multiply-adds of one training step (forward + backward = 3x forward for matmuls), by part; the optimiser is left out."
+    "MACs of one training step (forward + backward = 3x forward for matmuls), by part; the optimiser is left out."
     n_layers = config.num_hidden_layers
     b, t_ok = batch["harmless_input_ids"].shape
     parts = {"harmless_model": 3 * forward_macs(config, b, t_ok, n_layers, b * t_ok)}
@@ -91,15 +93,25 @@ def step_variant(variant):
                            labels=batch["harmless_labels"]).loss
         loss.backward(); opt.step(); opt.zero_grad(set_to_none=True)
         if i >= WARMUP: times.append(time.perf_counter() - t)
-    return {"seconds": times, "median_s": statistics.median(times), "rss_after_load_mb": loaded, "peak_rss_mb": peak_mb(),
-            "peak_minus_loaded_mb": peak_mb() - loaded, "macs": step_macs(model.config, batch, variant),
-            "answer_tokens": int((batch["harmful_labels"][:, 1:] != -100).sum()),
-            "tokens": {"harmful": list(batch["harmful_input_ids"].shape), "harmless": list(batch["harmless_input_ids"].shape)}}
+    return {
+        "seconds": times,
+        "median_s": statistics.median(times),
+        "rss_after_load_mb": loaded,
+        "peak_rss_mb": peak_mb(),
+        "peak_minus_loaded_mb": peak_mb() - loaded,
+        "macs": step_macs(model.config, batch, variant),
+        "answer_tokens": int((batch["harmful_labels"][:, 1:] != -100).sum()),
+        "tokens": {
+            "harmful": list(batch["harmful_input_ids"].shape),
+            "harmless": list(batch["harmless_input_ids"].shape),
+        },
+    }
 
 
 def leak_variant():
     "200 RepNoiseTrainer steps on a tiny Llama; RSS and hook count recorded at every step."
     from transformers import TrainerCallback
+
     from adaptkit.models import tiny_causal_lm, tiny_tokenizer
     from adaptkit.repnoise.trainer import RepNoiseConfig, RepNoiseTrainer
     tok = tiny_tokenizer()
@@ -111,13 +123,27 @@ def leak_variant():
             record[state.global_step] = {"rss_mb": rss_mb(), "peak_rss_mb": peak_mb(),
                                          "hooks": sum(len(m._forward_hooks) for m in model.modules())}
 
-    args = RepNoiseConfig(tempfile.mkdtemp(), max_steps=200, per_device_train_batch_size=4, learning_rate=1e-4, warmup_steps=0,
-                          save_strategy="no", logging_steps=50, use_cpu=True, disable_tqdm=True, max_length=128)
+    args = RepNoiseConfig(
+        tempfile.mkdtemp(),
+        max_steps=200,
+        per_device_train_batch_size=4,
+        learning_rate=1e-4,
+        warmup_steps=0,
+        save_strategy="no",
+        logging_steps=50,
+        use_cpu=True,
+        disable_tqdm=True,
+        max_length=128,
+    )
     RepNoiseTrainer(model, args, rows(64), processing_class=tok, callbacks=[Probe()]).train()
-    return {"model": "tiny Llama (hidden 64, 4 layers, vocab 512)", "at_step_20": record[20], "at_step_200": record[200],
-            "rss_growth_20_to_200_mb": record[200]["rss_mb"] - record[20]["rss_mb"],
-            "peak_growth_20_to_200_mb": record[200]["peak_rss_mb"] - record[20]["peak_rss_mb"],
-            "max_hooks_between_steps": max(r["hooks"] for r in record.values())}
+    return {
+        "model": "tiny Llama (hidden 64, 4 layers, vocab 512)",
+        "at_step_20": record[20],
+        "at_step_200": record[200],
+        "rss_growth_20_to_200_mb": record[200]["rss_mb"] - record[20]["rss_mb"],
+        "peak_growth_20_to_200_mb": record[200]["peak_rss_mb"] - record[20]["peak_rss_mb"],
+        "max_hooks_between_steps": max(r["hooks"] for r in record.values()),
+    }
 
 
 def run(mode):
@@ -128,13 +154,19 @@ def run(mode):
 
 def main():
     start = quiet_start()
-    result = {"model": "SmolLM2-135M-Instruct (fp32, CPU)", "batch_pairs": BATCH, "warmup_steps": WARMUP, "measured_steps": STEPS,
-              "optimizer": "AdamW", "layers": "all",
-              "note": "sft = forward+backward+AdamW on the harmless sequences only; repnoise = the full RepNoise loss "
-                      "(harmless forward + hooked harmful forward + per-layer read-out CE at the answer tokens + MMD) on "
-                      "the same batch. macs: multiply-adds of the matmuls (forward + backward = 3x forward), counted "
-                      "from the config and the padded batch; norms, activations, softmax and the optimiser are left out.",
-              "variants": {v: run(v) for v in ("sft", "repnoise")}}
+    result = {
+        "model": "SmolLM2-135M-Instruct (fp32, CPU)",
+        "batch_pairs": BATCH,
+        "warmup_steps": WARMUP,
+        "measured_steps": STEPS,
+        "optimizer": "AdamW",
+        "layers": "all",
+        "note": "sft = forward+backward+AdamW on the harmless sequences only; repnoise = the full RepNoise loss "
+        "(harmless forward + hooked harmful forward + per-layer read-out CE at the answer tokens + MMD) on "
+        "the same batch. macs: multiply-adds of the matmuls (forward + backward = 3x forward), counted "
+        "from the config and the padded batch; norms, activations, softmax and the optimiser are left out.",
+        "variants": {v: run(v) for v in ("sft", "repnoise")},
+    }
     sft, rep = result["variants"]["sft"], result["variants"]["repnoise"]
     result["time_ratio_repnoise_vs_sft"] = rep["median_s"] / sft["median_s"]
     result["mac_ratio_repnoise_vs_sft"] = rep["macs"]["total"] / sft["macs"]["total"]
@@ -145,7 +177,8 @@ def main():
     write_result("repnoise", result, start)
     print(json.dumps({k: v for k, v in result.items() if k != "variants"}, indent=2))
     for v, r in result["variants"].items():
-        print(f"{v}: median {r['median_s']:.2f} s/step, peak RSS {r['peak_rss_mb']:.0f} MiB, {r['macs']['total'] / 1e9:.1f} GMAC")
+        print(f"{v}: median {r['median_s']:.2f} s/step, peak RSS {r['peak_rss_mb']:.0f} MiB, "
+              f"{r['macs']['total'] / 1e9:.1f} GMAC")
 
 
 if __name__ == "__main__":

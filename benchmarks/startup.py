@@ -22,8 +22,14 @@ def commands() -> dict[str, list[str]]:
     from adaptkit.cli import COMMANDS  # light: the command table imports nothing heavy
     runs = {"python -c pass": [sys.executable, "-c", "pass"], "adaptkit --help": [EXE, "--help"]}
     runs |= {f"adaptkit {name} --help": [EXE, *name.split(), "--help"] for name in COMMANDS}
-    runs |= {f"parser_for({name!r}) (before)": [sys.executable, "-c", f"from adaptkit.cli import parser_for; "
-                                                 f"parser_for({name!r}).format_help()"] for name in ("pissa", "hub serve")}
+    runs |= {
+        f"parser_for({name!r}) (before)": [
+            sys.executable,
+            "-c",
+            f"from adaptkit.cli import parser_for; parser_for({name!r}).format_help()",
+        ]
+        for name in ("pissa", "hub serve")
+    }
     return runs
 
 

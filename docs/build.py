@@ -145,6 +145,7 @@ def _render_dataclass(obj, name, level):
     "A dataclass as its own fields with defaults and help (from `field(metadata={'help': ...})` or docments)."
     import dataclasses
     import inspect
+
     from fastcore.docments import docments
     own = obj.__dict__.get("__annotations__", {})
     try:
@@ -414,6 +415,7 @@ def write_sources(docs_dir):
 def build(out=ROOT / "_docs"):
     "Build the whole site into `out` (replaced) and return its folder."
     import logging
+
     from mkdocs.commands.build import build as mkdocs_build
     from mkdocs.config import load_config
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(message)s")

@@ -19,10 +19,22 @@ def _qac_file(path, rows):
 
 
 def test_train_push_pull_correct(tiny_model_dir, tmp_path):
-    rows = [{"question": f"What is {i} times 2?", "answer": f"{i}", "correction": f"{i} times 2 is {2 * i}."} for i in range(8)]
+    rows = [
+        {"question": f"What is {i} times 2?", "answer": f"{i}", "correction": f"{i} times 2 is {2 * i}."}
+        for i in range(8)
+    ]
     tok = load_tokenizer(tiny_model_dir)
-    args = AlignerConfig(str(tmp_path / "run"), template=ALIGNER_QAC_TEMPLATE, identity_warmup_ratio=0.25, max_steps=2,
-                         per_device_train_batch_size=4, learning_rate=1e-3, save_strategy="no", use_cpu=True, disable_tqdm=True)
+    args = AlignerConfig(
+        str(tmp_path / "run"),
+        template=ALIGNER_QAC_TEMPLATE,
+        identity_warmup_ratio=0.25,
+        max_steps=2,
+        per_device_train_batch_size=4,
+        learning_rate=1e-3,
+        save_strategy="no",
+        use_cpu=True,
+        disable_tqdm=True,
+    )
     with LocalHub(tmp_path / "hub") as hub:
         push_folder(tiny_model_dir, "team/base", endpoint=hub.endpoint)
         trainer = AlignerTrainer("team/base", args, _qac_file(tmp_path / "qac.jsonl", rows), processing_class=tok,
@@ -71,13 +83,15 @@ def _prompt_ids(tok, template, row):
 @pytest.mark.parametrize("identity", [False, True])
 def test_aligner_rows_hold_the_template_token_for_token(tiny_tok, identity):
     import datasets
+
     from adaptkit.aligner.trainer import aligner_rows
     out = aligner_rows(datasets.Dataset.from_list(ROWS), CUSTOM, tiny_tok, identity=identity)
     assert out.column_names == ["input_ids", "labels"]
     for row, enc in zip(ROWS, out):
         prompt = _prompt_ids(tiny_tok, CUSTOM, row)
         n = len(prompt)
-        assert enc["input_ids"][:n] == prompt and enc["labels"][:n] == [-100] * n  # the prompt, untrained, as at inference
+        # the prompt, untrained, as at inference
+        assert enc["input_ids"][:n] == prompt and enc["labels"][:n] == [-100] * n
         target = tiny_tok(row["answer"] if identity else row["correction"], add_special_tokens=False)["input_ids"]
         assert enc["input_ids"][n:] == target + [tiny_tok.eos_token_id] == enc["labels"][n:]
 
@@ -87,7 +101,10 @@ def test_trainer_rows_use_the_configured_template(tiny_model_dir, tiny_tok, tmp_
     trainer = AlignerTrainer(str(tiny_model_dir), args, ROWS, processing_class=tiny_tok)
     for data in (trainer.train_dataset, trainer.warmup):
         for enc in data:
-            starts = [enc["input_ids"][:len(_prompt_ids(tiny_tok, CUSTOM, r))] == _prompt_ids(tiny_tok, CUSTOM, r) for r in ROWS]
+            starts = [
+                enc["input_ids"][: len(_prompt_ids(tiny_tok, CUSTOM, r))] == _prompt_ids(tiny_tok, CUSTOM, r)
+                for r in ROWS
+            ]
             assert any(starts), tiny_tok.decode(enc["input_ids"])
 
 
@@ -104,15 +121,18 @@ def test_correct_feeds_the_model_its_own_template_token_for_token(tiny_tok):
 
 
 def test_training_prompt_equals_inference_prompt_on_a_merging_boundary(tiny_tok, tiny_model_dir, tmp_path):
-    "A correction starting with '-' after a template ending on ':' : the ids before the answer are still the prompt's own."
+    "A correction starting with '-' after a template ending on ':' : the ids before the answer stay the prompt's own."
     import datasets
+
     from adaptkit.aligner.trainer import ALIGNER_V1_TEMPLATE, aligner_rows
     from adaptkit.models import tiny_causal_lm
     row = ROWS[0]
     aligner = Aligner(tiny_causal_lm(tiny_tok), tiny_tok)
     seen = []
     generate = aligner.model.generate
-    aligner.model.generate = lambda input_ids, **kw: seen.append(input_ids[0].tolist()) or generate(input_ids=input_ids, **kw)
+    aligner.model.generate = lambda input_ids, **kw: (
+        seen.append(input_ids[0].tolist()) or generate(input_ids=input_ids, **kw)
+    )
     aligner.correct([row["question"]], [row["answer"]], max_new_tokens=1)
     enc = aligner_rows(datasets.Dataset.from_list([row]), ALIGNER_V1_TEMPLATE, tiny_tok)[0]
     assert enc["input_ids"][:len(seen[0])] == seen[0] and enc["labels"][len(seen[0])] != -100
@@ -144,17 +164,31 @@ def test_template_fallbacks(tiny_tok, tmp_path, caplog):
 def test_dpo_rounds_push_each_round_tagged(hub, tiny_tok, tmp_path):
     import torch
     from trl import DPOConfig
+
     from adaptkit.aligner import dpo_rounds
     from adaptkit.models import tiny_causal_lm
     policy, aligner = tiny_causal_lm(tiny_tok, seed=3), Aligner(tiny_causal_lm(tiny_tok, seed=1), tiny_tok, CUSTOM)
     args = DPOConfig(str(tmp_path / "dpo"), beta=0.02, learning_rate=1e-3, max_steps=1, per_device_train_batch_size=2,
                      report_to="none", save_strategy="no", use_cpu=True, disable_tqdm=True, bf16=False)
-    metrics = dpo_rounds(policy, tiny_tok, aligner, ["What is 1 + 1?", "What is 2 + 2?", "Name a colour."], rounds=2, args=args,
-                         push_to="team/policy", hub_endpoint=hub.endpoint, base_model="team/base", max_new_tokens=4)
+    metrics = dpo_rounds(
+        policy,
+        tiny_tok,
+        aligner,
+        ["What is 1 + 1?", "What is 2 + 2?", "Name a colour."],
+        rounds=2,
+        args=args,
+        push_to="team/policy",
+        hub_endpoint=hub.endpoint,
+        base_model="team/base",
+        max_new_tokens=4,
+    )
     assert [m["round"] for m in metrics] == [1, 2] and all(m["pairs"] > 0 for m in metrics)
     api = HfApi(endpoint=hub.endpoint)
     tags = {t.name: t.target_commit for t in api.list_repo_refs("team/policy").tags}
-    assert tags == {"round-1": metrics[0]["commit"], "round-2": metrics[1]["commit"]} and metrics[0]["commit"] != metrics[1]["commit"]
+    assert (
+        tags == {"round-1": metrics[0]["commit"], "round-2": metrics[1]["commit"]}
+        and metrics[0]["commit"] != metrics[1]["commit"]
+    )
     from adaptkit.aligner import AlignedPolicy
     pulled = AlignedPolicy.from_pretrained("team/policy", endpoint=hub.endpoint, revision="round-2")
     assert pulled.settings["round"] == 2 and pulled.settings["pairs"] == metrics[1]["pairs"]
@@ -180,14 +214,20 @@ def test_config_checks(kwargs, error, name):
 
 def test_aligner_and_rows_checks(tiny_tok, tiny_model_dir, tmp_path):
     import datasets
-    from adaptkit.aligner import aligner_rows, preference_pairs, dpo_rounds
+
+    from adaptkit.aligner import aligner_rows, dpo_rounds, preference_pairs
     from adaptkit.models import tiny_causal_lm
     with pytest.raises(ValueError, match=re.escape("missing {question}")):
         Aligner(tiny_causal_lm(tiny_tok), tiny_tok, "{answer}")
     with pytest.raises(ValueError, match=re.escape("missing {answer}")):
         aligner_rows(datasets.Dataset.from_list(ROWS), "{question}", tiny_tok)
     with pytest.raises(ValueError, match=re.escape("row 1: the prompt takes")):
-        aligner_rows(datasets.Dataset.from_list([ROWS[1], {**ROWS[0], "question": "long " * 200}]), CUSTOM, tiny_tok, max_length=64)
+        aligner_rows(
+            datasets.Dataset.from_list([ROWS[1], {**ROWS[0], "question": "long " * 200}]),
+            CUSTOM,
+            tiny_tok,
+            max_length=64,
+        )
     aligner = Aligner(tiny_causal_lm(tiny_tok), tiny_tok, CUSTOM)
     with pytest.raises(ValueError, match="2 questions but 1 answers"):
         aligner.correct(["a", "b"], ["x"])
@@ -207,7 +247,9 @@ def test_aligner_and_rows_checks(tiny_tok, tiny_model_dir, tmp_path):
         AlignerTrainer(tiny_causal_lm(tiny_tok), AlignerConfig(str(tmp_path / "r"), max_steps=1, use_cpu=True), ROWS)
     args = AlignerConfig(str(tmp_path / "r"), template=CUSTOM, max_steps=1, use_cpu=True, max_length=64)
     with pytest.raises(ValueError, match=re.escape("row 1: the prompt takes")):  # before any training
-        AlignerTrainer(str(tiny_model_dir), args, [ROWS[1], {**ROWS[0], "question": "long " * 200}], processing_class=tiny_tok)
+        AlignerTrainer(
+            str(tiny_model_dir), args, [ROWS[1], {**ROWS[0], "question": "long " * 200}], processing_class=tiny_tok
+        )
 
 
 def test_trainer_finds_the_tokenizer_beside_a_folder_model(tiny_model_dir, tmp_path):

@@ -44,10 +44,36 @@ def test_every_recipe_names_a_command_and_only_its_fields():
 
 def test_pissa_recipe_pushes_a_plain_lora(hub, tiny_model_dir, tmp_path, capsys):
     commit = push_folder(tiny_model_dir, "team/tiny", endpoint=hub.endpoint)
-    data = jsonl(tmp_path / "train.jsonl", [{"prompt": f"{i} plus {i} is", "completion": f" {2 * i}."} for i in range(8)])
-    res = run(["pissa", "--config", RECIPES / "pissa.yaml", "--model_name_or_path", "team/tiny", "--dataset_name", data,
-               "--pissa_r", "4", "--pissa_alpha", "4", "--pissa_niter", "2", "--output_dir", tmp_path / "out", *TINY_TRAIN,
-               "--push_to_hub", "true", "--hub_model_id", "team/tiny-pissa", "--hub_endpoint", hub.endpoint], capsys)
+    data = jsonl(
+        tmp_path / "train.jsonl", [{"prompt": f"{i} plus {i} is", "completion": f" {2 * i}."} for i in range(8)]
+    )
+    res = run(
+        [
+            "pissa",
+            "--config",
+            RECIPES / "pissa.yaml",
+            "--model_name_or_path",
+            "team/tiny",
+            "--dataset_name",
+            data,
+            "--pissa_r",
+            "4",
+            "--pissa_alpha",
+            "4",
+            "--pissa_niter",
+            "2",
+            "--output_dir",
+            tmp_path / "out",
+            *TINY_TRAIN,
+            "--push_to_hub",
+            "true",
+            "--hub_model_id",
+            "team/tiny-pissa",
+            "--hub_endpoint",
+            hub.endpoint,
+        ],
+        capsys,
+    )
     assert res["repo_id"] == "team/tiny-pissa" and res["steps"] == 2
     assert json.loads((Path(res["adapter"]) / "adapter_config.json").read_text())["r"] == 8  # saved locally too
     info = HfApi(endpoint=hub.endpoint).model_info("team/tiny-pissa")
@@ -74,23 +100,77 @@ def test_aligner_recipe_with_lora_saves_template(tiny_model_dir, tmp_path, capsy
 
 
 def test_repnoise_recipe_saves_a_defended_model_with_card(tiny_model_dir, tmp_path, capsys):
-    rows = [{"prompt": f"how do I do bad thing {i}?", "harmful": f"step {i}: do it", "harmless": "I can't help with that."}
-            for i in range(6)]
-    res = run(["repnoise", "--config", RECIPES / "repnoise.yaml", "--model_name_or_path", tiny_model_dir, "--max_length", "32",
-               "--dataset_name", jsonl(tmp_path / "pairs.jsonl", rows), "--output_dir", tmp_path / "out", *TINY_TRAIN], capsys)
+    rows = [
+        {"prompt": f"how do I do bad thing {i}?", "harmful": f"step {i}: do it", "harmless": "I can't help with that."}
+        for i in range(6)
+    ]
+    res = run(
+        [
+            "repnoise",
+            "--config",
+            RECIPES / "repnoise.yaml",
+            "--model_name_or_path",
+            tiny_model_dir,
+            "--max_length",
+            "32",
+            "--dataset_name",
+            jsonl(tmp_path / "pairs.jsonl", rows),
+            "--output_dir",
+            tmp_path / "out",
+            *TINY_TRAIN,
+        ],
+        capsys,
+    )
     card = (Path(res["model"]) / "README.md").read_text()
     assert "repnoise" in card and "beta" in card and (Path(res["model"]) / "model.safetensors").exists()
 
 
 def test_translora_recipe_moves_a_lora(tiny_model_dir, tmp_path, capsys):
     from peft import LoraConfig, get_peft_model
+
     from adaptkit.models import load_causal_lm as load
-    get_peft_model(load(tiny_model_dir), LoraConfig(r=2, lora_alpha=4, target_modules=["q_proj", "v_proj"])).save_pretrained(tmp_path / "lora")
-    seeds = jsonl(tmp_path / "seeds.jsonl", [{"prompt": f"what is {a} plus {a}?", "completion": f" {2 * a}"} for a in range(5)])
-    res = run(["translora", "--config", RECIPES / "translora.yaml", "--source_base", tiny_model_dir, "--source_adapter", tmp_path / "lora",
-               "--target_base", tiny_model_dir, "--seeds", seeds, "--output_dir", tmp_path / "run", "--adapter_dir", tmp_path / "out",
-               "--num_synthetic", "4", "--prompt_max_new_tokens", "6", "--completion_max_new_tokens", "4", "--max_steps", "1",
-               "--per_device_train_batch_size", "2", "--lora_target_modules", "q_proj", "--lora_r", "2", "--use_cpu", "true"], capsys)
+    get_peft_model(
+        load(tiny_model_dir), LoraConfig(r=2, lora_alpha=4, target_modules=["q_proj", "v_proj"])
+    ).save_pretrained(tmp_path / "lora")
+    seeds = jsonl(
+        tmp_path / "seeds.jsonl", [{"prompt": f"what is {a} plus {a}?", "completion": f" {2 * a}"} for a in range(5)]
+    )
+    res = run(
+        [
+            "translora",
+            "--config",
+            RECIPES / "translora.yaml",
+            "--source_base",
+            tiny_model_dir,
+            "--source_adapter",
+            tmp_path / "lora",
+            "--target_base",
+            tiny_model_dir,
+            "--seeds",
+            seeds,
+            "--output_dir",
+            tmp_path / "run",
+            "--adapter_dir",
+            tmp_path / "out",
+            "--num_synthetic",
+            "4",
+            "--prompt_max_new_tokens",
+            "6",
+            "--completion_max_new_tokens",
+            "4",
+            "--max_steps",
+            "1",
+            "--per_device_train_batch_size",
+            "2",
+            "--lora_target_modules",
+            "q_proj",
+            "--lora_r",
+            "2",
+            "--use_cpu",
+            "true",
+        ],
+        capsys,
+    )
     assert res["seeds"] == 5 and res["kept_fraction"] == 1.0
     assert Path(res["adapter"]) == tmp_path / "out" and (tmp_path / "out" / "adapter_config.json").exists()
     assert json.loads((tmp_path / "out" / "adaptkit.json").read_text())["artifact"] == "translora-adapter"
@@ -99,11 +179,14 @@ def test_translora_recipe_moves_a_lora(tiny_model_dir, tmp_path, capsys):
 @pytest.mark.parametrize("argv, message", [
     (["pissa", "--model_name_or_path", "{model}", "--dataset_name", "data/missing.jsonl", "--output_dir", "{out}"],
      "data/missing.jsonl"),
-    (["aligner", "--model_name_or_path", "{tmp}/no-model", "--dataset_name", "{qac}", "--output_dir", "{out}"], "no-model"),
-    (["emr", "--pretrained", "{tmp}/no-base", "--finetuned", "a={tmp}/no-a", "b={tmp}/no-b", "--output_dir", "{out}"], "no-base"),
+    (["aligner", "--model_name_or_path", "{tmp}/no-model", "--dataset_name", "{qac}", "--output_dir", "{out}"],
+     "no-model"),
+    (["emr", "--pretrained", "{tmp}/no-base", "--finetuned", "a={tmp}/no-a", "b={tmp}/no-b", "--output_dir", "{out}"],
+     "no-base"),
     (["hub", "push", "--folder", "{tmp}/no-folder", "--repo_id", "me/x", "--hub_endpoint", "{hub}"], "no-folder"),
     (["hub", "pull", "--repo_id", "me/does-not-exist", "--hub_endpoint", "{hub}"], "me/does-not-exist"),
-    (["repnoise", "--model_name_or_path", "{model}", "--dataset_name", "{qac}", "--output_dir", "{out}"], "missing column"),
+    (["repnoise", "--model_name_or_path", "{model}", "--dataset_name", "{qac}", "--output_dir", "{out}"],
+     "missing column"),
     (["pissa", "--config", "{tmp}/missing-recipe.yaml"], "missing-recipe.yaml"),
 ])
 def test_user_errors_are_one_line_and_exit_2(argv, message, hub, tiny_model_dir, tmp_path, capsys):
@@ -132,8 +215,17 @@ def test_bad_rows_fail_before_training(tiny_model_dir, tmp_path, capsys):
 
 def tiny_classifier(seed: int, labels: int = 2) -> BertForSequenceClassification:
     torch.manual_seed(seed)
-    return BertForSequenceClassification(BertConfig(vocab_size=64, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
-                                                    intermediate_size=32, max_position_embeddings=32, num_labels=labels))
+    return BertForSequenceClassification(
+        BertConfig(
+            vocab_size=64,
+            hidden_size=16,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            intermediate_size=32,
+            max_position_embeddings=32,
+            num_labels=labels,
+        )
+    )
 
 
 def test_emr_recipe_merges_repo_ids_and_pushes_a_bundle(hub, tmp_path, capsys):
@@ -146,16 +238,36 @@ def test_emr_recipe_merges_repo_ids_and_pushes_a_bundle(hub, tmp_path, capsys):
             for p in ft.bert.parameters(): p.add_(0.01 * torch.randn_like(p))
         ft.save_pretrained(tmp_path / task)
         push_folder(tmp_path / task, f"team/{task}", endpoint=hub.endpoint)
-    res = run(["emr", "--config", RECIPES / "emr.yaml", "--pretrained", "team/base", "--finetuned", "a=team/a", "b=team/b",
-               "--output_dir", tmp_path / "bundle", "--push_to_hub", "true", "--hub_model_id", "team/merged",
-               "--hub_endpoint", hub.endpoint], capsys)
+    res = run(
+        [
+            "emr",
+            "--config",
+            RECIPES / "emr.yaml",
+            "--pretrained",
+            "team/base",
+            "--finetuned",
+            "a=team/a",
+            "b=team/b",
+            "--output_dir",
+            tmp_path / "bundle",
+            "--push_to_hub",
+            "true",
+            "--hub_model_id",
+            "team/merged",
+            "--hub_endpoint",
+            hub.endpoint,
+        ],
+        capsys,
+    )
     assert res["tasks"] == ["a", "b"] and res["repo_id"] == "team/merged"
     bundle = EMRBundle.from_pretrained("team/merged", revision=res["commit"], endpoint=hub.endpoint)
     assert bundle.load_task_model("b").config.num_labels == 3
 
 
 def test_hub_push_and_pull_print_commits(hub, tiny_model_dir, tmp_path, capsys):
-    pushed = run(["hub", "push", "--folder", tiny_model_dir, "--repo_id", "team/x", "--hub_endpoint", hub.endpoint], capsys)
+    pushed = run(
+        ["hub", "push", "--folder", tiny_model_dir, "--repo_id", "team/x", "--hub_endpoint", hub.endpoint], capsys
+    )
     pulled = run(["hub", "pull", "--repo_id", "team/x", "--hub_endpoint", hub.endpoint], capsys)
     assert pulled["commit"] == pushed["commit"] and (Path(pulled["folder"]) / "config.json").exists()
     assert main(["hub", "pull", "--hub_endpoint", hub.endpoint]) == 2
@@ -170,16 +282,31 @@ def test_console_script_lists_every_command():
 
 
 def test_hub_serve_subprocess_with_a_token_file(tmp_path):
-    "`adaptkit hub serve` as its own process, the token from a file (never on the command line): the stock client pushes with it."
+    "`adaptkit hub serve` as its own process, the token from a file (never in argv): the stock client pushes with it."
     import socket
     import time
+
     from huggingface_hub.errors import HfHubHTTPError
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]
     (tmp_path / "token").write_text("hf_secret_from_file\n")
     exe = Path(sys.executable).parent / "adaptkit"
-    proc = subprocess.Popen([str(exe), "hub", "serve", "--root", str(tmp_path / "root"), "--port", str(port),
-                             "--token_file", str(tmp_path / "token")], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        [
+            str(exe),
+            "hub",
+            "serve",
+            "--root",
+            str(tmp_path / "root"),
+            "--port",
+            str(port),
+            "--token_file",
+            str(tmp_path / "token"),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     endpoint = f"http://127.0.0.1:{port}"
     try:
         api = HfApi(endpoint=endpoint, token="hf_secret_from_file")
@@ -201,18 +328,48 @@ def test_refused_token_and_wrong_base_are_user_errors(tmp_path, capsys):
     from adaptkit.localhub.server import LocalHub
     (tmp_path / "f").mkdir(); (tmp_path / "f" / "a.txt").write_text("hi")
     with LocalHub(tmp_path / "hub", token="hf_right_token") as hub:
-        code = main(["hub", "push", "--folder", str(tmp_path / "f"), "--repo_id", "me/x", "--hub_endpoint", hub.endpoint,
-                     "--token", "hf_wrong_token"])
+        code = main(
+            [
+                "hub",
+                "push",
+                "--folder",
+                str(tmp_path / "f"),
+                "--repo_id",
+                "me/x",
+                "--hub_endpoint",
+                hub.endpoint,
+                "--token",
+                "hf_wrong_token",
+            ]
+        )
     err = capsys.readouterr().err.strip()
     assert code == 2 and len(err.splitlines()) == 1 and "Traceback" not in err and "hf_wrong_token" not in err, err
     tiny_classifier(0).save_pretrained(tmp_path / "base")
     for i, task in enumerate(["a", "b"]):
-        other = BertForSequenceClassification(BertConfig(vocab_size=64, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
-                                                         intermediate_size=32, max_position_embeddings=32))
+        other = BertForSequenceClassification(
+            BertConfig(
+                vocab_size=64,
+                hidden_size=32,
+                num_hidden_layers=1,
+                num_attention_heads=2,
+                intermediate_size=32,
+                max_position_embeddings=32,
+            )
+        )
         other.save_pretrained(tmp_path / task)
     capsys.readouterr()  # (the saves' progress bars)
-    code = main(["emr", "--pretrained", str(tmp_path / "base"), "--finetuned", f"a={tmp_path / 'a'}", f"b={tmp_path / 'b'}",
-                 "--output_dir", str(tmp_path / "bundle")])
+    code = main(
+        [
+            "emr",
+            "--pretrained",
+            str(tmp_path / "base"),
+            "--finetuned",
+            f"a={tmp_path / 'a'}",
+            f"b={tmp_path / 'b'}",
+            "--output_dir",
+            str(tmp_path / "bundle"),
+        ]
+    )
     err = capsys.readouterr().err.strip()
     assert code == 2 and len(err.splitlines()) == 1 and "hidden_size" in err, err
     assert not (tmp_path / "bundle").exists()
@@ -244,6 +401,7 @@ def test_help_is_what_the_parser_prints(name):
 def test_help_lists_every_field_of_the_commands_dataclasses(name):
     import dataclasses
     import re
+
     from adaptkit.cli import command_help
     usage = command_help(name).split("\n\n")[0]  # argparse's usage block names every option once
     flags = {f.replace("-", "_") for f in re.findall(r"\[?--([\w-]+)", usage)}

@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 import torch
@@ -14,24 +15,99 @@ from huggingface_hub import HfApi
 
 import adaptkit
 from adaptkit.artifacts import Artifact
-from adaptkit.models import BaseMismatchError
 from adaptkit.hub import push_folder
-from adaptkit.models import tiny_causal_lm
+from adaptkit.models import BaseMismatchError, tiny_causal_lm
 
-PAPER = {"pissa": "2404.02948", "aligner": "2402.02416", "repnoise": "2405.14577", "translora": "2405.17258", "emr": "2405.17461"}
+PAPER = {
+    "pissa": "2404.02948",
+    "aligner": "2402.02416",
+    "repnoise": "2405.14577",
+    "translora": "2405.17258",
+    "emr": "2405.17461",
+}
 
 
-def test_the_three_verbs_have_one_signature_shape():
-    "Every public artifact class of the five methods has the contract's verbs, with the contract's parameters."
-    classes = [adaptkit.PiSSAAdapter, adaptkit.Aligner, adaptkit.EMRBundle]
-    classes += [getattr(adaptkit, n) for n in ("ImmunisedModel", "Discriminator", "TransferredAdapter") if n in adaptkit.__all__]
-    for cls in classes:
-        pull = inspect.signature(cls.from_pretrained).parameters
-        assert "repo_id_or_path" in pull, (cls, list(pull))
-        assert {"revision", "endpoint", "token"} <= set(pull), (cls, list(pull))
-        push = inspect.signature(cls.push_to_hub).parameters
-        assert {"repo_id", "endpoint", "token", "private", "revision", "commit_message"} <= set(push), (cls, list(push))
-        assert "save_directory" in inspect.signature(cls.save_pretrained).parameters, cls
+VERBS = ("save_pretrained", "from_pretrained", "push_to_hub")
+RECORD_KEYS = {"artifact", "source", "settings", "results", "datasets", "files"}
+
+
+def artifact_classes() -> list[type]:
+    "Every artifact class adaptkit defines: the subclasses of `Artifact`, every module imported first."
+    import importlib
+    import pkgutil
+    for m in pkgutil.walk_packages(adaptkit.__path__, "adaptkit."): importlib.import_module(m.name)
+    return _subclasses(Artifact)
+
+
+def _subclasses(cls: type) -> list[type]:
+    "Every subclass of `cls` that adaptkit defines, at any depth."
+    found, todo = [], [cls]
+    while todo:
+        for sub in todo.pop().__subclasses__():
+            if sub.__module__.startswith("adaptkit.") and sub not in found: found.append(sub); todo.append(sub)
+    return found
+
+
+def _shape(fn) -> list[tuple]:
+    "A verb's parameters as (name, kind, default): what a caller relies on (annotations may be strings or types)."
+    return [(p.name, p.kind, p.default) for p in inspect.signature(fn).parameters.values()]
+
+
+def verb_differences(classes) -> list[str]:
+    "Each verb of `classes` whose parameters differ from `Artifact`'s (the contract), named with both shapes."
+    return [f"{cls.__name__}.{verb}: {_shape(getattr(cls, verb))} != {_shape(getattr(Artifact, verb))}"
+            for cls in classes for verb in VERBS if _shape(getattr(cls, verb)) != _shape(getattr(Artifact, verb))]
+
+
+def test_every_artifact_has_the_contracts_verbs_with_one_signature():
+    "Every artifact class, EMRBundle and the merged models included, is an `Artifact` whose verbs take what it takes."
+    classes = artifact_classes()
+    names = {c.__name__ for c in classes}
+    assert {"PiSSAAdapter", "Aligner", "AlignedPolicy", "ImmunisedModel", "Discriminator", "TransferredAdapter",
+            "EMRBundle"} <= names, names
+    assert not verb_differences(classes), verb_differences(classes)
+
+
+def test_a_verb_with_another_signature_is_named():
+    class Odd(Artifact):
+        def save_pretrained(self, save_directory, results=None): ...
+    assert verb_differences([Odd]) == [
+        f"Odd.save_pretrained: {_shape(Odd.save_pretrained)} != {_shape(Artifact.save_pretrained)}"]
+    assert "'results'" in verb_differences([Odd])[0]
+
+
+def test_every_trainer_takes_model_args_rows_then_the_base_by_keyword():
+    "The trainers are called alike: (model, args, train_dataset), then base_model/base_revision/hub_endpoint/hub_token."
+    from adaptkit.artifacts import ArtifactTrainerMixin
+    artifact_classes()  # every module imported
+    trainers = _subclasses(ArtifactTrainerMixin)
+    assert {"PiSSATrainer", "AlignerTrainer", "RepNoiseTrainer", "TransLoRATrainer"} <= {c.__name__ for c in trainers}
+    for cls in trainers:
+        params = inspect.signature(cls.__init__).parameters
+        positional = [n for n, p in params.items() if p.kind == p.POSITIONAL_OR_KEYWORD]
+        assert positional[:4] == ["self", "model", "args", "train_dataset"], (cls.__name__, positional)
+        keyword = {n for n, p in params.items() if p.kind == p.KEYWORD_ONLY}
+        assert {"base_model", "base_revision", "hub_endpoint", "hub_token"} <= keyword, (cls.__name__, keyword)
+
+
+def check_record(folder, kind: str | None) -> dict:
+    "The artifact record in `folder`'s adaptkit.json: its kind, source, settings, results and every file's sha256."
+    from adaptkit.hub.client import sha256_file
+    folder = Path(folder)
+    record = json.loads((folder / "adaptkit.json").read_text())
+    assert RECORD_KEYS <= set(record) and record["artifact"] == (kind or record["artifact"]), (kind, sorted(record))
+    assert {"base_model", "base_revision", "fingerprint"} <= set(record["source"]), record["source"]
+    on_disk = {p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file()
+               and not any(part.startswith((".", "_")) for part in p.relative_to(folder).parts)}
+    assert set(record["files"]) == on_disk - {"adaptkit.json", "README.md"}, (sorted(record["files"]), sorted(on_disk))
+    assert all(record["files"][f] == sha256_file(folder / f) for f in record["files"])
+    return record
+
+
+def _pushed_record(hub, repo_id: str, kind: str | None, revision: str | None = None) -> dict:
+    "The record of a pushed artifact, checked in a fresh snapshot of the repo."
+    from huggingface_hub import snapshot_download
+    return check_record(snapshot_download(repo_id, revision=revision, endpoint=hub.endpoint), kind)
 
 
 @pytest.fixture
@@ -41,6 +117,8 @@ def base_repo(hub, tiny_model_dir):
 
 
 def _check_card(hub, repo_id: str, method: str, base: str, library: str):
+    "The pushed card is adaptkit's for `method` on `base`, and the pushed record is whole."
+    _pushed_record(hub, repo_id, None)
     data = HfApi(endpoint=hub.endpoint).model_info(repo_id).card_data
     assert data.library_name == library, data
     assert {"adaptkit", method, f"arxiv:{PAPER[method]}"} <= set(data.tags), data.tags
@@ -48,9 +126,10 @@ def _check_card(hub, repo_id: str, method: str, base: str, library: str):
 
 
 def _pissa_adapter(base_model, tok):
-    from adaptkit.pissa import PiSSAAdapter, init_pissa, pissa_config
-    from adaptkit.models import fingerprint
     import tempfile
+
+    from adaptkit.models import fingerprint
+    from adaptkit.pissa import PiSSAAdapter, init_pissa, pissa_config
     model = tiny_causal_lm(tok)
     fp = fingerprint(model)
     init = tempfile.mkdtemp()
@@ -78,7 +157,9 @@ def test_pissa_adapter_round_trip_and_wrong_base(hub, base_repo, tiny_tok, tmp_p
     art.push_to_hub("me/pissa", endpoint=hub.endpoint)
     _check_card(hub, "me/pissa", "pissa", base_repo[0], "peft")
     with pytest.raises(BaseMismatchError, match=r"made on the base me/tiny-base"):
-        adaptkit.PiSSAAdapter.from_pretrained("me/pissa", endpoint=hub.endpoint, revision="v1", base=tiny_causal_lm(tiny_tok, seed=5))
+        adaptkit.PiSSAAdapter.from_pretrained(
+            "me/pissa", endpoint=hub.endpoint, revision="v1", base=tiny_causal_lm(tiny_tok, seed=5)
+        )
     with pytest.raises(BaseMismatchError, match=r"made on the base me/tiny-base"):  # adaptkit's plain loader checks too
         adaptkit.load_adapter(tiny_causal_lm(tiny_tok, seed=5), "me/pissa", endpoint=hub.endpoint)
 
@@ -110,21 +191,25 @@ TRAINERS = {
 from adaptkit.pissa import PiSSAConfig, PiSSATrainer
 tok = load_tokenizer("me/tiny-base")
 rows = datasets.Dataset.from_list([{"prompt": f"{i} plus {i} is", "completion": f" {2 * i}."} for i in range(8)])
-args = PiSSAConfig(sys.argv[1], pissa_r=2, max_steps=1, per_device_train_batch_size=4, use_cpu=True, save_strategy="no", disable_tqdm=True)
+args = PiSSAConfig(sys.argv[1], pissa_r=2, max_steps=1, per_device_train_batch_size=4, use_cpu=True,
+                   save_strategy="no", disable_tqdm=True)
 trainer = PiSSATrainer("me/tiny-base", args, train_dataset=rows, processing_class=tok)
 """),
     "aligner": ("transformers", """
 from adaptkit.aligner.trainer import AlignerConfig, AlignerTrainer
 tok = load_tokenizer("me/tiny-base")
 rows = [{"question": f"what is {i} plus {i}?", "answer": f"{i}", "correction": f"{2 * i}"} for i in range(8)]
-args = AlignerConfig(sys.argv[1], max_steps=1, per_device_train_batch_size=4, use_cpu=True, save_strategy="no", disable_tqdm=True)
+args = AlignerConfig(sys.argv[1], max_steps=1, per_device_train_batch_size=4, use_cpu=True, save_strategy="no",
+                     disable_tqdm=True)
 trainer = AlignerTrainer("me/tiny-base", args, rows, processing_class=tok)
 """),
     "repnoise": ("transformers", """
 from adaptkit.repnoise.trainer import RepNoiseConfig, RepNoiseTrainer
 tok = load_tokenizer("me/tiny-base")
-rows = [{"prompt": f"how do I do bad thing {i}?", "harmful": f"step {i}: do it", "harmless": "I can't help with that."} for i in range(4)]
-args = RepNoiseConfig(sys.argv[1], max_steps=1, per_device_train_batch_size=2, max_length=32, use_cpu=True, save_strategy="no", disable_tqdm=True)
+rows = [{"prompt": f"how do I do bad thing {i}?", "harmful": f"step {i}: do it", "harmless": "I can't help with that."}
+        for i in range(4)]
+args = RepNoiseConfig(sys.argv[1], max_steps=1, per_device_train_batch_size=2, max_length=32, use_cpu=True,
+                      save_strategy="no", disable_tqdm=True)
 trainer = RepNoiseTrainer("me/tiny-base", args, rows, processing_class=tok)
 """),
 }
@@ -145,4 +230,43 @@ def test_trainer_push_to_hub_writes_adaptkit_card(method, hub, base_repo, tmp_pa
     files = set(HfApi(endpoint=hub.endpoint).list_repo_files(repo_id))
     assert "adaptkit.json" in files and not any(f.startswith(("_", "checkpoint-")) for f in files), files
     readme = open(HfApi(endpoint=hub.endpoint).hf_hub_download(repo_id, "README.md"), encoding="utf-8").read()
-    assert f"at revision `{base_repo[1]}`" in readme, readme[:600]  # the base pinned by commit
+    # the base, pinned by commit
+    assert f"at revision `{base_repo[1]}`" in readme, readme[:600]
+
+
+def test_emr_bundle_round_trip_through_the_contract(hub, tmp_path):
+    "An EMR bundle is saved, pushed and pulled with the contract's verbs, its record in adaptkit.json as any other."
+    from adaptkit.emr import EMRBundle, emr_merge
+    torch.manual_seed(0)
+    base = {"w": torch.randn(4, 6), "b": torch.randn(6)}
+    tasks = {t: {k: v + 0.1 * torch.randn_like(v) for k, v in base.items()} for t in ("a", "b")}
+    bundle = emr_merge(base, tasks, out_dir=tmp_path / "bundle", progress=False)
+    check_record(tmp_path / "bundle", "emr-bundle")
+    bundle.results = [{"task": "text-classification", "dataset": "toy", "metric": "accuracy", "value": 0.5}]
+    saved = bundle.save_pretrained(tmp_path / "copy")
+    assert check_record(saved, "emr-bundle")["results"] == bundle.results
+    commit = bundle.push_to_hub("me/bundle", endpoint=hub.endpoint, revision="v1")
+    pulled = EMRBundle.from_pretrained("me/bundle", endpoint=hub.endpoint, revision="v1")
+    assert pulled.tasks == ["a", "b"] and pulled.results == bundle.results
+    assert torch.equal(pulled.task_state_dict("a")["w"], bundle.task_state_dict("a")["w"])
+    assert _pushed_record(hub, "me/bundle", "emr-bundle", revision="v1")["results"] == bundle.results
+    assert HfApi(endpoint=hub.endpoint).model_info("me/bundle", revision="v1").sha == commit
+    with pytest.raises(ValueError, match="not a EMRBundle|not an EMR bundle"):
+        EMRBundle.from_pretrained(_not_a_bundle(tmp_path))
+
+
+def _not_a_bundle(tmp_path):
+    "A folder holding another artifact kind's record."
+    folder = tmp_path / "other"; folder.mkdir()
+    (folder / "adaptkit.json").write_text(json.dumps({"artifact": "pissa-adapter"}))
+    return folder
+
+
+def test_a_damaged_file_of_any_artifact_is_named_on_load(hub, base_repo, tiny_tok, tmp_path):
+    "Every artifact's record lists each file's sha256: a file changed after saving is named before it is used."
+    art = _pissa_adapter(base_repo[0], tiny_tok)
+    folder = art.save_pretrained(tmp_path / "pissa")
+    weights = folder / "adapter_model.safetensors"
+    raw = bytearray(weights.read_bytes()); raw[-1] ^= 1; weights.write_bytes(bytes(raw))
+    with pytest.raises(ValueError, match=f"{weights}: sha256 .* differs from adaptkit.json's"):
+        adaptkit.PiSSAAdapter.from_pretrained(folder, base=tiny_causal_lm(tiny_tok))

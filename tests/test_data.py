@@ -7,8 +7,16 @@ import datasets
 import pytest
 from huggingface_hub.errors import HfHubHTTPError
 
-from adaptkit.data import (CLASSIFICATION, PREFERENCE, PROMPT_COMPLETION, QAC, DataError, Schema, load_rows,
-                           validate_rows)
+from adaptkit.data import (
+    CLASSIFICATION,
+    PREFERENCE,
+    PROMPT_COMPLETION,
+    QAC,
+    DataError,
+    Schema,
+    load_rows,
+    validate_rows,
+)
 
 ROWS = [{"question": "2+2?", "answer": "5", "correction": "4"}, {"question": "1+1?", "answer": "2", "correction": "2"}]
 ROW = ROWS[0]
@@ -67,8 +75,13 @@ def test_extra_columns_are_kept_and_never_renamed(tmp_path):
     assert ds.column_names == ["question", "answer", "correction", "source", "note"]
     assert ds["note"] == [None, "only here"] and ds["source"] == ["a", None]
     assert load_rows(rows, QAC).column_names == ds.column_names
-    with pytest.raises(DataError, match=re.escape("missing column(s) 'question' for question/answer/correction; found "
-                                                  "'Question ', 'answer', 'correction' ('Question ': names must match exactly)")):
+    with pytest.raises(
+        DataError,
+        match=re.escape(
+            "missing column(s) 'question' for question/answer/correction; found "
+            "'Question ', 'answer', 'correction' ('Question ': names must match exactly)"
+        ),
+    ):
         load_rows(write(tmp_path / "h.csv", "Question ,answer,correction\nq,a,c\n"), QAC)
 
 
@@ -224,14 +237,17 @@ def test_unsupported_and_empty_files(tmp_path):
 
 # --- a missing local file is never looked up on a Hub (issue 14 item 2) ------------------------------------------
 
-@pytest.mark.parametrize("name", ["data/train.jsonl", "train.csv", "rows.json", "shard.parquet", "./data", "~/nope.jsonl"])
+@pytest.mark.parametrize("name", ["data/train.jsonl", "train.csv", "rows.json", "shard.parquet", "./data",
+                                  "~/nope.jsonl"])
 def test_a_missing_file_asks_no_hub(request_log, tmp_path, monkeypatch, name):
     endpoint, log = request_log
     monkeypatch.chdir(tmp_path)
     with pytest.raises(FileNotFoundError, match=re.escape(f"{name!r}: no such local file or folder")):
         load_rows(name, QAC, endpoint=endpoint)
     assert log == []
-    with pytest.raises(HfHubHTTPError, match=re.escape("404 Not Found' for url '" + endpoint + "/api/datasets/team/data")) as e:
+    with pytest.raises(
+        HfHubHTTPError, match=re.escape("404 Not Found' for url '" + endpoint + "/api/datasets/team/data")
+    ) as e:
         load_rows("team/data", QAC, endpoint=endpoint)  # the control: a repo id does reach the server
     assert e.value.response.status_code == 404
     assert log and log[0].startswith("GET /api/datasets/team/data")
@@ -245,9 +261,9 @@ def test_a_missing_file_asks_no_hub(request_log, tmp_path, monkeypatch, name):
     ([ROW, "q,a,c"], "rows, row 1: expected a row of named columns (a dict), got str 'q,a,c'"),
     ([{"question": "q", "answer": "a"}], "rows: missing column(s) 'correction' for question/answer/correction; "
                                          "found 'question', 'answer'"),
-    ([{"Answer": "a", "question": "q", "correction": "c"}], "missing column(s) 'answer' for question/answer/correction; "
-                                                            "found 'Answer', 'question', 'correction' ('Answer': names "
-                                                            "must match exactly)"),
+    ([{"Answer": "a", "question": "q", "correction": "c"}],
+     "missing column(s) 'answer' for question/answer/correction; found 'Answer', 'question', 'correction' ('Answer': "
+     "names must match exactly)"),
     ([ROW, dict(ROW, answer=None)], "row 1, column 'answer': missing value (null)"),
     ([dict(ROW, question=["q"])], "row 0, column 'question': expected str, got list \"['q']\""),
     ([dict(ROW, correction=" \n\t")], "row 0, column 'correction': empty text"),
@@ -307,8 +323,12 @@ def test_max_problems_stops_the_list():
 def test_lines_name_the_file_line_of_a_row():
     with pytest.raises(DataError, match=re.escape("f.csv, line 9: row 1: expected a row of named columns")):
         validate_rows([ROW, 3], QAC, "f.csv", lines=[2, 9])
-    with pytest.raises(DataError, match=re.escape("f.csv: rows do not fit question/answer/correction:\n  line 9: row 1, "
-                                                  "column 'answer': empty text")):
+    with pytest.raises(
+        DataError,
+        match=re.escape(
+            "f.csv: rows do not fit question/answer/correction:\n  line 9: row 1, column 'answer': empty text"
+        ),
+    ):
         validate_rows([ROW, dict(ROW, answer="")], QAC, "f.csv", lines=[2, 9])
 
 
@@ -339,8 +359,12 @@ def test_load_rows_splits_of_a_dataset_dict():
         load_rows(dd, QAC, split="validation")
     assert load_rows(dd, QAC, split="test").to_list() == [ROW]
     bad = datasets.DatasetDict(train=datasets.Dataset.from_list([dict(ROW, question="")]))
-    with pytest.raises(DataError, match=re.escape("split 'train': rows do not fit question/answer/correction:\n  row 0, "
-                                                  "column 'question': empty text")):
+    with pytest.raises(
+        DataError,
+        match=re.escape(
+            "split 'train': rows do not fit question/answer/correction:\n  row 0, column 'question': empty text"
+        ),
+    ):
         load_rows(bad, QAC)
 
 
@@ -349,7 +373,8 @@ def test_load_rows_validates_lists_and_tuples_then_makes_one_table():
     with pytest.raises(DataError, match=re.escape("rows: rows do not fit question/answer/correction:\n  row 0, column "
                                                   "'question': empty text")):
         load_rows([dict(ROW, question="")], QAC)
-    rows = [dict(ROW, meta=[{"a": 1}]), dict(ROW, meta=[[1, 2]])]  # both lists, but Arrow cannot type them as one column
+    # both lists, but Arrow cannot type them as one column
+    rows = [dict(ROW, meta=[{"a": 1}]), dict(ROW, meta=[[1, 2]])]
     with pytest.raises(DataError, match=re.escape("rows: the rows do not make one table (")):
         load_rows(rows, QAC)
 
@@ -390,14 +415,20 @@ def test_a_bad_row_in_one_shard_names_that_shard(tmp_path):
     (tmp_path / "data").mkdir()
     write(tmp_path / "data" / "train-1.jsonl", json.dumps(ROW) + "\n")
     write(tmp_path / "data" / "train-2.jsonl", json.dumps(ROW) + "\n" + json.dumps(dict(ROW, answer="")) + "\n")
-    with pytest.raises(DataError, match=re.escape("train-2.jsonl: rows do not fit question/answer/correction:\n  line 2: "
-                                                  "row 1, column 'answer': empty text")):
+    with pytest.raises(
+        DataError,
+        match=re.escape(
+            "train-2.jsonl: rows do not fit question/answer/correction:\n  line 2: row 1, column 'answer': empty text"
+        ),
+    ):
         load_rows(tmp_path, QAC)
 
 
 def test_an_uppercase_suffix_is_read_and_an_unknown_one_named(tmp_path):
     assert load_rows(write(tmp_path / "R.JSONL", json.dumps(ROW) + "\n"), QAC).to_list() == [ROW]
-    with pytest.raises(DataError, match=re.escape("rows.tsv: unsupported file type (use .jsonl, .json, .csv, .parquet)")):
+    with pytest.raises(
+        DataError, match=re.escape("rows.tsv: unsupported file type (use .jsonl, .json, .csv, .parquet)")
+    ):
         load_rows(write(tmp_path / "rows.tsv", "question\tanswer\n"), QAC)
 
 

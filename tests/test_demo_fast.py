@@ -19,9 +19,20 @@ def tiny_bases(tmp_path):
     from transformers import BertConfig, BertModel
     torch.set_num_threads(2)
     tok, folders = tiny_tokenizer(), {}
-    models = {"smol": tiny_causal_lm(tok), "gemma": tiny_causal_lm(tok, hidden_size=48, seed=1),
-              "minilm": BertModel(BertConfig(vocab_size=len(tok), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                                             intermediate_size=64, max_position_embeddings=128))}
+    models = {
+        "smol": tiny_causal_lm(tok),
+        "gemma": tiny_causal_lm(tok, hidden_size=48, seed=1),
+        "minilm": BertModel(
+            BertConfig(
+                vocab_size=len(tok),
+                hidden_size=32,
+                num_hidden_layers=2,
+                num_attention_heads=2,
+                intermediate_size=64,
+                max_position_embeddings=128,
+            )
+        ),
+    }
     for name, model in models.items():
         folders[name] = tmp_path / f"tiny-{name}"
         model.save_pretrained(folders[name])
@@ -44,17 +55,33 @@ def test_the_demo_runs_every_step_through_the_hub(tiny_bases, tmp_path, monkeypa
                                          + ["translora"] * 3 + ["emr"] * 2 * len(EMR_TASKS))
     assert [r["what"] for r in rows[:3]] == ["SmolLM2-135M-Instruct", "Gemma-3-270M", "all-MiniLM-L6-v2"]
     pushed = {r["repo_id"]: r["commit"] for r in rows if r["repo_id"]}
-    assert set(pushed) == {f"tiny/{n}" for n in [
-        "SmolLM2-135M-Instruct", "gemma-3-270m", "all-MiniLM-L6-v2", "SmolLM2-135M-arithmetic-pissa",
-        "SmolLM2-135M-arithmetic-aligner", "SmolLM2-135M-repnoise", "SmolLM2-135M-arithmetic-discriminator",
-        "gemma-3-270m-arithmetic-translora", "all-MiniLM-L6-v2-emr-3tasks", *(f"all-MiniLM-L6-v2-{t}" for t in EMR_TASKS)]}
-    with LocalHub(tmp_path / "cache" / "localhub") as hub:  # the demo's hub, reopened: every commit it reported is there
+    assert set(pushed) == {
+        f"tiny/{n}"
+        for n in [
+            "SmolLM2-135M-Instruct",
+            "gemma-3-270m",
+            "all-MiniLM-L6-v2",
+            "SmolLM2-135M-arithmetic-pissa",
+            "SmolLM2-135M-arithmetic-aligner",
+            "SmolLM2-135M-repnoise",
+            "SmolLM2-135M-arithmetic-discriminator",
+            "gemma-3-270m-arithmetic-translora",
+            "all-MiniLM-L6-v2-emr-3tasks",
+            *(f"all-MiniLM-L6-v2-{t}" for t in EMR_TASKS),
+        ]
+    }
+    # the demo's hub, reopened: every commit it reported is there
+    with LocalHub(tmp_path / "cache" / "localhub") as hub:
         api = HfApi(endpoint=hub.endpoint)
         for repo_id, commit in pushed.items():
             assert api.model_info(repo_id).sha == commit, repo_id
         assert {"adapter_config.json", "adapter_model.safetensors", "adaptkit.json"} <= set(
             api.list_repo_files("tiny/SmolLM2-135M-arithmetic-pissa"))
-        card = open(api.hf_hub_download("tiny/SmolLM2-135M-Instruct", "README.md", revision=pushed["tiny/SmolLM2-135M-Instruct"]))
+        card = open(
+            api.hf_hub_download(
+                "tiny/SmolLM2-135M-Instruct", "README.md", revision=pushed["tiny/SmolLM2-135M-Instruct"]
+            )
+        )
         assert "SmolLM2-135M-Instruct stand-in: the checkpoint in `tiny-smol`." in card.read()  # not the real summary
     scored = {r["what"]: r["accuracy"] for r in rows if "accuracy" in r}
     assert len(scored) == 2 + 2 + 2 + 2 * len(EMR_TASKS)

@@ -45,7 +45,9 @@ class _Quiet(http.server.SimpleHTTPRequestHandler):
 @pytest.fixture(scope="module")
 def site(tmp_path_factory):
     out = tmp_path_factory.mktemp("site")
-    res = subprocess.run([sys.executable, "docs/build.py", "--out", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    res = subprocess.run(
+        [sys.executable, "docs/build.py", "--out", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
     assert res.returncode == 0, f"docs build failed:\n{res.stdout}\n{res.stderr}"
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_Quiet, directory=str(out)))
     threading.Thread(target=server.serve_forever, daemon=True).start()
@@ -59,7 +61,8 @@ def browser():
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     driver_bin = shutil.which("chromedriver")
     if not chromium or not driver_bin:
-        pytest.fail(f"headless Chromium is needed for the docs test but chromium={chromium} chromedriver={driver_bin}: {INSTALL_HINT}")
+        pytest.fail(f"headless Chromium is needed for the docs test but chromium={chromium} "
+                    f"chromedriver={driver_bin}: {INSTALL_HINT}")
     try:
         from selenium import webdriver
         from selenium.webdriver.chrome.service import Service
@@ -129,13 +132,17 @@ def test_docs_site_in_chromium(browser, site):  # browser first: no Chromium fai
         dup = browser.execute_script("const ids = [...document.querySelectorAll('[id]')].map(e => e.id);"
                                      "return ids.filter((x, i) => ids.indexOf(x) !== i)")
         problems += [f"{url or 'home'}: duplicate id {i!r}" for i in dup]
-        broken = browser.execute_script("return [...document.images].filter(i => !i.complete || i.naturalWidth === 0).map(i => i.src)")
+        broken = browser.execute_script(
+            "return [...document.images].filter(i => !i.complete || i.naturalWidth === 0).map(i => i.src)"
+        )
         problems += [f"{url or 'home'}: image does not load: {src}" for src in broken]
         if kind == "module" and modname:
             mod = importlib.import_module(f"adaptkit.{modname}")
             ids = set(browser.execute_script("return [...document.querySelectorAll('[id]')].map(e => e.id)"))
             problems += [f"{url}: no API entry for {modname}.{sym}" for sym in mod.__all__ if b._anchor(sym) not in ids]
-        problems += [f"{url or 'home'}: console: {e['message']}" for e in browser.get_log("browser") if e["level"] == "SEVERE"]
+        problems += [
+            f"{url or 'home'}: console: {e['message']}" for e in browser.get_log("browser") if e["level"] == "SEVERE"
+        ]
     # the search box finds an API entry (MkDocs' prebuilt index, searched in the browser, offline)
     from selenium.webdriver.support.ui import WebDriverWait
     browser.get(base)
@@ -154,24 +161,58 @@ def test_docs_site_in_chromium(browser, site):  # browser first: no Chromium fai
 
 
 def test_stored_outputs_render(tmp_path, monkeypatch):
-    "A tutorial's committed outputs (text, plots, HTML and Markdown tables) reach its page as they are; stderr does not."
+    "A tutorial's committed outputs (text, plots, HTML and Markdown tables) reach its page unchanged; stderr does not."
     import base64
     import json
     b = _builder()
     nbs = tmp_path / "nbs"
     (nbs / "tutorials").mkdir(parents=True)
-    png = base64.b64decode("iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg==")
+    png = base64.b64decode(
+        "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="
+    )
     code = lambda src, outs: {"cell_type": "code", "execution_count": 1, "metadata": {}, "source": src, "outputs": outs}
-    cells = [{"cell_type": "markdown", "metadata": {}, "source": "# A tutorial\n\nProse."},
-             code("#| slow\nprint('hi')", [{"output_type": "stream", "name": "stdout", "text": ["accuracy 0.93\n"]},
-                                           {"output_type": "stream", "name": "stderr", "text": ["progress bar noise\n"]}]),
-             code("plot()", [{"output_type": "display_data", "metadata": {},
-                              "data": {"image/png": base64.b64encode(png).decode(), "text/plain": "<Figure>"}}]),
-             code("df", [{"output_type": "execute_result", "execution_count": 2, "metadata": {},
-                          "data": {"text/html": "<table><tr><td>lora</td><td>0.41</td></tr></table>", "text/plain": "df"}}]),
-             code("#| echo: false\nshow()", [{"output_type": "display_data", "metadata": {},
-                                              "data": {"text/markdown": "| method | acc |\n|---|---|\n| pissa | 0.5 |"}}]),
-             code("#| hide\nsecret = 1", [])]
+    cells = [
+        {"cell_type": "markdown", "metadata": {}, "source": "# A tutorial\n\nProse."},
+        code(
+            "#| slow\nprint('hi')",
+            [
+                {"output_type": "stream", "name": "stdout", "text": ["accuracy 0.93\n"]},
+                {"output_type": "stream", "name": "stderr", "text": ["progress bar noise\n"]},
+            ],
+        ),
+        code(
+            "plot()",
+            [
+                {
+                    "output_type": "display_data",
+                    "metadata": {},
+                    "data": {"image/png": base64.b64encode(png).decode(), "text/plain": "<Figure>"},
+                }
+            ],
+        ),
+        code(
+            "df",
+            [
+                {
+                    "output_type": "execute_result",
+                    "execution_count": 2,
+                    "metadata": {},
+                    "data": {"text/html": "<table><tr><td>lora</td><td>0.41</td></tr></table>", "text/plain": "df"},
+                }
+            ],
+        ),
+        code(
+            "#| echo: false\nshow()",
+            [
+                {
+                    "output_type": "display_data",
+                    "metadata": {},
+                    "data": {"text/markdown": "| method | acc |\n|---|---|\n| pissa | 0.5 |"},
+                }
+            ],
+        ),
+        code("#| hide\nsecret = 1", []),
+    ]
     nb_path = nbs / "tutorials" / "t.ipynb"
     nb_path.write_text(json.dumps({"cells": cells, "metadata": {}, "nbformat": 4, "nbformat_minor": 5}))
     monkeypatch.setattr(b, "NBS", nbs)

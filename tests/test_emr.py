@@ -2,7 +2,6 @@
 folders, real transformers models (Llama classifiers, GPT-2 with fan_in_fan_out LoRA), bf16, exactness against the
 official dense code, each input tensor read once, bounded memory, and a merge killed halfway."""
 import json
-import os
 import re
 import signal
 import subprocess
@@ -79,9 +78,13 @@ def test_push_pull_through_localhub_with_base_by_commit(hub, tmp_path):
     assert meta["sources"]["t1"] == {"kind": "full", "repo_id": "team/ft-1", "revision": commits["t1"]}
 
     bundle.results = [{"task": "text-classification", "dataset": "toy", "metric": "accuracy", "value": 0.75}]
-    commit = bundle.push_to_hub("team/emr")  # the endpoint the bundle was made with
+    commit = bundle.push_to_hub("team/emr", endpoint=hub.endpoint)
     data = HfApi(endpoint=hub.endpoint).model_info("team/emr").card_data
-    assert (data.base_model, data.library_name, data.pipeline_tag) == ("team/base", "transformers", "text-classification")
+    assert (data.base_model, data.library_name, data.pipeline_tag) == (
+        "team/base",
+        "transformers",
+        "text-classification",
+    )
     assert {"adaptkit", "emr", "arxiv:2405.17461"} <= set(data.tags) and data.eval_results[0].metric_value == 0.75
 
     pulled = EMRBundle.from_pretrained("team/emr", revision=commit, endpoint=hub.endpoint)
@@ -108,7 +111,8 @@ def test_sharded_folders_equal_state_dicts_and_official_code(tmp_path):
     # the bundle names local sources by folder name only: no absolute path of this machine goes into a pushed repo
     assert str(tmp_path) not in (tmp_path / "a" / "emr.json").read_text()
     assert from_folders.meta["sources"]["t0"] == {"kind": "full", "path": "ft0"}
-    # float32 sums in another tensor order (files list tensors sorted, a state dict in module order): last-bit differences
+    # float32 sums in another tensor order (files list tensors sorted, a state dict in module order):
+    # last-bit differences
     assert from_folders.rescalers == pytest.approx(from_memory.rescalers, rel=1e-6)
 
     pre = base.state_dict()
@@ -152,7 +156,9 @@ def test_lora_gpt2_fan_in_fan_out_matches_peft(tmp_path):
 def test_bf16_models_compute_in_float32_store_bf16(tmp_path):
     base = classifier(dtype=torch.bfloat16)
     fts = [finetune(base, 2, seed=s) for s in (1, 2, 3)]
-    bundle = emr_merge(base, {f"t{i}": m for i, m in enumerate(fts)}, exclude="score.weight", out_dir=tmp_path / "b", progress=False)
+    bundle = emr_merge(
+        base, {f"t{i}": m for i, m in enumerate(fts)}, exclude="score.weight", out_dir=tmp_path / "b", progress=False
+    )
     assert {s["dtype"] for s in bundle.meta["tensors"].values()} == {"BF16"}
     pre = base.state_dict()
     names = list(bundle.meta["tensors"])
@@ -171,13 +177,24 @@ def test_each_input_tensor_is_read_once(tmp_path, monkeypatch):
     for i in range(3): finetune(base, 2 + i, seed=i + 1).save_pretrained(tmp_path / f"ft{i}", max_shard_size="8KB")
     reads = []
     read, read_into = TensorFiles.read, TensorFiles.read_into
-    monkeypatch.setattr(TensorFiles, "read", lambda self, name, rows=None: reads.append((self.file[name], name, rows)) or read(self, name, rows))
-    monkeypatch.setattr(TensorFiles, "read_into", lambda self, name, rows, buf: reads.append((self.file[name], name, rows)) or read_into(self, name, rows, buf))
-    emr_merge(tmp_path / "base", {f"t{i}": tmp_path / f"ft{i}" for i in range(3)}, out_dir=tmp_path / "b", progress=False)
+    monkeypatch.setattr(
+        TensorFiles,
+        "read",
+        lambda self, name, rows=None: reads.append((self.file[name], name, rows)) or read(self, name, rows),
+    )
+    monkeypatch.setattr(
+        TensorFiles,
+        "read_into",
+        lambda self, name, rows, buf: reads.append((self.file[name], name, rows)) or read_into(self, name, rows, buf),
+    )
+    emr_merge(
+        tmp_path / "base", {f"t{i}": tmp_path / f"ft{i}" for i in range(3)}, out_dir=tmp_path / "b", progress=False
+    )
     assert len(reads) == len(set(reads))  # nothing read twice
     assert {f.parent.name for f, *_ in reads} == {"base", "ft0", "ft1", "ft2"}
     assert sum(f.parent.name == "ft1" for f, *_ in reads) == len(base.state_dict())  # every tensor of a task, once
-    assert sum(f.parent.name == "base" for f, *_ in reads) == len(base.state_dict()) - 1  # not its head: no task shares it
+    # not its head: no task shares it
+    assert sum(f.parent.name == "base" for f, *_ in reads) == len(base.state_dict()) - 1
 
 
 def test_baselines_take_repo_ids_and_folders(hub, tmp_path):
@@ -202,14 +219,17 @@ def test_errors_name_the_problem(tmp_path):
     finetune(base, 2, seed=1).save_pretrained(tmp_path / "ft")
     cfg = AutoConfig.for_model("gpt2", vocab_size=64, n_embd=16, n_layer=2, n_head=2, n_positions=32)
     GPT2LMHeadModel(cfg).save_pretrained(tmp_path / "gpt2")
-    with pytest.raises(ValueError, match="different architectures cannot be merged: config model_type is 'llama' for the base, 'llama' for task 'a', 'gpt2' for task 'b'"):
+    with pytest.raises(ValueError, match="different architectures cannot be merged: config model_type is 'llama' "
+                                         "for the base, 'llama' for task 'a', 'gpt2' for task 'b'"):
         emr_merge(tmp_path / "llama", {"a": tmp_path / "ft", "b": tmp_path / "gpt2"}, progress=False)
     (tmp_path / "bin").mkdir()
     (tmp_path / "bin" / "pytorch_model.bin").write_bytes(b"x")
     with pytest.raises(ValueError, match="task 'b': cannot read .*pytorch_model.bin is not read"):
         emr_merge(tmp_path / "llama", {"a": tmp_path / "ft", "b": tmp_path / "bin"}, progress=False)
     from peft import LoraConfig, get_peft_model
-    get_peft_model(classifier(), LoraConfig(r=2, target_modules=["q_proj"], use_dora=True)).save_pretrained(tmp_path / "dora")
+    get_peft_model(classifier(), LoraConfig(r=2, target_modules=["q_proj"], use_dora=True)).save_pretrained(
+        tmp_path / "dora"
+    )
     with pytest.raises(ValueError, match="only plain LoRA adapters can be merged .*unsupported: use_dora"):
         emr_merge(tmp_path / "llama", {"a": tmp_path / "ft", "b": tmp_path / "dora"}, progress=False)
     with pytest.raises(ValueError, match="the base model: .*it is a LoRA adapter"):
@@ -217,8 +237,16 @@ def test_errors_name_the_problem(tmp_path):
     finetune(base, 2, seed=2).save_pretrained(tmp_path / "cut")
     weights = tmp_path / "cut" / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[:-100])  # an interrupted download: caught from the header, before any work
-    with pytest.raises(SafetensorsHeaderError, match="task 'b': .*cut/model.safetensors: tensor '.*': truncated: tensor '.*' ends past the file's"):
-        emr_merge(tmp_path / "llama", {"a": tmp_path / "ft", "b": tmp_path / "cut"}, out_dir=tmp_path / "never", progress=False)
+    with pytest.raises(
+        SafetensorsHeaderError,
+        match="task 'b': .*cut/model.safetensors: tensor '.*': truncated: tensor '.*' ends past the file's",
+    ):
+        emr_merge(
+            tmp_path / "llama",
+            {"a": tmp_path / "ft", "b": tmp_path / "cut"},
+            out_dir=tmp_path / "never",
+            progress=False,
+        )
     assert not (tmp_path / "never").exists()
 
 
@@ -240,7 +268,9 @@ def test_merge_killed_halfway_leaves_no_bundle_and_reruns(tmp_path):
     base = classifier()
     base.save_pretrained(tmp_path / "base")
     for i in range(2): finetune(base, 3, seed=i + 1).save_pretrained(tmp_path / f"ft{i}")
-    child = subprocess.Popen([sys.executable, "-c", textwrap.dedent(CHILD), str(tmp_path)], stdout=subprocess.PIPE, text=True)
+    child = subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(CHILD), str(tmp_path)], stdout=subprocess.PIPE, text=True
+    )
     try:
         assert child.stdout.readline().strip() == "halfway"
         child.send_signal(signal.SIGKILL)
@@ -248,17 +278,22 @@ def test_merge_killed_halfway_leaves_no_bundle_and_reruns(tmp_path):
         child.wait(timeout=30)
     assert not (tmp_path / "bundle").exists()  # only a hidden temporary folder remains
     assert [p.name.startswith(".bundle.tmp-") for p in tmp_path.iterdir() if p.name.startswith(".")] == [True]
-    bundle = emr_merge(tmp_path / "base", {"a": tmp_path / "ft0", "b": tmp_path / "ft1"}, out_dir=tmp_path / "bundle", progress=False)
+    bundle = emr_merge(
+        tmp_path / "base", {"a": tmp_path / "ft0", "b": tmp_path / "ft1"}, out_dir=tmp_path / "bundle", progress=False
+    )
     assert bundle.load_task_model("b").config.num_labels == 3
-    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # the killed run's folder was cleaned by this save
+    # the killed run's folder was cleaned by this save
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
 
 
 PEAK = """
 import sys, torch
 import adaptkit.emr.merge as emr
-def hwm():  # this process's peak RSS since exec (getrusage's ru_maxrss would include the parent's peak, carried over exec)
+# this process's peak RSS since exec (getrusage's ru_maxrss would include the parent's peak, carried over exec)
+def hwm():
     return int(next(l for l in open("/proc/self/status") if l.startswith("VmHWM")).split()[1]) * 1024
-torch.set_num_threads(1)  # 2 threads on a busy 2-core machine make small ops 10x slower; memory is what is measured here
+# 2 threads on a busy 2-core machine make small ops 10x slower; memory is what is measured here
+torch.set_num_threads(1)
 emr.emr_elect(torch.randn(4, 1 << 16))  # warm torch up before the baseline
 emr._CHUNK = 1 << 16  # chunks of 256 KiB: the tensors (4 MiB) stream in 16 chunks each
 root = sys.argv[1]
@@ -283,8 +318,9 @@ def test_peak_memory_is_set_by_chunks_not_by_models(tmp_path):
 
 
 def test_bare_encoder_base_is_read_under_the_tasks_prefix(hub, tmp_path):
-    """A base without the tasks' `base_model_prefix` (a bare LlamaModel for LlamaForSequenceClassification fine-tunes, like a
-    sentence-transformers BertModel for BERT classifiers): merged as if it had it, locally and by repo id at a commit."""
+    """A base without the tasks' `base_model_prefix` (a bare LlamaModel for LlamaForSequenceClassification fine-tunes,
+    like a sentence-transformers BertModel for BERT classifiers): merged as if it had it, locally and by repo id at a
+    commit."""
     base = classifier()
     base.model.save_pretrained(tmp_path / "bare")  # names without "model."
     base.save_pretrained(tmp_path / "full")
@@ -298,7 +334,7 @@ def test_bare_encoder_base_is_read_under_the_tasks_prefix(hub, tmp_path):
     by_id = emr_merge("team/bare", folders, out_dir=tmp_path / "by_id", endpoint=hub.endpoint, progress=False)
     assert by_id.meta["base"]["prefix"] == "model." and not (by_id.folder / "base").exists()
     assert "base tensors read as" in (by_id.folder / "README.md").read_text()
-    commit = by_id.push_to_hub("team/emr-bare")
+    commit = by_id.push_to_hub("team/emr-bare", endpoint=hub.endpoint)
     pulled = EMRBundle.from_pretrained("team/emr-bare", revision=commit, endpoint=hub.endpoint)
     for t in tasks:
         expect = want.task_state_dict(t)
@@ -327,7 +363,9 @@ BASE_W = torch.tensor([10.0, 20.0, 30.0, 40.0])
 def hand_merge(rescale="tensor_mean", with_v=False):
     "Three tasks over w (4 parameters; sums 2, -2, 0, -1) and, `with_v`, v (2 parameters, only task a moves it by 4)."
     pre = {"w": BASE_W.clone()} | ({"v": torch.zeros(2)} if with_v else {})
-    taus = [{"w": t} | ({"v": torch.tensor([4.0 if i == 0 else 0.0, 0.0])} if with_v else {}) for i, t in enumerate(TAUS)]
+    taus = [
+        {"w": t} | ({"v": torch.tensor([4.0 if i == 0 else 0.0, 0.0])} if with_v else {}) for i, t in enumerate(TAUS)
+    ]
     ft = {name: {k: pre[k] + tau[k] for k in pre} for name, tau in zip("abc", taus)}
     return emr_merge(pre, ft, rescale=rescale, progress=False)
 
@@ -363,8 +401,11 @@ def test_a_task_that_changed_nothing_gets_rescaler_one():
 
 
 def test_tensor_mean_and_global_rescalers_by_hand():
-    # tensor_mean sums per-tensor means: a (6/4 + 4/2) / (5/4 + 4/2) = 14/13; global sums parameters: a (6 + 4) / (5 + 4)
-    assert hand_merge("tensor_mean", with_v=True).rescalers == pytest.approx({"a": 14 / 13, "b": 5 / 3, "c": 8 / 7}, rel=1e-6)
+    # tensor_mean sums per-tensor means: a (6/4 + 4/2) / (5/4 + 4/2) = 14/13;
+    # global sums parameters: a (6 + 4) / (5 + 4)
+    assert hand_merge("tensor_mean", with_v=True).rescalers == pytest.approx(
+        {"a": 14 / 13, "b": 5 / 3, "c": 8 / 7}, rel=1e-6
+    )
     assert hand_merge("global", with_v=True).rescalers == pytest.approx({"a": 10 / 9, "b": 5 / 3, "c": 8 / 7}, rel=1e-6)
 
 
@@ -402,23 +443,33 @@ def rewrite_adapter(folder, edit):
     save_file({k: v.contiguous() for k, v in edit(sd).items()}, folder / "adapter_model.safetensors")
 
 
+def rewrite_config(folder, **changes):
+    path = folder / "adapter_config.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), **changes}))
+
+
 Q_A = "base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight"
 Q_B = "base_model.model.model.layers.0.self_attn.q_proj.lora_B.weight"
 
 
 @pytest.mark.parametrize("edit, message", [
-    (lambda f: (f / "adapter_config.json").write_text(json.dumps({**json.loads((f / "adapter_config.json").read_text()), "peft_type": "IA3"})),
+    (lambda f: rewrite_config(f, peft_type="IA3"),
      r"lora: only plain LoRA adapters can be merged \(peft_type 'IA3'\)"),
-    (lambda f: (f / "adapter_config.json").write_text(json.dumps({**json.loads((f / "adapter_config.json").read_text()), "lora_bias": True})),
+    (lambda f: rewrite_config(f, lora_bias=True),
      r"lora: only plain LoRA adapters can be merged \(peft_type 'LORA', unsupported: lora_bias\)"),
-    (lambda f: (f / "adapter_model.safetensors").unlink(), r"lora: no adapter_model.safetensors \(weights only as safetensors\)"),
-    (lambda f: rewrite_adapter(f, lambda sd: sd | {"stray.weight": torch.zeros(2)}), r"lora: unexpected tensor 'stray.weight' in a LoRA adapter"),
+    (lambda f: (f / "adapter_model.safetensors").unlink(),
+     r"lora: no adapter_model.safetensors \(weights only as safetensors\)"),
+    (lambda f: rewrite_adapter(f, lambda sd: sd | {"stray.weight": torch.zeros(2)}),
+     r"lora: unexpected tensor 'stray.weight' in a LoRA adapter"),
     (lambda f: rewrite_adapter(f, lambda sd: {k: v for k, v in sd.items() if k != Q_B}),
-     r"lora: adapter weights without a matching base weight or A/B pair: \['model.layers.0.self_attn.q_proj.weight'\] \(wrong base\?\)"),
-    (lambda f: rewrite_adapter(f, lambda sd: sd | {Q_A.replace("q_proj", "zz_proj"): sd[Q_A].clone(), Q_B.replace("q_proj", "zz_proj"): sd[Q_B].clone()}),
+     r"lora: adapter weights without a matching base weight or A/B pair: "
+     r"\['model.layers.0.self_attn.q_proj.weight'\] \(wrong base\?\)"),
+    (lambda f: rewrite_adapter(f, lambda sd: sd | {Q_A.replace("q_proj", "zz_proj"): sd[Q_A].clone(),
+                                                   Q_B.replace("q_proj", "zz_proj"): sd[Q_B].clone()}),
      r"adapter weights without a matching base weight or A/B pair: \['model.layers.0.self_attn.zz_proj.weight'\]"),
     (lambda f: rewrite_adapter(f, lambda sd: sd | {Q_A: torch.zeros(4, 15)}),
-     r"lora: the LoRA delta of model.layers.0.self_attn.q_proj.weight would have shape \[16, 15\], the base weight has \[16, 16\]"),
+     r"lora: the LoRA delta of model.layers.0.self_attn.q_proj.weight would have shape \[16, 15\], "
+     r"the base weight has \[16, 16\]"),
 ])
 def test_each_check_on_a_lora_adapter_names_it(tmp_path, edit, message):
     tasks = tiny_inputs(tmp_path)
@@ -435,21 +486,30 @@ def test_state_dict_entries_must_be_tensors_of_a_safetensors_dtype():
     with pytest.raises(TypeError, match=r"state dict entries that are not tensors of a safetensors dtype: \['b'\]"):
         emr_merge(pre, ft, progress=False)
     with pytest.raises(TypeError, match=r"not tensors of a safetensors dtype: \['c'\]"):
-        emr_merge(pre | {"c": torch.zeros(2, dtype=torch.complex64)}, {t: {"w": torch.ones(3), "b": torch.ones(2)} for t in "ab"})
+        emr_merge(
+            pre | {"c": torch.zeros(2, dtype=torch.complex64)},
+            {t: {"w": torch.ones(3), "b": torch.ones(2)} for t in "ab"},
+        )
 
 
 def test_tensors_every_task_has_but_the_base_lacks_get_the_new_head_hint():
     pre = {"w": torch.zeros(3), "b": torch.zeros(2), "v": torch.zeros(2)}
     ft = {t: {"w": torch.ones(3), "b": torch.ones(2), "v": torch.ones(2), "head": torch.ones(2)} for t in "ab"}
-    with pytest.raises(ValueError, match=r"1 tensors in every fine-tuned model but not in the base: \['head'\]\. Is the base the model "
-                                         r"they were fine-tuned from\? If these are new heads, keep them per task with exclude=\['head'\]"):
+    with pytest.raises(
+        ValueError,
+        match=r"1 tensors in every fine-tuned model but not in the base: \['head'\]\. Is the base the model "
+        r"they were fine-tuned from\? If these are new heads, keep them per task with exclude=\['head'\]",
+    ):
         emr_merge(pre, ft, progress=False)
-    assert emr_merge(pre, ft, exclude=["head"], progress=False).meta["own"]["a"] == {"head": {"dtype": "F32", "shape": [2]}}
+    assert emr_merge(pre, ft, exclude=["head"], progress=False).meta["own"]["a"] == {
+        "head": {"dtype": "F32", "shape": [2]}
+    }
 
 
 def test_values_whose_sums_overflow_float32_are_refused_naming_the_tensor():
     pre = {"a": torch.zeros(1), "b": torch.zeros(1)}
-    ft = {t: {"a": torch.full((1,), 3e38), "b": torch.full((1,), 3e38)} for t in "xy"}  # finite, but the sum over a and b is not
+    # finite, but the sum over a and b is not
+    ft = {t: {"a": torch.full((1,), 3e38), "b": torch.full((1,), 3e38)} for t in "xy"}
     with pytest.raises(ValueError, match=r"tensor 'b': values too large for float32 sums"):
         emr_merge(pre, ft, progress=False)
 
@@ -478,7 +538,8 @@ def test_a_merged_model_that_does_not_fit_its_architecture_is_named(tmp_path):
     ta = task_arithmetic(tmp_path / "base", tasks, exclude="score.*", progress=False)
     assert list(ta.heads["t1"]) == ["score.weight"]
     ta.heads["t1"] = {}
-    with pytest.raises(ValueError, match=r"task 't1': the weights do not fit LlamaForSequenceClassification: \{'missing_keys': \['score.weight'\]\}"):
+    with pytest.raises(ValueError, match=r"task 't1': the weights do not fit LlamaForSequenceClassification: "
+                                         r"\{'missing_keys': \['score.weight'\]\}"):
         ta.load_task_model("t1")
     ta.heads["t1"] = {"score.weight": torch.zeros(2, 16), "extra.weight": torch.zeros(1)}
     with pytest.raises(ValueError, match=r"task 't1': the weights do not fit .*'unexpected_keys': \['extra.weight'\]"):
@@ -488,8 +549,10 @@ def test_a_merged_model_that_does_not_fit_its_architecture_is_named(tmp_path):
 def test_mask_bits_are_little_endian_bytes():
     mask = torch.tensor([True, False, False, False, False, False, False, False, False, True])
     assert pack_mask(mask).tolist() == [1, 2]  # parameter i is bit i % 8 of byte i // 8
-    assert unpack_mask(torch.tensor([1, 2], dtype=torch.uint8), (2, 5)).tolist() == [[True, False, False, False, False],
-                                                                                       [False, False, False, False, True]]
+    assert unpack_mask(torch.tensor([1, 2], dtype=torch.uint8), (2, 5)).tolist() == [
+        [True, False, False, False, False],
+        [False, False, False, False, True],
+    ]
 
 
 def test_exclude_takes_globs_and_regexes_and_refuses_excluding_everything():
@@ -500,14 +563,17 @@ def test_exclude_takes_globs_and_regexes_and_refuses_excluding_everything():
         assert list(bundle.meta["tensors"]) == ["w", "b"] and list(bundle.meta["own"]["y"]) == ["head.weight"]
     assert bundle.meta["exclude"] == ["nothing", "head.weight"]
     assert emr_merge(pre, ft, exclude=re.compile("^b$"), progress=False).meta["exclude"] == ["re:^b$"]
-    with pytest.raises(ValueError, match="no tensor is in the base and every fine-tuned model with one shape: nothing to merge"):
+    with pytest.raises(
+        ValueError, match="no tensor is in the base and every fine-tuned model with one shape: nothing to merge"
+    ):
         emr_merge(pre, ft, exclude="*", progress=False)
 
 
 @pytest.mark.parametrize("finetuned, error, message", [
     ({"a": {"w": torch.ones(2)}}, ValueError, r"finetuned must map at least two task names to models"),
     ([{"w": torch.ones(2)}, {"w": torch.ones(2)}], ValueError, r"finetuned must map at least two task names"),
-    ({"a/../b": {"w": torch.ones(2)}, "c": {"w": torch.ones(2)}}, ValueError, r"invalid task name 'a/../b': use 1-64 letters"),
+    ({"a/../b": {"w": torch.ones(2)}, "c": {"w": torch.ones(2)}}, ValueError,
+     r"invalid task name 'a/../b': use 1-64 letters"),
     ({"..": {"w": torch.ones(2)}, "c": {"w": torch.ones(2)}}, ValueError, r"invalid task name '..'"),
     ({"x" * 65: {"w": torch.ones(2)}, "c": {"w": torch.ones(2)}}, ValueError, r"invalid task name 'x{65}'"),
     ({1: {"w": torch.ones(2)}, "c": {"w": torch.ones(2)}}, ValueError, r"invalid task name 1:"),
@@ -528,7 +594,9 @@ def test_rescale_mode_and_shard_size_are_checked():
 def test_chunked_merge_writes_the_same_bytes_as_a_whole_tensor_merge(monkeypatch):
     g = torch.Generator().manual_seed(3)
     pre = {"big": (torch.randn(43, 5, generator=g) * 8).round() / 8, "s": torch.tensor(0.5)}
-    ft = {f"t{i}": {k: v + (torch.randn(v.shape, generator=g) * 8).round() / 8 for k, v in pre.items()} for i in range(3)}
+    ft = {
+        f"t{i}": {k: v + (torch.randn(v.shape, generator=g) * 8).round() / 8 for k, v in pre.items()} for i in range(3)
+    }
     whole = emr_merge(pre, ft, progress=False)
     monkeypatch.setattr(emr, "_CHUNK", 16)
     assert emr._row_chunks((43, 5)) == [(0, 8), (8, 16), (16, 24), (24, 32), (32, 40), (40, 43)]
@@ -544,10 +612,16 @@ def test_lora_deltas_follow_alpha_pattern_rslora_and_embeddings(tmp_path):
     base = classifier(3)
     base.save_pretrained(tmp_path / "base")
     merged = {}
-    for name, kw in {"qv": dict(target_modules=["q_proj", "v_proj"]),
-                     "rs": dict(target_modules=["q_proj", "up_proj"], rank_pattern={"up_proj": 2}, alpha_pattern={"up_proj": 3},
-                                use_rslora=True),
-                     "emb": dict(target_modules=["embed_tokens", "o_proj"])}.items():
+    for name, kw in {
+        "qv": dict(target_modules=["q_proj", "v_proj"]),
+        "rs": dict(
+            target_modules=["q_proj", "up_proj"],
+            rank_pattern={"up_proj": 2},
+            alpha_pattern={"up_proj": 3},
+            use_rslora=True,
+        ),
+        "emb": dict(target_modules=["embed_tokens", "o_proj"]),
+    }.items():
         torch.manual_seed(len(name))
         pm = get_peft_model(LlamaForSequenceClassification.from_pretrained(tmp_path / "base"),
                             LoraConfig(r=4, lora_alpha=8, task_type="SEQ_CLS", modules_to_save=["score"], **kw))
@@ -555,7 +629,9 @@ def test_lora_deltas_follow_alpha_pattern_rslora_and_embeddings(tmp_path):
             if "lora_B" in n or "lora_embedding_B" in n or "modules_to_save" in n: torch.nn.init.normal_(p, std=0.02)
         pm.save_pretrained(tmp_path / name)
         merged[name] = pm.merge_and_unload().state_dict()
-    ta = task_arithmetic(tmp_path / "base", {n: tmp_path / n for n in merged}, scaling=1.0, exclude="score.*", progress=False)
+    ta = task_arithmetic(
+        tmp_path / "base", {n: tmp_path / n for n in merged}, scaling=1.0, exclude="score.*", progress=False
+    )
     pre = base.state_dict()
     for n in ta.state_dict:
         want = pre[n] + sum(m[n] - pre[n] for m in merged.values())

@@ -36,7 +36,10 @@ def models(tmp_path, n=2):
     base.save_pretrained(tmp_path / "base")
     for i in range(n):
         m = classifier(2 + i, seed=i + 1)
-        m.load_state_dict({k: v + 0.01 * torch.randn_like(v) for k, v in base.state_dict().items() if k != "score.weight"}, strict=False)
+        m.load_state_dict(
+            {k: v + 0.01 * torch.randn_like(v) for k, v in base.state_dict().items() if k != "score.weight"},
+            strict=False,
+        )
         m.save_pretrained(tmp_path / f"ft{i}")
     return {f"t{i}": tmp_path / f"ft{i}" for i in range(n)}
 
@@ -57,21 +60,27 @@ def test_a_task_model_missing_a_tensor_fails_at_merge_time(tmp_path):
     sd = LlamaForSequenceClassification.from_pretrained(tasks["t1"]).state_dict()
     from safetensors.torch import save_file
     save_file({k: v.contiguous() for k, v in sd.items() if k != gone}, tasks["t1"] / "model.safetensors")
-    with pytest.raises(ValueError, match=f"task 't1' \\({tasks['t1']}\\) has no tensor '{gone}', which the base and task 't0' have"):
+    with pytest.raises(
+        ValueError, match=f"task 't1' \\({tasks['t1']}\\) has no tensor '{gone}', which the base and task 't0' have"
+    ):
         emr_merge(tmp_path / "base", tasks, out_dir=tmp_path / "bundle", progress=False)
     assert not (tmp_path / "bundle").exists() and not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
 
 
 @pytest.mark.parametrize("edit, message", [
-    (lambda h, k: h[k].update(data_offsets=[-4, h[k]["data_offsets"][1]]), "data_offsets must be two non-negative integers"),
-    (lambda h, k: h[k].update(data_offsets=[h[k]["data_offsets"][0], h[k]["data_offsets"][0] + 40]), "hold 40 bytes, shape"),
+    (lambda h, k: h[k].update(data_offsets=[-4, h[k]["data_offsets"][1]]),
+     "data_offsets must be two non-negative integers"),
+    (lambda h, k: h[k].update(data_offsets=[h[k]["data_offsets"][0], h[k]["data_offsets"][0] + 40]),
+     "hold 40 bytes, shape"),
     (lambda h, k: h[k].update(shape=[h[k]["shape"][0] * 2, *h[k]["shape"][1:]]), "needs"),
 ])
 def test_a_damaged_header_is_named_before_any_work(tmp_path, edit, message):
     tasks = models(tmp_path)
     name = "model.layers.0.self_attn.q_proj.weight"
     rewrite_header(tasks["t1"] / "model.safetensors", lambda h: edit(h, name))
-    with pytest.raises(SafetensorsHeaderError, match=f"task 't1': .*ft1/model.safetensors: tensor '{name}': .*{message}"):
+    with pytest.raises(
+        SafetensorsHeaderError, match=f"task 't1': .*ft1/model.safetensors: tensor '{name}': .*{message}"
+    ):
         emr_merge(tmp_path / "base", tasks, out_dir=tmp_path / "bundle", progress=False)
     assert not (tmp_path / "bundle").exists()
 
@@ -80,7 +89,8 @@ ARCHITECTURE_KEYS = ["model_type", "hidden_size", "num_hidden_layers", "num_atte
 
 
 def test_the_compatibility_check_covers_the_architecture_keys():
-    assert sorted(_ARCHITECTURE_KEYS) == sorted(ARCHITECTURE_KEYS)  # the list below, written out: a key dropped there fails
+    # the list below, written out: a key dropped there fails
+    assert sorted(_ARCHITECTURE_KEYS) == sorted(ARCHITECTURE_KEYS)
 
 
 @pytest.mark.parametrize("key", ARCHITECTURE_KEYS)
@@ -90,8 +100,11 @@ def test_each_architecture_key_of_the_compatibility_check(tmp_path, key):
     old = cfg[key]
     cfg[key] = "mistral" if key == "model_type" else old * 2
     (tasks["t1"] / "config.json").write_text(json.dumps(cfg))
-    with pytest.raises(ValueError, match=f"different architectures cannot be merged: config {key} is {old!r} for the base, "
-                                         f"{old!r} for task 't0', {cfg[key]!r} for task 't1'"):
+    with pytest.raises(
+        ValueError,
+        match=f"different architectures cannot be merged: config {key} is {old!r} for the base, "
+        f"{old!r} for task 't0', {cfg[key]!r} for task 't1'",
+    ):
         emr_merge(tmp_path / "base", tasks, out_dir=tmp_path / "bundle", progress=False)
 
 
@@ -129,13 +142,16 @@ def rename(src, dst):  # the process dies between moving the old bundle away and
     if ".tmp-" in Path(src).name and Path(dst) == root / "bundle": os._exit(9)
     return real(src, dst)
 os.rename = rename
-emr_merge(root / "base", {"a": root / "ft0", "b": root / "ft1", "c": root / "ft2"}, out_dir=root / "bundle", progress=False)
+emr_merge(root / "base", {"a": root / "ft0", "b": root / "ft1", "c": root / "ft2"}, out_dir=root / "bundle",
+          progress=False)
 """
 
 
 def test_a_save_killed_between_the_two_renames_leaves_a_recoverable_bundle(tmp_path):
     tasks = models(tmp_path, 3)
-    first = emr_merge(tmp_path / "base", {"a": tasks["t0"], "b": tasks["t1"]}, out_dir=tmp_path / "bundle", progress=False)
+    first = emr_merge(
+        tmp_path / "base", {"a": tasks["t0"], "b": tasks["t1"]}, out_dir=tmp_path / "bundle", progress=False
+    )
     rescalers = first.rescalers
     done = subprocess.run([sys.executable, "-c", textwrap.dedent(KILL), str(tmp_path)], capture_output=True, text=True)
     assert done.returncode == 9, done.stderr
@@ -143,10 +159,13 @@ def test_a_save_killed_between_the_two_renames_leaves_a_recoverable_bundle(tmp_p
     old = [p for p in tmp_path.iterdir() if p.name.startswith(".bundle.old-")]
     new = [p for p in tmp_path.iterdir() if p.name.startswith(".bundle.tmp-")]
     assert len(old) == 1 and len(new) == 1
-    assert EMRBundle(old[0]).rescalers == rescalers and EMRBundle(new[0]).tasks == ["a", "b", "c"]  # both complete, verified
-    with pytest.raises(FileNotFoundError, match=f"an interrupted save left the previous bundle in .*{old[0].name}"):
+    # both complete, verified
+    assert EMRBundle(old[0]).rescalers == rescalers and EMRBundle(new[0]).tasks == ["a", "b", "c"]
+    with pytest.raises(FileNotFoundError, match=f"an interrupted save left the previous EMRBundle in .*{old[0].name}"):
         EMRBundle.from_pretrained(tmp_path / "bundle")
-    again = emr_merge(tmp_path / "base", {"a": tasks["t0"], "c": tasks["t2"]}, out_dir=tmp_path / "bundle", progress=False)
+    again = emr_merge(
+        tmp_path / "base", {"a": tasks["t0"], "c": tasks["t2"]}, out_dir=tmp_path / "bundle", progress=False
+    )
     assert again.tasks == ["a", "c"] and EMRBundle(tmp_path / "bundle").tasks == ["a", "c"]
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # restored, replaced, leftovers removed
 
@@ -156,17 +175,19 @@ def test_results_travel_with_the_bundle_and_pushes_go_to_a_branch(hub, tmp_path)
     push_folder(tmp_path / "base", "team/base", endpoint=hub.endpoint)
     bundle = emr_merge("team/base", tasks, out_dir=tmp_path / "bundle", endpoint=hub.endpoint, progress=False)
     bundle.results = [RESULT]
-    commit = bundle.push_to_hub("team/emr", revision="v1", commit_message="first bundle")
+    commit = bundle.push_to_hub("team/emr", endpoint=hub.endpoint, revision="v1", commit_message="first bundle")
     api = HfApi(endpoint=hub.endpoint)
     assert {r.name for r in api.list_repo_refs("team/emr").branches} >= {"main", "v1"}
     assert api.list_repo_commits("team/emr", revision="v1")[0].title == "first bundle"
     pulled = EMRBundle.from_pretrained("team/emr", revision=commit, endpoint=hub.endpoint)
     assert pulled.results == [RESULT] and "0.75" in (pulled.folder / "README.md").read_text()
-    assert json.loads((tmp_path / "bundle" / "emr.json").read_text())["results"] == [RESULT]  # recorded in the bundle too
+    # recorded in the pushed bundle's emr.json too, not in the local bundle (a push does not change the folder)
+    assert json.loads((pulled.folder / "emr.json").read_text())["results"] == [RESULT]
+    assert json.loads((tmp_path / "bundle" / "emr.json").read_text())["results"] == []
     # a pulled bundle belongs to the HF cache: new results go into a linked copy, the cache's files stay as they were
     cached = (pulled.folder / "emr.json").read_bytes()
     pulled.results = [RESULT | {"value": 0.25}]
-    again = pulled.push_to_hub("team/emr-copy")
+    again = pulled.push_to_hub("team/emr-copy", endpoint=hub.endpoint)
     assert (pulled.folder / "emr.json").read_bytes() == cached
     data = api.model_info("team/emr-copy", revision=again).card_data
     assert data.eval_results[0].metric_value == 0.25 and data.base_model == "team/base"
@@ -182,7 +203,7 @@ def test_a_flipped_byte_in_a_pulled_bundle_is_named(hub, tmp_path):
     raw = bytearray(target.read_bytes())
     raw[-1] ^= 0x10
     target.write_bytes(bytes(raw))
-    with pytest.raises(BundleError, match="tasks/t1/own.safetensors: sha256 .* differs from emr.json's"):
+    with pytest.raises(ValueError, match="tasks/t1/own.safetensors: sha256 .* differs from adaptkit.json's"):
         EMRBundle.from_pretrained("team/emr", endpoint=hub.endpoint)
 
 
@@ -192,8 +213,15 @@ def whole_tensor_formula(bundle, task):
     from adaptkit.tensorfiles import DTYPES, TensorFiles
     base, unified = TensorFiles.of_folder(bundle.folder / "base"), TensorFiles.of_folder(bundle.folder / "unified")
     masks, own = (TensorFiles([bundle.folder / "tasks" / task / f"{f}.safetensors"]) for f in ("mask", "own"))
-    out = {n: torch.addcmul(base.read(n).float(), unified.read(n).float(), unpack_mask(masks.read(n), s["shape"]).float(),
-                            value=bundle.rescalers[task]).to(DTYPES[s["dtype"]]) for n, s in bundle.meta["tensors"].items()}
+    out = {
+        n: torch.addcmul(
+            base.read(n).float(),
+            unified.read(n).float(),
+            unpack_mask(masks.read(n), s["shape"]).float(),
+            value=bundle.rescalers[task],
+        ).to(DTYPES[s["dtype"]])
+        for n, s in bundle.meta["tensors"].items()
+    }
     return out | {n: own.read(n) for n in own.specs}
 
 
@@ -202,9 +230,9 @@ def same_bits(a, b):
                                                                     b.contiguous().view(-1).view(torch.uint8))
 
 
-@pytest.mark.parametrize("shape, dtype", [((3, 70001), torch.float32), ((129,), torch.bfloat16), ((5, 3), torch.float16),
-                                          ((7,), torch.float64), ((), torch.float32), ((1,), torch.float32), ((73,), torch.float32),
-                                          ((0, 4), torch.float32)])
+@pytest.mark.parametrize("shape, dtype", [((3, 70001), torch.float32), ((129,), torch.bfloat16),
+                                          ((5, 3), torch.float16), ((7,), torch.float64), ((), torch.float32),
+                                          ((1,), torch.float32), ((73,), torch.float32), ((0, 4), torch.float32)])
 def test_expand_equals_the_whole_tensor_formula_bit_for_bit(monkeypatch, shape, dtype):
     import adaptkit.emr.bundle as emr_bundle
     from adaptkit.emr.merge import pack_mask
@@ -215,7 +243,12 @@ def test_expand_equals_the_whole_tensor_formula_bit_for_bit(monkeypatch, shape, 
     for chunk in (72, 1 << 16):
         monkeypatch.setattr(emr_bundle, "_EXPAND_CHUNK", chunk)
         assert same_bits(emr_bundle._expand(b, u, pack_mask(keep), 0.37), whole), chunk
-    known = emr_bundle._expand(torch.tensor([1.0, 2.0, 3.0]), torch.tensor([10.0, -10.0, 4.0]), pack_mask(torch.tensor([True, False, True])), 0.5)
+    known = emr_bundle._expand(
+        torch.tensor([1.0, 2.0, 3.0]),
+        torch.tensor([10.0, -10.0, 4.0]),
+        pack_mask(torch.tensor([True, False, True])),
+        0.5,
+    )
     assert known.tolist() == [6.0, 2.0, 5.0]  # 1 + 0.5·10, 2 (masked out), 3 + 0.5·4
 
 
@@ -242,8 +275,12 @@ def test_a_lazily_loaded_task_model_equals_the_whole_tensor_formula_bit_for_bit(
 
 def test_a_tensor_that_fails_while_loading_is_named(tmp_path, monkeypatch):
     import adaptkit.emr.bundle as emr_bundle
-    bundle = emr_merge(classifier(), {f"t{i}": classifier(2, seed=i + 1) for i in range(2)}, out_dir=tmp_path / "bundle",
-                       progress=False)
+    bundle = emr_merge(
+        classifier(),
+        {f"t{i}": classifier(2, seed=i + 1) for i in range(2)},
+        out_dir=tmp_path / "bundle",
+        progress=False,
+    )
     def broken(*a): raise OSError("disk gone")
     monkeypatch.setattr(emr_bundle, "_expand", broken)
     for load in (bundle.load_task_model, bundle.task_state_dict):
@@ -257,7 +294,11 @@ def test_a_tensor_that_fails_while_loading_is_named(tmp_path, monkeypatch):
 def small_bundle(tmp_path):
     "A bundle of two tasks merged from state dicts: tensors w (6, 5) and b (5,) merged, head.weight each task's own."
     g = torch.Generator().manual_seed(0)
-    pre = {"w": torch.randn(6, 5, generator=g), "b": torch.randn(5, generator=g), "head.weight": torch.randn(2, 5, generator=g)}
+    pre = {
+        "w": torch.randn(6, 5, generator=g),
+        "b": torch.randn(5, generator=g),
+        "head.weight": torch.randn(2, 5, generator=g),
+    }
     ft = {f"t{i}": {k: v + 0.1 * torch.randn(v.shape, generator=g) for k, v in pre.items() if k != "head.weight"}
           | {"head.weight": torch.randn(2 + i, 5, generator=g)} for i in range(2)}
     return emr_merge(pre, ft, out_dir=tmp_path / "b", progress=False)
@@ -272,6 +313,7 @@ def edit_meta(folder, edit):
 def replace_weights(folder, rel, tensors):
     "Write `tensors` as the bundle's file `rel` and record its new sha256 (the headers, not the hashes, must catch it)."
     from safetensors.torch import save_file
+
     from adaptkit.emr.format import _sha256
     save_file(tensors, folder / rel)
     edit_meta(folder, lambda m: m["files"].update({rel: _sha256(folder / rel)}))
@@ -285,28 +327,38 @@ def replace_weights(folder, rel, tensors):
     (lambda m: m.update(rescale=3), r"b/emr.json: field 'rescale' must be a JSON string, got 3"),
     (lambda m: m.update(version=3), r"format 'adaptkit-emr' version 3, expected 'adaptkit-emr' version 1 or 2"),
     (lambda m: m.update(version="2"), r"format 'adaptkit-emr' version '2', expected"),
-    (lambda m: m["tensors"].update(w={"dtype": "Q7", "shape": [6, 5]}), r"field 'tensors.w' must be \{'dtype': a safetensors dtype"),
+    (lambda m: m["tensors"].update(w={"dtype": "Q7", "shape": [6, 5]}),
+     r"field 'tensors.w' must be \{'dtype': a safetensors dtype"),
     (lambda m: m["tensors"].update(w={"dtype": "F32", "shape": [6, 5.0]}), r"field 'tensors.w' must be \{'dtype'"),
     (lambda m: m["tensors"].update(w={"dtype": "F32"}), r"field 'tensors.w' must be \{'dtype'"),
-    (lambda m: m["own"]["t1"].update({"head.weight": {"dtype": "F32", "shape": "3x5"}}), r"field 'own.t1.head.weight' must be"),
-    (lambda m: m.update(tasks=["t0", "t1", "t0"]), r"field 'rescalers' names tasks \['t0', 't1'\], field 'tasks' \['t0', 't1', 't0'\]"),
-    (lambda m: m.update(rescalers={"t0": 1.0, "zz": 1.0}), r"field 'rescalers' names tasks \['t0', 'zz'\], field 'tasks' \['t0', 't1'\]"),
+    (lambda m: m["own"]["t1"].update({"head.weight": {"dtype": "F32", "shape": "3x5"}}),
+     r"field 'own.t1.head.weight' must be"),
+    (lambda m: m.update(tasks=["t0", "t1", "t0"]),
+     r"field 'rescalers' names tasks \['t0', 't1'\], field 'tasks' \['t0', 't1', 't0'\]"),
+    (lambda m: m.update(rescalers={"t0": 1.0, "zz": 1.0}),
+     r"field 'rescalers' names tasks \['t0', 'zz'\], field 'tasks' \['t0', 't1'\]"),
     (lambda m: m.update(own={"t0": {}}), r"field 'own' names tasks \['t0'\], field 'tasks' \['t0', 't1'\]"),
     (lambda m: m["sources"].pop("t1"), r"field 'sources' names tasks \['t0'\], field 'tasks' \['t0', 't1'\]"),
     (lambda m: m["rescalers"].update(t1=float("inf")), r"field 'rescalers.t1' must be a finite number, got Infinity"),
     (lambda m: m["rescalers"].update(t1=True), r"field 'rescalers.t1' must be a finite number, got true"),
-    (lambda m: m.update(base={"repo_id": "team/base", "revision": "main"}), r"field 'base' must be \{'path': 'base'\} or a repo id with a 40-hex revision"),
+    (lambda m: m.update(base={"repo_id": "team/base", "revision": "main"}),
+     r"field 'base' must be \{'path': 'base'\} or a repo id with a 40-hex revision"),
     (lambda m: m.update(base={"repo_id": "team/base/x", "revision": "a" * 40}), r"field 'base' must be .*team/base/x"),
-    (lambda m: m.update(base={"repo_id": "team/base", "revision": "a" * 40, "prefix": "bert"}), r"field 'base' must be .*\"prefix\": \"bert\""),
-    (lambda m: m["files"].update({"tasks/zz/mask.safetensors": "0" * 64}), r"field 'files' names 'tasks/zz/mask.safetensors', not a file of"),
+    (lambda m: m.update(base={"repo_id": "team/base", "revision": "a" * 40, "prefix": "bert"}),
+     r"field 'base' must be .*\"prefix\": \"bert\""),
+    (lambda m: m["files"].update({"tasks/zz/mask.safetensors": "0" * 64}),
+     r"field 'files' names 'tasks/zz/mask.safetensors', not a file of"),
     (lambda m: m["files"].update({"README.md": "0" * 64}), r"field 'files' names 'README.md', not a file of"),
-    (lambda m: m["files"].update({"unified/model.safetensors": "xyz"}), r"field 'files.unified/model.safetensors' must be a hex sha256, got \"xyz\""),
-    (lambda m: m.update(results=[{"task": "x"}]), r"b/emr.json: field 'results': results\[0\] must be a dict with task, dataset, metric and value"),
+    (lambda m: m["files"].update({"unified/model.safetensors": "xyz"}),
+     r"field 'files.unified/model.safetensors' must be a hex sha256, got \"xyz\""),
+    (lambda m: m.update(results=[{"task": "x"}]),
+     r"b/emr.json: field 'results': results\[0\] must be a dict with task, dataset, metric and value"),
     (lambda m: m["tensors"].update(w={"dtype": "I32", "shape": [6, 5]}), r"b/emr.json: merged tensors must be float"),
     (lambda m: m["tensors"].update(w={"dtype": "F32", "shape": [5, 6]}),
      r"b/unified/ does not match emr.json: \[\('w', \('F32', \(6, 5\)\), \('F32', \(5, 6\)\)\)\] \(got, expected\)"),
     (lambda m: m["own"]["t1"].update({"head.weight": {"dtype": "F32", "shape": [9, 5]}}),
-     r"b/tasks/t1/own.safetensors does not match emr.json: \[\('head.weight', \('F32', \(3, 5\)\), \('F32', \(9, 5\)\)\)\]"),
+     r"b/tasks/t1/own.safetensors does not match emr.json: "
+     r"\[\('head.weight', \('F32', \(3, 5\)\), \('F32', \(9, 5\)\)\)\]"),
 ])
 def test_each_field_of_emr_json_is_checked(tmp_path, edit, message):
     folder = small_bundle(tmp_path).folder
@@ -332,7 +384,8 @@ def test_an_emr_json_that_is_not_a_json_object_is_named(tmp_path, raw, message):
      r"b/unified/ does not match emr.json: \[\('w', \('F64', \(6, 5\)\), \('F32', \(6, 5\)\)\)\]"),
     ("base/model.safetensors", {"w": torch.zeros(6, 5), "b": torch.zeros(4)},
      r"b/base/ does not match emr.json: \[\('b', \('F32', \(4,\)\), \('F32', \(5,\)\)\)\]"),
-    ("base/model.safetensors", {"w": torch.zeros(6, 5)}, r"b/base/ does not match emr.json: \[\('b', None, \('F32', \(5,\)\)\)\]"),
+    ("base/model.safetensors", {"w": torch.zeros(6, 5)},
+     r"b/base/ does not match emr.json: \[\('b', None, \('F32', \(5,\)\)\)\]"),
     ("tasks/t0/mask.safetensors", {"w": torch.zeros(3, dtype=torch.uint8), "b": torch.zeros(1, dtype=torch.uint8)},
      r"b/tasks/t0/mask.safetensors does not match emr.json: \[\('w', \('U8', \(3,\)\), \('U8', \(4,\)\)\)\]"),
     ("tasks/t1/own.safetensors", {"head.weight": torch.zeros(3, 5), "extra": torch.zeros(1)},
@@ -349,11 +402,15 @@ def test_a_version_1_bundle_opens_with_a_warning_and_gets_checksums_when_saved(t
     folder = small_bundle(tmp_path).folder
     want = EMRBundle(folder).task_state_dict("t1")
     edit_meta(folder, lambda m: (m.update(version=1), m.pop("files"), m.pop("results")))
-    with pytest.warns(UserWarning, match="b: a version 1 EMR bundle records no checksums: its files cannot be verified"):
+    with pytest.warns(
+        UserWarning, match="b: a version 1 EMR bundle records no checksums: its files cannot be verified"
+    ):
         old = EMRBundle(folder)
     saved = EMRBundle.from_pretrained(old.save_pretrained(tmp_path / "saved"))
     assert saved.meta["version"] == 2 and sorted(saved.meta["files"]) == sorted(
-        ["base/model.safetensors", "unified/model.safetensors"] + [f"tasks/t{i}/{f}.safetensors" for i in (0, 1) for f in ("mask", "own")])
+        ["base/model.safetensors", "unified/model.safetensors"]
+        + [f"tasks/t{i}/{f}.safetensors" for i in (0, 1) for f in ("mask", "own")]
+    )
     got = saved.task_state_dict("t1")
     assert [n for n in want if not same_bits(got[n], want[n])] == []
 
@@ -364,14 +421,20 @@ def test_results_must_be_a_list_of_result_dicts(tmp_path):
     with pytest.raises(BundleError, match="EMRBundle.results: results must be a list of dicts, got dict"):
         bundle.model_card()
     bundle.results = [RESULT, {"task": "x", "value": 1}]
-    with pytest.raises(BundleError, match=r"EMRBundle.save_pretrained: results\[1\] must be a dict with task, dataset, metric and value"):
+    with pytest.raises(
+        BundleError,
+        match=r"EMRBundle.results: results\[1\] must be a dict with task, dataset, metric and value",
+    ):
         bundle.save_pretrained(tmp_path / "saved")
     assert not (tmp_path / "saved").exists()
 
 
 def test_a_task_model_needs_a_config_naming_an_architecture(tmp_path):
     bundle = small_bundle(tmp_path)
-    with pytest.raises(ValueError, match=r"task 't0': no config.json naming a transformers architecture \(got None\); use task_state_dict"):
+    with pytest.raises(
+        ValueError,
+        match=r"task 't0': no config.json naming a transformers architecture \(got None\); use task_state_dict",
+    ):
         bundle.load_task_model("t0")
     with pytest.raises(KeyError, match=r"no task 'T0' in this bundle; its tasks: t0, t1"):
         bundle.task_state_dict("T0")
@@ -385,10 +448,15 @@ def test_a_task_model_written_once_loads_as_a_plain_checkpoint_and_is_reused(tmp
     saved = bundle.save_task_model("t1", tmp_path / "t1", max_shard_size="20KB")
     assert len(list(saved.glob("model-*.safetensors"))) > 1 and (saved / "model.safetensors.index.json").is_file()
     plain = LlamaForSequenceClassification.from_pretrained(saved)  # no adaptkit needed to load it
-    assert plain.config.num_labels == 3 and [n for n, v in plain.state_dict().items() if not same_bits(v, want[n])] == []
+    assert (
+        plain.config.num_labels == 3 and [n for n, v in plain.state_dict().items() if not same_bits(v, want[n])] == []
+    )
     cached = bundle.load_task_model("t1", cache_dir=tmp_path / "cache")
     [folder] = list((tmp_path / "cache").iterdir())
-    assert folder.name == f"t1-{bundle._fingerprint()}" and json.loads((folder / "adaptkit.json").read_text())["emr_task"]["task"] == "t1"
+    assert (
+        folder.name == f"t1-{bundle._fingerprint()}"
+        and json.loads((folder / "adaptkit.json").read_text())["emr_task"]["task"] == "t1"
+    )
     assert [n for n, v in cached.state_dict().items() if not same_bits(v, want[n])] == []
     monkeypatch.setattr(emr_bundle, "_expand", lambda *a: pytest.fail("a cached task model was computed again"))
     again = bundle.load_task_model("t1", cache_dir=tmp_path / "cache")
@@ -397,7 +465,9 @@ def test_a_task_model_written_once_loads_as_a_plain_checkpoint_and_is_reused(tmp
     edit_meta(bundle.folder, lambda m: m["rescalers"].update(t1=m["rescalers"]["t1"] * 2))  # another bundle, same place
     changed = EMRBundle(bundle.folder)
     changed.load_task_model("t1", cache_dir=tmp_path / "cache")
-    assert sorted(p.name for p in (tmp_path / "cache").iterdir()) == sorted([folder.name, f"t1-{changed._fingerprint()}"])
+    assert sorted(p.name for p in (tmp_path / "cache").iterdir()) == sorted(
+        [folder.name, f"t1-{changed._fingerprint()}"]
+    )
     assert changed._fingerprint() != bundle._fingerprint()
 
 
@@ -423,7 +493,8 @@ def test_a_task_model_save_that_fails_leaves_nothing(tmp_path, monkeypatch):
 
 def test_hashing_can_be_skipped_but_headers_are_always_checked_and_hidden_files_are_ignored(tmp_path):
     folder = small_bundle(tmp_path).folder
-    (folder / "unified" / ".DS_Store").write_text("x")  # hidden files are not part of the bundle (a push skips them too)
+    # hidden files are not part of the bundle (a push skips them too)
+    (folder / "unified" / ".DS_Store").write_text("x")
     assert EMRBundle(folder).tasks == ["t0", "t1"]
     raw = bytearray((folder / "tasks" / "t0" / "own.safetensors").read_bytes())
     raw[-1] ^= 1

@@ -20,8 +20,8 @@ def test_task_checks():
 
 
 def test_artifact_checks(tmp_path):
-    from adaptkit.hub import render_card
     from adaptkit.artifacts import _load_base_for
+    from adaptkit.hub import render_card
     with pytest.raises(ValueError, match=re.escape("unknown method 'lora'; expected one of aligner, pissa, repnoise, "
                                                    "translora, emr")):
         render_card("lora", model_name="x")

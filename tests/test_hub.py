@@ -1,4 +1,4 @@
-"""adaptkit.hub against a LocalHub on loopback: push/pull, cards through the stock client, tokens, datasets, adapters."""
+"""adaptkit.hub against a loopback LocalHub: push/pull, cards through the stock client, tokens, datasets, adapters."""
 import http.server
 import json
 import logging
@@ -13,10 +13,10 @@ import torch
 from huggingface_hub import HfApi
 from huggingface_hub.errors import HfHubHTTPError, RepositoryNotFoundError
 
-from adaptkit.data import QAC, DataError, load_rows
 import adaptkit.hub.client
-from adaptkit.hub import render_card as model_card
+from adaptkit.data import QAC, DataError, load_rows
 from adaptkit.hub import PushConflictError, is_repo_id, pull, push_folder, read_metadata, source_of, write_folder
+from adaptkit.hub import render_card as model_card
 from adaptkit.localhub.server import LocalHub
 from adaptkit.models import load_adapter, load_causal_lm, load_tokenizer
 
@@ -74,7 +74,8 @@ def test_push_mirrors_the_folder(hub, tmp_path):
 
 def test_private_repo_and_token_hygiene(hub, tiny_model_dir, caplog):
     push_folder(tiny_model_dir, "team/private", endpoint=hub.endpoint, token=TOKEN, private=True, card=_card())
-    with pytest.raises(RepositoryNotFoundError, match="404 Client Error") as anonymous:  # private: hidden from strangers
+    # private: hidden from strangers
+    with pytest.raises(RepositoryNotFoundError, match="404 Client Error") as anonymous:
         pull("team/private", endpoint=hub.endpoint)
     assert anonymous.value.response.status_code == 404 and TOKEN not in str(anonymous.value)
     wrong = TOKEN[:-1] + "X"
@@ -369,15 +370,19 @@ def test_is_repo_id_follows_huggingface_hub():
 @pytest.mark.parametrize("name", ["a b", "a--b", "-x", "x.git", "a..b"])
 def test_a_name_that_is_neither_path_nor_repo_id_asks_no_hub(name, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    with pytest.raises(FileNotFoundError, match=re.escape(f"{name!r} is neither an existing local path nor a Hub repo id "
-                                                          "('namespace/name' or 'name')")):
+    with pytest.raises(
+        FileNotFoundError,
+        match=re.escape(f"{name!r} is neither an existing local path nor a Hub repo id ('namespace/name' or 'name')"),
+    ):
         pull(name, endpoint=DEAD)
 
 
 def test_push_refuses_a_repo_id_without_namespace_and_a_blank_branch(tmp_path):
     (tmp_path / "a.txt").write_text("a")
     for repo_id in ["gpt2", "a/b/c", "", "team/x y"]:
-        with pytest.raises(ValueError, match=re.escape(f"{repo_id!r} is not a Hub repo id of the form 'namespace/name'")):
+        with pytest.raises(
+            ValueError, match=re.escape(f"{repo_id!r} is not a Hub repo id of the form 'namespace/name'")
+        ):
             push_folder(tmp_path, repo_id, endpoint=DEAD)
     for revision in ["", "  ", "0123456789abcdef0123456789abcdef01234567"]:
         with pytest.raises(ValueError, match=re.escape(f"revision={revision!r}: push to a branch name")):
@@ -412,7 +417,9 @@ def test_write_folder_refuses_a_folder_or_file_it_did_not_write(tmp_path):
         write_folder(theirs, fill)
     assert (theirs / "thesis.tex").read_text() == "years of work" and not list(tmp_path.glob(".theirs.*"))
     (tmp_path / "afile").write_text("x")
-    with pytest.raises(FileExistsError, match=re.escape(f"{tmp_path / 'afile'} exists and was not written by adaptkit")):
+    with pytest.raises(
+        FileExistsError, match=re.escape(f"{tmp_path / 'afile'} exists and was not written by adaptkit")
+    ):
         write_folder(tmp_path / "afile", fill)
     with pytest.raises(FileExistsError, match=re.escape("(no weights.bin)")):
         write_folder(theirs, fill, marker="weights.bin")
@@ -442,7 +449,9 @@ def test_write_folder_restores_what_a_killed_save_moved_aside(tmp_path):
     half = tmp_path / ".out.tmp-999999999-y"
     half.mkdir()
     seen = []
-    write_folder(out, lambda f: seen.append((out / "adaptkit.json").read_text()) or (f / "adaptkit.json").write_text("{}"))
+    write_folder(
+        out, lambda f: seen.append((out / "adaptkit.json").read_text()) or (f / "adaptkit.json").write_text("{}")
+    )
     assert seen == ['{"v": 1}'] and not aside.exists() and not half.exists()
     live = tmp_path / f".out.tmp-{os.getpid()}-z"  # this process: a save in progress, left alone
     other = tmp_path / ".out.old-1-w"  # process 1 is alive: its save is left alone too
@@ -450,7 +459,9 @@ def test_write_folder_restores_what_a_killed_save_moved_aside(tmp_path):
     for p in (live, other, old_style): p.mkdir()
     (tmp_path / ".other.tmp-999999999-v").mkdir()  # another folder's leftovers are not this save's business
     write_folder(out, lambda f: (f / "adaptkit.json").write_text("{}"))
-    assert live.is_dir() and other.is_dir() and not old_style.exists() and (tmp_path / ".other.tmp-999999999-v").is_dir()
+    assert (
+        live.is_dir() and other.is_dir() and not old_style.exists() and (tmp_path / ".other.tmp-999999999-v").is_dir()
+    )
     assert adaptkit.hub.leftover_folders(out) == [other, live]
 
 

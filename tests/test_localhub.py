@@ -1,5 +1,5 @@
-"""LocalHub with the stock clients: huggingface_hub uploads (inline and LFS) and downloads, transformers and peft loading
-straight from it, tokens and private repos, concurrency, restarts, corruption, traversal and malformed ids."""
+"""LocalHub with the stock clients: huggingface_hub uploads (inline and LFS) and downloads, transformers and peft
+loading straight from it, tokens and private repos, concurrency, restarts, corruption, traversal and malformed ids."""
 import base64
 import hashlib
 import json
@@ -12,8 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 from huggingface_hub import HfApi, constants, get_hf_file_metadata, hf_hub_download, hf_hub_url, snapshot_download
-from huggingface_hub.errors import (EntryNotFoundError, HfHubHTTPError, RepositoryNotFoundError,
-                                    RevisionNotFoundError)
+from huggingface_hub.errors import EntryNotFoundError, HfHubHTTPError, RepositoryNotFoundError, RevisionNotFoundError
 
 from adaptkit.localhub.server import LocalHub
 
@@ -82,7 +81,9 @@ def test_upload_folder_round_trip_default_client(hub, api, folder, tmp_path):
     assert api.model_info("team/art").sha == commit.oid
     snap = snapshot_download("team/art", endpoint=hub.endpoint, token=TOKEN, cache_dir=tmp_path / "c1")
     assert _files(Path(snap)) == _files(folder)
-    one = hf_hub_download("team/art", "model.safetensors", endpoint=hub.endpoint, token=TOKEN, cache_dir=tmp_path / "c2")
+    one = hf_hub_download(
+        "team/art", "model.safetensors", endpoint=hub.endpoint, token=TOKEN, cache_dir=tmp_path / "c2"
+    )
     assert Path(one).read_bytes() == (folder / "model.safetensors").read_bytes()
     sha = hashlib.sha256((folder / "model.safetensors").read_bytes()).hexdigest()
     meta = get_hf_file_metadata(hf_hub_url("team/art", "model.safetensors", endpoint=hub.endpoint), token=TOKEN)
@@ -121,7 +122,9 @@ def test_lfs_batch_path_with_xet_disabled(tmp_path, folder, monkeypatch):
         siblings = {s.rfilename: s for s in api.model_info("team/lfs", files_metadata=True).siblings}
         assert siblings["model.safetensors"].lfs.size == (folder / "model.safetensors").stat().st_size
         # the same bytes under another name: stored already, so the batch asks for no upload
-        api.upload_file(path_or_fileobj=str(folder / "model.safetensors"), path_in_repo="copy.safetensors", repo_id="team/lfs")
+        api.upload_file(
+            path_or_fileobj=str(folder / "model.safetensors"), path_in_repo="copy.safetensors", repo_id="team/lfs"
+        )
         assert (hub.counts["lfs-batch"], hub.counts["lfs-upload"]) == (2, 1)
         got = hf_hub_download("team/lfs", "copy.safetensors", endpoint=hub.endpoint, cache_dir=tmp_path / "c2")
         assert Path(got).read_bytes() == (folder / "model.safetensors").read_bytes()
@@ -144,7 +147,12 @@ def test_lfs_protocol_raw(tmp_path):
         href = ok["actions"]["upload"]["href"]
         assert _http("PUT", href.replace("sig=", "sig=0"), data)[0] == 403
         assert _http("PUT", href, data[:-1] + b"!")[0] == 400 and not list((hub.root / "blobs" / "tmp").iterdir())
-        assert _ndjson_commit(hub, "team/raw", [{"key": "lfsFile", "value": {"path": "o.bin", "algo": "sha256", "oid": oid}}])[0] == 400
+        assert (
+            _ndjson_commit(
+                hub, "team/raw", [{"key": "lfsFile", "value": {"path": "o.bin", "algo": "sha256", "oid": oid}}]
+            )[0]
+            == 400
+        )
         url = urllib.parse.urlsplit(href)
         conn = http.client.HTTPConnection(url.hostname, url.port, timeout=30)
         conn.request("PUT", f"{url.path}?{url.query}", body=iter([data[:1000], data[1000:]]), encode_chunked=True)
@@ -152,7 +160,11 @@ def test_lfs_protocol_raw(tmp_path):
         verify = json.dumps({"oid": oid, "size": len(data)}).encode()
         assert _http("POST", ok["actions"]["verify"]["href"], verify, auth)[0] == 200
         assert "actions" not in json.loads(batch([{"oid": oid, "size": len(data)}])[2])["objects"][0]  # stored now
-        status, _, body = _ndjson_commit(hub, "team/raw", [{"key": "lfsFile", "value": {"path": "o.bin", "algo": "sha256", "oid": oid, "size": len(data)}}])
+        status, _, body = _ndjson_commit(
+            hub,
+            "team/raw",
+            [{"key": "lfsFile", "value": {"path": "o.bin", "algo": "sha256", "oid": oid, "size": len(data)}}],
+        )
         assert status == 200, body
         got = hf_hub_download("team/raw", "o.bin", endpoint=hub.endpoint, token=TOKEN, cache_dir=tmp_path / "c")
         assert Path(got).read_bytes() == data
@@ -189,7 +201,9 @@ def test_transformers_and_peft_load_from_localhub(hub, api, tiny_llama, tmp_path
     from peft import LoraConfig, PeftModel, get_peft_model
     from transformers import AutoModelForCausalLM
     monkeypatch.setattr(constants, "ENDPOINT", hub.endpoint)
-    monkeypatch.setattr(constants, "HUGGINGFACE_CO_URL_TEMPLATE", hub.endpoint + "/{repo_id}/resolve/{revision}/{filename}")
+    monkeypatch.setattr(
+        constants, "HUGGINGFACE_CO_URL_TEMPLATE", hub.endpoint + "/{repo_id}/resolve/{revision}/{filename}"
+    )
     monkeypatch.setattr(huggingface_hub.hf_api.api, "endpoint", hub.endpoint)
     d, ref = tiny_llama
     api.create_repo("team/tiny-llama", private=True)
@@ -207,7 +221,9 @@ def test_transformers_and_peft_load_from_localhub(hub, api, tiny_llama, tmp_path
     base = AutoModelForCausalLM.from_pretrained("team/tiny-llama", token=TOKEN, cache_dir=tmp_path / "c").eval()
     pulled = PeftModel.from_pretrained(base, "team/tiny-lora", cache_dir=str(tmp_path / "c")).eval()
     with torch.no_grad():
-        assert torch.allclose(pulled(ids).logits, lora(ids).logits) and not torch.allclose(pulled(ids).logits, ref(ids).logits)
+        assert torch.allclose(pulled(ids).logits, lora(ids).logits) and not torch.allclose(
+            pulled(ids).logits, ref(ids).logits
+        )
 
 
 def test_private_repos_and_tokens(hub, api, tmp_path):
@@ -222,13 +238,19 @@ def test_private_repos_and_tokens(hub, api, tmp_path):
         hf_hub_download("team/secret", "s.txt", endpoint=hub.endpoint, token=False, cache_dir=tmp_path / "c")
     assert _http("GET", hf_hub_url("team/secret", "s.txt", endpoint=hub.endpoint))[0] == 404
     assert anon.model_info("team/open").id == "team/open"  # public reads need no token
-    assert Path(hf_hub_download("team/open", "o.txt", endpoint=hub.endpoint, token=False, cache_dir=tmp_path / "c")).read_bytes() == b"hello"
+    assert (
+        Path(
+            hf_hub_download("team/open", "o.txt", endpoint=hub.endpoint, token=False, cache_dir=tmp_path / "c")
+        ).read_bytes()
+        == b"hello"
+    )
     with pytest.raises(HfHubHTTPError) as e: wrong.model_info("team/open")
     assert e.value.response.status_code == 401
     with pytest.raises(HfHubHTTPError): wrong.whoami()
     with pytest.raises(HfHubHTTPError) as e: anon.create_repo("team/new")
     assert e.value.response.status_code == 401
-    with pytest.raises(HfHubHTTPError) as e: anon.upload_file(path_or_fileobj=b"x", path_in_repo="x", repo_id="team/open")
+    with pytest.raises(HfHubHTTPError) as e:
+        anon.upload_file(path_or_fileobj=b"x", path_in_repo="x", repo_id="team/open")
     assert e.value.response.status_code == 401
     assert _ndjson_commit(hub, "team/open", [], token="hf_wrong")[0] == 401
     assert api.model_info("team/secret").private and api.whoami()["name"] == "localhub"
@@ -271,19 +293,28 @@ def test_corrupted_blob_is_not_served(hub, api, tmp_path):
         hf_hub_download("team/c", "p.bin", endpoint=hub.endpoint, token=TOKEN, cache_dir=tmp_path / "c")
     assert e.value.response.status_code == 500
     assert not [p for p in (tmp_path / "c").rglob("p.bin")]  # nothing half-downloaded left in the cache
-    status, _, body = _http("GET", hf_hub_url("team/c", "p.bin", endpoint=hub.endpoint), headers={"Authorization": f"Bearer {TOKEN}"})
+    status, _, body = _http(
+        "GET", hf_hub_url("team/c", "p.bin", endpoint=hub.endpoint), headers={"Authorization": f"Bearer {TOKEN}"}
+    )
     assert status == 500 and b"precious" not in body
     # repair: delete the file and upload the same bytes again
     api.delete_file("p.bin", repo_id="team/c")
     api.upload_file(path_or_fileobj=data, path_in_repo="p.bin", repo_id="team/c")
-    assert Path(hf_hub_download("team/c", "p.bin", endpoint=hub.endpoint, token=TOKEN, cache_dir=tmp_path / "c2")).read_bytes() == data
+    assert (
+        Path(
+            hf_hub_download("team/c", "p.bin", endpoint=hub.endpoint, token=TOKEN, cache_dir=tmp_path / "c2")
+        ).read_bytes()
+        == data
+    )
 
 
 def test_traversal_and_malformed_ids_are_refused(hub, api, tmp_path):
     api.create_repo("team/t")
     content = base64.b64encode(b"pwned").decode()
     for path in ["../x", "/etc/passwd", "a/../../x", "a\\..\\x", "./a", "a//b", ".git/config", ""]:
-        status, _, body = _ndjson_commit(hub, "team/t", [{"key": "file", "value": {"path": path, "content": content, "encoding": "base64"}}])
+        status, _, body = _ndjson_commit(
+            hub, "team/t", [{"key": "file", "value": {"path": path, "content": content, "encoding": "base64"}}]
+        )
         assert status == 400 and b"Invalid path" in body, (path, status, body)
     status, _, _ = _ndjson_commit(hub, "team/t", [{"key": "deletedFolder", "value": {"path": "../"}}])
     assert status == 400
@@ -291,7 +322,11 @@ def test_traversal_and_malformed_ids_are_refused(hub, api, tmp_path):
     assert _http("POST", f"{hub.endpoint}/api/models/team/t/preupload/main", pre,
                  {"Content-Type": "application/json", "Authorization": f"Bearer {TOKEN}"})[0] == 400
     assert _http("GET", f"{hub.endpoint}/team/t/resolve/main/%2E%2E/%2E%2E/etc/passwd")[0] == 400
-    assert api.list_repo_files("team/t") == [".gitattributes"] and not (tmp_path / "x").exists() and not (hub.root.parent / "x").exists()
+    assert (
+        api.list_repo_files("team/t") == [".gitattributes"]
+        and not (tmp_path / "x").exists()
+        and not (hub.root.parent / "x").exists()
+    )
     for org, name in [("team", "bad--name"), ("team", "bad..name"), ("team", "-x"), ("team", "a/b"), ("", "x"),
                       ("api", "x"), ("team", "x" * 97), ("team", "x.git"), ("tëam", "x")]:
         body = json.dumps({"name": name, "organization": org, "type": "model"}).encode()
@@ -311,7 +346,8 @@ def test_delete_file_and_folder_commits(hub, api, folder):
     assert api.list_repo_files("team/d") == [".gitattributes", "README.md", "model.safetensors"]
     with pytest.raises(EntryNotFoundError): api.delete_file("nope.txt", repo_id="team/d")
     with pytest.raises(EntryNotFoundError): api.delete_folder("nope", repo_id="team/d")
-    assert api.list_repo_files("team/d", revision=first) == sorted([".gitattributes", *_files(folder)])  # history is kept
+    # history is kept
+    assert api.list_repo_files("team/d", revision=first) == sorted([".gitattributes", *_files(folder)])
     with pytest.raises(RevisionNotFoundError): api.list_repo_files("team/d", revision="no-such-branch")
     assert [c.title for c in api.list_repo_commits("team/d")] == [
         "Delete folder sub with huggingface_hub", "Delete config.json with huggingface_hub",
@@ -326,14 +362,26 @@ def test_repo_delete_create_conflict_and_datasets(hub, api, tmp_path):
     assert api.create_repo("team/ds", repo_type="dataset", exist_ok=True).repo_id == "team/ds"
     card = "---\nlicense: mit\ntask_categories:\n- text-generation\npretty_name: Tiny Q&A\n---\n# Data\n"
     api.upload_file(path_or_fileobj=card.encode(), path_in_repo="README.md", repo_id="team/ds", repo_type="dataset")
-    api.upload_file(path_or_fileobj=b'{"q": "2+2", "a": "4"}\n', path_in_repo="data/train.jsonl", repo_id="team/ds", repo_type="dataset")
+    api.upload_file(
+        path_or_fileobj=b'{"q": "2+2", "a": "4"}\n',
+        path_in_repo="data/train.jsonl",
+        repo_id="team/ds",
+        repo_type="dataset",
+    )
     info = api.dataset_info("team/ds")
     assert info.card_data.pretty_name == "Tiny Q&A" and info.card_data.license == "mit"
-    snap = snapshot_download("team/ds", repo_type="dataset", endpoint=hub.endpoint, token=TOKEN, cache_dir=tmp_path / "c")
+    snap = snapshot_download(
+        "team/ds", repo_type="dataset", endpoint=hub.endpoint, token=TOKEN, cache_dir=tmp_path / "c"
+    )
     assert (Path(snap) / "data" / "train.jsonl").read_bytes() == b'{"q": "2+2", "a": "4"}\n'
     with pytest.raises(RepositoryNotFoundError): api.model_info("team/ds")  # a dataset is not a model
     with pytest.raises(ValueError, match="Invalid metadata"):
-        api.upload_file(path_or_fileobj=b"---\nlicense: [mit\n---\n", path_in_repo="README.md", repo_id="team/ds", repo_type="dataset")
+        api.upload_file(
+            path_or_fileobj=b"---\nlicense: [mit\n---\n",
+            path_in_repo="README.md",
+            repo_id="team/ds",
+            repo_type="dataset",
+        )
     api.delete_repo("team/ds", repo_type="dataset")
     with pytest.raises(RepositoryNotFoundError): api.dataset_info("team/ds")
     with pytest.raises(RepositoryNotFoundError): api.delete_repo("team/ds", repo_type="dataset")
@@ -344,7 +392,8 @@ def test_repo_delete_create_conflict_and_datasets(hub, api, tmp_path):
 
 def test_concurrent_commits_are_serialised(hub, api):
     api.create_repo("team/busy")
-    def push(i): return api.upload_file(path_or_fileobj=f"{i}".encode(), path_in_repo=f"f{i}.txt", repo_id="team/busy").oid
+    def push(i):
+        return api.upload_file(path_or_fileobj=f"{i}".encode(), path_in_repo=f"f{i}.txt", repo_id="team/busy").oid
     with ThreadPoolExecutor(8) as pool: oids = list(pool.map(push, range(16)))
     assert len(set(oids)) == 16 and len(api.list_repo_commits("team/busy")) == 17
     assert api.list_repo_files("team/busy") == [".gitattributes"] + sorted(f"f{i}.txt" for i in range(16))

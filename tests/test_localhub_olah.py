@@ -1,4 +1,4 @@
-"""Conformance: olah, a third-party Hub mirror (PyPI `olah`), proxying LocalHub must hand the stock client the same bytes.
+"""Conformance: olah (PyPI), a third-party Hub mirror, proxying LocalHub must hand the stock client the same bytes.
 
 olah's dependencies clash with ours, so it lives in its own venv: `python3 -m venv .venv-olah && .venv-olah/bin/pip
 install olah==0.5.4`. Without it this module is skipped."""
@@ -12,12 +12,14 @@ from pathlib import Path
 import pytest
 from huggingface_hub import HfApi, constants, hf_hub_download, snapshot_download
 
-from adaptkit.localhub.storage import GITATTRIBUTES
 from adaptkit.localhub.server import LocalHub
+from adaptkit.localhub.storage import GITATTRIBUTES
 
 OLAH = Path(__file__).resolve().parents[1] / ".venv-olah" / "bin" / "olah-cli"
-pytestmark = pytest.mark.skipif(not OLAH.exists(), reason=f"olah is not installed at {OLAH} (python3 -m venv .venv-olah "
-                                                          "&& .venv-olah/bin/pip install olah==0.5.4)")
+pytestmark = pytest.mark.skipif(
+    not OLAH.exists(),
+    reason=f"olah is not installed at {OLAH} (python3 -m venv .venv-olah && .venv-olah/bin/pip install olah==0.5.4)",
+)
 
 
 def _free_port() -> int:

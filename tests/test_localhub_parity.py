@@ -8,14 +8,23 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from huggingface_hub import (CommitOperationAdd, CommitOperationDelete, HfApi, constants, hf_hub_download,
-                             snapshot_download)
-from huggingface_hub.errors import (EntryNotFoundError, GatedRepoError, HfHubHTTPError, RepositoryNotFoundError,
-                                    RevisionNotFoundError)
+from huggingface_hub import (
+    CommitOperationAdd,
+    HfApi,
+    constants,
+    hf_hub_download,
+)
+from huggingface_hub.errors import (
+    EntryNotFoundError,
+    GatedRepoError,
+    HfHubHTTPError,
+    RepositoryNotFoundError,
+    RevisionNotFoundError,
+)
 from huggingface_hub.hf_api import RepoFile, RepoFolder
 
-from adaptkit.localhub.storage import GITATTRIBUTES, USER
 from adaptkit.localhub.server import LocalHub
+from adaptkit.localhub.storage import GITATTRIBUTES, USER
 
 TOKEN = "hf_localhub_parity_token"
 
@@ -49,7 +58,9 @@ def test_create_without_namespace_exist_ok_and_initial_commit(api, hub):
     assert api.create_repo("tiny", exist_ok=True).repo_id == f"{USER}/tiny"
     assert api.create_repo("Localhub/TINY", exist_ok=True).repo_id == f"{USER}/tiny"  # the existing repo's id
     commits = api.list_repo_commits(f"{USER}/tiny")
-    assert [c.title for c in commits] == ["initial commit"] and api.list_repo_files(f"{USER}/tiny") == [".gitattributes"]
+    assert [c.title for c in commits] == ["initial commit"] and api.list_repo_files(f"{USER}/tiny") == [
+        ".gitattributes"
+    ]
     got = hf_hub_download(f"{USER}/tiny", ".gitattributes", endpoint=hub.endpoint, token=TOKEN)
     assert Path(got).read_text() == GITATTRIBUTES and "*.safetensors filter=lfs" in GITATTRIBUTES
     # case-insensitive lookups, canonical id in answers
@@ -97,9 +108,15 @@ def test_branches_tags_refs_and_revisions(api, hub, tmp_path):
     c2 = api.upload_file(path_or_fileobj=b"two", path_in_repo="f.txt", repo_id="team/r", revision="round-2").oid
     api.create_branch("team/r", branch="from-init", revision=api.list_repo_commits("team/r")[-1].commit_id)
     refs = api.list_repo_refs("team/r")
-    assert {b.name: b.target_commit for b in refs.branches} == {"main": c1, "round-2": c2, "from-init": refs.branches[0].target_commit}
+    assert {b.name: b.target_commit for b in refs.branches} == {
+        "main": c1,
+        "round-2": c2,
+        "from-init": refs.branches[0].target_commit,
+    }
     assert {t.name: (t.ref, t.target_commit) for t in refs.tags} == {"v1": ("refs/tags/v1", c1)}
-    read = lambda rev: Path(hf_hub_download("team/r", "f.txt", revision=rev, endpoint=hub.endpoint, token=TOKEN)).read_bytes()
+    read = lambda rev: Path(
+        hf_hub_download("team/r", "f.txt", revision=rev, endpoint=hub.endpoint, token=TOKEN)
+    ).read_bytes()
     assert (read("main"), read("v1"), read("round-2"), read(c1), read(c2)) == (b"one", b"one", b"two", b"one", b"two")
     assert api.list_repo_files("team/r", revision="from-init") == [".gitattributes"]
     assert api.revision_exists("team/r", "round-2") and api.revision_exists("team/r", "v1")
@@ -133,14 +150,26 @@ def test_parent_commit_refused_when_branch_moved(api):
 
 def test_tree_paths_info_commits_and_deletions(api):
     api.create_repo("team/t")
-    ops = [CommitOperationAdd(p, p.encode()) for p in ["a.txt", "d/b.txt", "d/e/c.bin", "d/e/f.txt", "logs/1.log", "logs/2.log"]]
+    ops = [
+        CommitOperationAdd(p, p.encode())
+        for p in ["a.txt", "d/b.txt", "d/e/c.bin", "d/e/f.txt", "logs/1.log", "logs/2.log"]
+    ]
     c1 = api.create_commit("team/t", ops, commit_message="files").oid
     c2 = api.upload_file(path_or_fileobj=b"new", path_in_repo="d/b.txt", repo_id="team/t").oid
     top = list(api.list_repo_tree("team/t"))
-    assert [(type(x).__name__, x.path) for x in top] == [("RepoFolder", "d"), ("RepoFolder", "logs"), ("RepoFile", ".gitattributes"), ("RepoFile", "a.txt")]
+    assert [(type(x).__name__, x.path) for x in top] == [
+        ("RepoFolder", "d"),
+        ("RepoFolder", "logs"),
+        ("RepoFile", ".gitattributes"),
+        ("RepoFile", "a.txt"),
+    ]
     deep = {x.path: x for x in api.list_repo_tree("team/t", path_in_repo="d", recursive=True, expand=True)}
     assert sorted(deep) == ["d/b.txt", "d/e", "d/e/c.bin", "d/e/f.txt"] and isinstance(deep["d/e"], RepoFolder)
-    assert deep["d/b.txt"].last_commit.oid == c2 and deep["d/e/f.txt"].last_commit.oid == c1 and deep["d/e"].last_commit.oid == c1
+    assert (
+        deep["d/b.txt"].last_commit.oid == c2
+        and deep["d/e/f.txt"].last_commit.oid == c1
+        and deep["d/e"].last_commit.oid == c1
+    )
     assert deep["d/b.txt"].size == 3 and deep["d/e/c.bin"].lfs is not None and deep["d/b.txt"].lfs is None
     with pytest.raises(EntryNotFoundError): list(api.list_repo_tree("team/t", path_in_repo="nope"))
     info = {x.path: x for x in api.get_paths_info("team/t", ["a.txt", "d", "missing"], expand=True)}
@@ -173,7 +202,11 @@ def test_list_models_and_datasets(api, hub):
 
 def test_repo_file_revision_exists_answer_false(api, hub):
     api.create_repo("team/e")
-    assert api.repo_exists("team/e") and not api.repo_exists("team/none") and not api.repo_exists("team/e", repo_type="dataset")
+    assert (
+        api.repo_exists("team/e")
+        and not api.repo_exists("team/none")
+        and not api.repo_exists("team/e", repo_type="dataset")
+    )
     assert api.file_exists("team/e", ".gitattributes") and not api.file_exists("team/e", "nope.txt")
     assert not api.file_exists("team/none", "a") and not api.file_exists("team/e", "a", revision="nope")
     assert not api.revision_exists("team/e", "nope") and api.revision_exists("team/e", "main")
@@ -201,7 +234,8 @@ _CLIENT = textwrap.dedent("""
     torch.manual_seed(0); ref = LlamaForCausalLM(config).eval()
     with torch.no_grad():
         out["v1_matches_first_push"] = torch.equal(v1(ids).logits, ref(ids).logits)
-        out["main_differs"] = not torch.equal(AutoModelForCausalLM.from_pretrained("localhub/tiny")(ids).logits, ref(ids).logits)
+        main = AutoModelForCausalLM.from_pretrained("localhub/tiny")
+        out["main_differs"] = not torch.equal(main(ids).logits, ref(ids).logits)
     def base(): torch.manual_seed(0); return LlamaForCausalLM(config).eval()  # the first push's weights
     lora = get_peft_model(base(), LoraConfig(r=2, target_modules=["q_proj"], init_lora_weights=False)).eval()
     lora.save_pretrained(work + "/adapter")
@@ -210,8 +244,8 @@ _CLIENT = textwrap.dedent("""
     pulled = PeftModel.from_pretrained(base(), "localhub/tiny-lora").eval()
     with torch.no_grad(): out["peft_same"] = torch.allclose(pulled(ids).logits, lora(ids).logits)
     api.create_repo("localhub/data", repo_type="dataset")
-    api.upload_file(path_or_fileobj=b'{"q": "2+2", "a": "4"}\\n{"q": "1+1", "a": "2"}\\n', path_in_repo="data/train.jsonl",
-                    repo_id="localhub/data", repo_type="dataset")
+    api.upload_file(path_or_fileobj=b'{"q": "2+2", "a": "4"}\\n{"q": "1+1", "a": "2"}\\n',
+                    path_in_repo="data/train.jsonl", repo_id="localhub/data", repo_type="dataset")
     ds = datasets.load_dataset("localhub/data", split="train")
     out["dataset_rows"] = ds.to_list()
     print("RESULT " + json.dumps(out))
@@ -220,14 +254,31 @@ _CLIENT = textwrap.dedent("""
 
 def test_transformers_peft_datasets_through_hf_endpoint(hub, tmp_path):
     "The libraries take no endpoint argument: HF_ENDPOINT (read at import) points them at the hub, in a subprocess."
-    env = {**os.environ, "HF_ENDPOINT": hub.endpoint, "HF_TOKEN": TOKEN, "HF_HOME": str(tmp_path / "hf"),
-           "HF_HUB_DISABLE_TELEMETRY": "1", "HF_DATASETS_CACHE": str(tmp_path / "ds"), "TOKENIZERS_PARALLELISM": "false",
-           "HF_HUB_DISABLE_PROGRESS_BARS": "1",  # anything but the hub goes to a proxy that does not exist
-           "HTTP_PROXY": "http://127.0.0.1:9", "HTTPS_PROXY": "http://127.0.0.1:9", "NO_PROXY": "127.0.0.1,localhost"}
-    run = subprocess.run([sys.executable, "-c", _CLIENT, str(tmp_path)], env=env, capture_output=True, text=True, timeout=300)
+    env = {
+        **os.environ,
+        "HF_ENDPOINT": hub.endpoint,
+        "HF_TOKEN": TOKEN,
+        "HF_HOME": str(tmp_path / "hf"),
+        "HF_HUB_DISABLE_TELEMETRY": "1",
+        "HF_DATASETS_CACHE": str(tmp_path / "ds"),
+        "TOKENIZERS_PARALLELISM": "false",
+        "HF_HUB_DISABLE_PROGRESS_BARS": "1",  # anything but the hub goes to a proxy that does not exist
+        "HTTP_PROXY": "http://127.0.0.1:9",
+        "HTTPS_PROXY": "http://127.0.0.1:9",
+        "NO_PROXY": "127.0.0.1,localhost",
+    }
+    run = subprocess.run(
+        [sys.executable, "-c", _CLIENT, str(tmp_path)], env=env, capture_output=True, text=True, timeout=300
+    )
     lines = [l for l in run.stdout.splitlines() if l.startswith("RESULT ")]
     assert run.returncode == 0 and lines, run.stderr[-3000:]
     out = json.loads(lines[-1][7:])
-    assert out["repo_files"] == [".gitattributes", "README.md", "config.json", "generation_config.json", "model.safetensors"]
+    assert out["repo_files"] == [
+        ".gitattributes",
+        "README.md",
+        "config.json",
+        "generation_config.json",
+        "model.safetensors",
+    ]
     assert out["v1_matches_first_push"] and out["main_differs"] and out["peft_same"]
     assert out["dataset_rows"] == [{"q": "2+2", "a": "4"}, {"q": "1+1", "a": "2"}]

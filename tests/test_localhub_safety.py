@@ -14,7 +14,6 @@ import sys
 import threading
 import time
 import tracemalloc
-from pathlib import Path
 
 import pytest
 from huggingface_hub import CommitOperationAdd, CommitOperationDelete, HfApi, constants
@@ -55,7 +54,10 @@ def test_cross_site_writes_are_refused(tmp_path):
         status, _, body = _request(hub, "POST", "/api/repos/create", create, {**JSON, "Origin": "http://evil.example"})
         assert status == 403 and "cross-site" in body["error"]
         assert not HfApi(endpoint=hub.endpoint, token=False).repo_exists("team/x")
-        assert _request(hub, "POST", "/api/repos/create", create, {**JSON, "Origin": f"http://127.0.0.1:{hub.port}"})[0] == 200
+        assert (
+            _request(hub, "POST", "/api/repos/create", create, {**JSON, "Origin": f"http://127.0.0.1:{hub.port}"})[0]
+            == 200
+        )
         delete = json.dumps({"name": "x", "organization": "team"}).encode()
         assert _request(hub, "DELETE", "/api/repos/delete", delete, {**JSON, "Origin": "null"})[0] == 403
         assert HfApi(endpoint=hub.endpoint, token=False).repo_exists("team/x")
@@ -72,14 +74,25 @@ def test_foreign_host_is_refused(tmp_path):
         for host in [f"localhost:{hub.port}", f"127.0.0.1:{hub.port}", "localhost"]:
             assert _request(hub, "GET", "/api/models/team/secret", headers={**auth, "Host": host})[0] == 200, host
     with LocalHub(tmp_path / "hub", token=TOKEN, allowed_hosts=["hub.internal"]) as hub:
-        assert _request(hub, "GET", "/api/models/team/secret", headers={"Authorization": f"Bearer {TOKEN}", "Host": "hub.internal"})[0] == 200
+        assert (
+            _request(
+                hub,
+                "GET",
+                "/api/models/team/secret",
+                headers={"Authorization": f"Bearer {TOKEN}", "Host": "hub.internal"},
+            )[0]
+            == 200
+        )
 
 
 def test_stalled_sockets_are_closed(tmp_path):
     with LocalHub(tmp_path / "hub", timeout=0.5) as hub:
         stalled = []
-        for partial in [b"GET /api/models HTTP/1.1\r\nHost: 127", b"POST /api/repos/create HTTP/1.1\r\nHost: 127.0.0.1\r\n"
-                        b"Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n{\"name\""]:
+        for partial in [
+            b"GET /api/models HTTP/1.1\r\nHost: 127",
+            b"POST /api/repos/create HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+            b"Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n{\"name\"",
+        ]:
             s = socket.create_connection(("127.0.0.1", hub.port), timeout=10)
             s.sendall(partial)
             stalled.append(s)
@@ -116,21 +129,28 @@ def test_malformed_bodies_name_the_field(tmp_path):
     with LocalHub(tmp_path / "hub", token=TOKEN) as hub:
         HfApi(endpoint=hub.endpoint, token=TOKEN).create_repo("team/m")
         auth = {**JSON, "Authorization": f"Bearer {TOKEN}"}
-        cases = [("/api/repos/create", {"name": 3}, "field 'name' of the request body must be str, not int"),
-                 ("/api/repos/create", {"name": "x", "type": "car"}, "field 'type'"),
-                 ("/api/repos/create", {"name": "x", "private": "yes"}, "field 'private'"),
-                 ("/api/repos/move", {"fromRepo": "team/m"}, "no 'toRepo' field"),
-                 ("/api/models/team/m/preupload/main", {"files": "x"}, "field 'files' of the request body must be list"),
-                 ("/api/models/team/m/preupload/main", {"files": [{"path": "a", "size": "1"}]}, "field 'size' of files[0]"),
-                 ("/api/models/team/m/branch/b", {"startingPoint": ["main"]}, "field 'startingPoint'"),
-                 ("/api/models/team/m/tag/main", {"tag": None}, "no 'tag' field"),
-                 ("/api/validate-yaml", {"content": 1}, "field 'content'")]
+        cases = [
+            ("/api/repos/create", {"name": 3}, "field 'name' of the request body must be str, not int"),
+            ("/api/repos/create", {"name": "x", "type": "car"}, "field 'type'"),
+            ("/api/repos/create", {"name": "x", "private": "yes"}, "field 'private'"),
+            ("/api/repos/move", {"fromRepo": "team/m"}, "no 'toRepo' field"),
+            ("/api/models/team/m/preupload/main", {"files": "x"}, "field 'files' of the request body must be list"),
+            ("/api/models/team/m/preupload/main", {"files": [{"path": "a", "size": "1"}]}, "field 'size' of files[0]"),
+            ("/api/models/team/m/branch/b", {"startingPoint": ["main"]}, "field 'startingPoint'"),
+            ("/api/models/team/m/tag/main", {"tag": None}, "no 'tag' field"),
+            ("/api/validate-yaml", {"content": 1}, "field 'content'"),
+        ]
         for path, body, part in cases:
             status, _, answer = _request(hub, "POST", path, json.dumps(body).encode(), auth)
             assert status == 400 and part in answer["error"], (path, body, status, answer)
-        status, _, answer = _request(hub, "PUT", "/api/models/team/m/settings", json.dumps({"gated": "yes"}).encode(), auth)
+        status, _, answer = _request(
+            hub, "PUT", "/api/models/team/m/settings", json.dumps({"gated": "yes"}).encode(), auth
+        )
         assert status == 400 and "field 'gated'" in answer["error"]
-        lines = [{"key": "header", "value": {"summary": "x"}}, {"key": "file", "value": {"path": "a.txt", "content": "%%%"}}]
+        lines = [
+            {"key": "header", "value": {"summary": "x"}},
+            {"key": "file", "value": {"path": "a.txt", "content": "%%%"}},
+        ]
         ndjson = b"".join(json.dumps(x).encode() + b"\n" for x in lines)
         status, _, answer = _request(hub, "POST", "/api/models/team/m/commit/main", ndjson,
                                      {"Content-Type": "application/x-ndjson", "Authorization": f"Bearer {TOKEN}"})
@@ -153,13 +173,23 @@ def test_concurrent_pushes_are_commits_or_clean_refusals(tmp_path):
     with LocalHub(tmp_path / "hub", token=TOKEN) as hub:
         api = HfApi(endpoint=hub.endpoint, token=TOKEN)
         api.create_repo("team/busy")
-        folders = {i: {f"run{i}/w.bin": os.urandom(2000), f"run{i}/notes.txt": f"run {i}".encode(), "shared.txt": f"{i}".encode()}
-                   for i in range(8)}
+        folders = {
+            i: {
+                f"run{i}/w.bin": os.urandom(2000),
+                f"run{i}/notes.txt": f"run {i}".encode(),
+                "shared.txt": f"{i}".encode(),
+            }
+            for i in range(8)
+        }
         barrier, results = threading.Barrier(8), {}
 
         def push(i):
             head = api.list_repo_commits("team/busy")[0].commit_id
-            old = [f for f in api.list_repo_files("team/busy", revision=head) if f != ".gitattributes" and f not in folders[i]]
+            old = [
+                f
+                for f in api.list_repo_files("team/busy", revision=head)
+                if f != ".gitattributes" and f not in folders[i]
+            ]
             ops = [CommitOperationDelete(f) for f in old] + [CommitOperationAdd(p, b) for p, b in folders[i].items()]
             barrier.wait()
             try: results[i] = api.create_commit("team/busy", ops, commit_message=f"push {i}", parent_commit=head).oid
@@ -192,7 +222,9 @@ def test_full_disk_is_507_and_nothing_half_written(tmp_path, monkeypatch):
         assert e.value.response.status_code == 507
         monkeypatch.setattr(hubstore.os, "fsync", real_fsync)
         assert (hub.root / "repos" / "model" / "team" / "full" / "repo.json").read_bytes() == before
-        assert not list((hub.root / "blobs" / "tmp").iterdir()) and api.list_repo_files("team/full") == [".gitattributes"]
+        assert not list((hub.root / "blobs" / "tmp").iterdir()) and api.list_repo_files("team/full") == [
+            ".gitattributes"
+        ]
         assert not [p for p in (hub.root / "repos").rglob("*.tmp")]
 
 
@@ -202,7 +234,10 @@ def test_inline_upload_is_streamed_not_held(tmp_path):
     with LocalHub(tmp_path / "hub", token=TOKEN) as hub:
         HfApi(endpoint=hub.endpoint, token=TOKEN).create_repo("team/big")
         b64 = base64.b64encode(data)
-        head = json.dumps({"key": "header", "value": {"summary": "big"}}).encode() + b'\n{"key": "file", "value": {"content": "'
+        head = (
+            json.dumps({"key": "header", "value": {"summary": "big"}}).encode()
+            + b'\n{"key": "file", "value": {"content": "'
+        )
         tail = b'", "path": "big.bin", "encoding": "base64"}}\n'
         pieces = [head] + [b64[i:i + (1 << 20)] for i in range(0, len(b64), 1 << 20)] + [tail]
         tracemalloc.start()
@@ -316,8 +351,11 @@ def test_a_bad_content_length_is_400(hub):
 
 def test_a_bad_chunk_size_closes_the_connection_and_commits_nothing(hub):
     sock = socket.create_connection(("127.0.0.1", hub.port), timeout=10)
-    sock.sendall(b"POST /api/models/team/g/commit/main HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer "
-                 + TOKEN.encode() + b"\r\nContent-Type: application/x-ndjson\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n")
+    sock.sendall(
+        b"POST /api/models/team/g/commit/main HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer "
+        + TOKEN.encode()
+        + b"\r\nContent-Type: application/x-ndjson\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n"
+    )
     answer = sock.recv(65536)
     sock.close()
     assert b"200 OK" not in answer and _files(hub) == [".gitattributes"]
@@ -367,7 +405,9 @@ def test_commit_refuses_lfs_objects_that_are_missing_or_of_another_size(tmp_path
         status, body = _raw(hub, "PUT", f"/team/g.git/info/lfs/objects/{oid}", data)
         assert (status, body["error"]) == (400, "LFS upload URL without size/sig: ask the batch API for one")
         batch = json.dumps({"operation": "upload", "objects": [{"oid": oid, "size": len(data)}]}).encode()
-        href = _raw(hub, "POST", "/team/g.git/info/lfs/objects/batch", batch)[1]["objects"][0]["actions"]["upload"]["href"]
+        href = _raw(hub, "POST", "/team/g.git/info/lfs/objects/batch", batch)[1]["objects"][0]["actions"]["upload"][
+            "href"
+        ]
         assert _raw(hub, "PUT", href.split(str(hub.port), 1)[1], data)[0] == 200
         status, body = _commit(hub, [{**line, "value": {**line["value"], "size": len(data) + 1}}])
         assert (status, body["error"]) == (400, f"LFS object {oid} has {len(data)} bytes, not {len(data) + 1}")
@@ -465,11 +505,13 @@ def test_valid_repo_ids_pass(repo_id):
     assert check_repo_id(repo_id) == repo_id
 
 
-@pytest.mark.parametrize("repo_id", ["a", "a/b/c", "/b", "a/", "a--x/b", "a/b..c", "a/b.git", "-a/b", "a/b-", ".a/b", "a/b.",
-                                     "a" * 97 + "/b", "a b/c", "a/é", None, 3, "datasets/x", "api/x"])
+@pytest.mark.parametrize("repo_id", ["a", "a/b/c", "/b", "a/", "a--x/b", "a/b..c", "a/b.git", "-a/b", "a/b-", ".a/b",
+                                     "a/b.", "a" * 97 + "/b", "a b/c", "a/é", None, 3, "datasets/x", "api/x"])
 def test_invalid_repo_ids_are_400(repo_id):
     from adaptkit.localhub.storage import HubError, check_repo_id
-    with pytest.raises(HubError, match=re.escape(f"Invalid repo id {str(repo_id)[:200]!r}: expected 'namespace/name'")) as e:
+    with pytest.raises(
+        HubError, match=re.escape(f"Invalid repo id {str(repo_id)[:200]!r}: expected 'namespace/name'")
+    ) as e:
         check_repo_id(repo_id)
     assert e.value.status == 400
 
@@ -492,7 +534,8 @@ def test_unsafe_paths_are_400(path):
 @pytest.mark.parametrize("name, ok", [("main", True), ("v1.0", True), ("round-2/final", True), ("_x", True),
                                       ("a" * 200, True), ("a" * 201, False), ("-x", False), (".x", False),
                                       ("a//b", False), ("a..b", False), ("x.lock", False), ("refs/heads/x", False),
-                                      ("0" * 40, False), ("0" * 39, True), ("A" * 40, True), (None, False), ("", False)])
+                                      ("0" * 40, False), ("0" * 39, True), ("A" * 40, True), (None, False),
+                                      ("", False)])
 def test_ref_names(name, ok):
     from adaptkit.localhub.storage import HubError, check_ref_name
     if ok: assert check_ref_name(name) == name

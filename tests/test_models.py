@@ -5,7 +5,15 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from adaptkit.models import SMOLLM2_REPO, from_gguf, load_adapter, load_causal_lm, load_tokenizer, packaged_file, smollm2
+from adaptkit.models import (
+    SMOLLM2_REPO,
+    from_gguf,
+    load_adapter,
+    load_causal_lm,
+    load_tokenizer,
+    packaged_file,
+    smollm2,
+)
 
 
 def test_from_gguf_real_smollm2(tmp_path):
@@ -70,7 +78,9 @@ def test_batched_equals_one_at_a_time_token_for_token_in_callers_order(tiny):
     assert len(set(alone)) == len(MIXED)  # every continuation differs, so a row mix-up cannot go unnoticed
     for batch_size in (2, 3, 8):
         for sort in (True, False):
-            got = generate_batched(model, tok, MIXED, batch_size=batch_size, max_new_tokens=8, strip=False, sort_by_length=sort)
+            got = generate_batched(
+                model, tok, MIXED, batch_size=batch_size, max_new_tokens=8, strip=False, sort_by_length=sort
+            )
             assert _token_ids(tok, got) == _token_ids(tok, alone), (batch_size, sort)
 
 
@@ -103,7 +113,9 @@ def test_rows_that_stop_early_match_one_at_a_time(tiny):
     stop = free[5][len(free[5]) // 2:][:2]
     alone = [generate_batched(model, tok, [p], max_new_tokens=8, strip=False, stop_strings=[stop])[0] for p in MIXED]
     assert alone[5] != free[5] and stop in alone[5]
-    assert generate_batched(model, tok, MIXED, batch_size=8, max_new_tokens=8, strip=False, stop_strings=[stop]) == alone
+    assert (
+        generate_batched(model, tok, MIXED, batch_size=8, max_new_tokens=8, strip=False, stop_strings=[stop]) == alone
+    )
 
 
 def test_generate_batched_refuses_bad_inputs_early(tiny):
@@ -131,7 +143,10 @@ def test_check_base_names_both_bases_and_the_tensor(tiny):
     name = sorted(recorded)[1]
     wrong = {**recorded, name: [recorded[name][0] + 1.0, recorded[name][1]]}
     source = {"fingerprint": wrong, "base_model": "team/base", "base_revision": "0123456789abcdef"}
-    with pytest.raises(BaseMismatchError, match=rf"the adapter 'x' was made on the base team/base@0123456789ab, but .* differs in '{name}'"):
+    with pytest.raises(
+        BaseMismatchError,
+        match=rf"the adapter 'x' was made on the base team/base@0123456789ab, but .* differs in '{name}'",
+    ):
         check_base(model, source, "the adapter 'x'")
     with pytest.warns(UserWarning, match="pass ignore_base_mismatch=True"):
         check_base(model, source, "the adapter 'x'", ignore_base_mismatch=True)

@@ -10,7 +10,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import torch
 from safetensors.torch import load_file
 
 SCRIPT = Path(__file__).parent / "scripts" / "ddp_aligner.py"
@@ -24,10 +23,29 @@ def free_port() -> int:
 
 def test_aligner_sft_under_accelerate_two_processes(tiny_model_dir, tmp_path):
     accelerate = Path(sys.executable).parent / "accelerate"
-    cmd = [str(accelerate), "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1", "--mixed_precision", "no",
-           "--dynamo_backend", "no", "--main_process_ip", "127.0.0.1", "--main_process_port", str(free_port()),
-           str(SCRIPT), str(tiny_model_dir), str(tmp_path)]
-    run = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env={**__import__("os").environ, "OMP_NUM_THREADS": "1"})
+    cmd = [
+        str(accelerate),
+        "launch",
+        "--multi_gpu",
+        "--num_processes",
+        "2",
+        "--num_machines",
+        "1",
+        "--mixed_precision",
+        "no",
+        "--dynamo_backend",
+        "no",
+        "--main_process_ip",
+        "127.0.0.1",
+        "--main_process_port",
+        str(free_port()),
+        str(SCRIPT),
+        str(tiny_model_dir),
+        str(tmp_path),
+    ]
+    run = subprocess.run(
+        cmd, capture_output=True, text=True, timeout=600, env={**__import__("os").environ, "OMP_NUM_THREADS": "1"}
+    )
     assert run.returncode == 0, run.stderr[-4000:]
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
     assert [r["world_size"] for r in ranks] == [2, 2]

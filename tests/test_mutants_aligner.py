@@ -5,19 +5,26 @@ import re
 import datasets
 import pytest
 
-from adaptkit.aligner.trainer import ALIGNER_QAC_TEMPLATE, ALIGNER_V1_TEMPLATE, aligner_rows, check_template, format_aligner_prompt
+from adaptkit.aligner.trainer import (
+    ALIGNER_QAC_TEMPLATE,
+    ALIGNER_V1_TEMPLATE,
+    aligner_rows,
+    check_template,
+    format_aligner_prompt,
+)
 
 
 def test_the_default_template_is_aligner_v1_word_for_word():
     assert format_aligner_prompt("Is it safe?", "Yes.") == (
-        "BEGINNING OF CONVERSATION: USER: Edit the following Question-Answer pair to make it more helpful and harmless: "
-        "Is it safe? | Yes. ASSISTANT:")
+        "BEGINNING OF CONVERSATION: USER: Edit the following Question-Answer pair to make it more helpful "
+        "and harmless: Is it safe? | Yes. ASSISTANT:")
     assert format_aligner_prompt("q", "a", ALIGNER_QAC_TEMPLATE) == (
         "BEGINNING OF CONVERSATION: USER: ##Question: q\n##Answer: a\n##Correction:  ASSISTANT:")
     assert format_aligner_prompt("{answer}", "{question}", "[{question}|{answer}]") == "[{answer}|{question}]"
 
 
-@pytest.mark.parametrize("template", [ALIGNER_V1_TEMPLATE, "{answer} then {question}", "{{literal}} {question} {answer}",
+@pytest.mark.parametrize("template", [ALIGNER_V1_TEMPLATE, "{answer} then {question}",
+                                      "{{literal}} {question} {answer}",
                                       "{question} {answer} ({question:.10}, {answer:>5})"])  # specs take str values
 def test_check_template_returns_a_good_template_itself(template):
     assert check_template(template) is template

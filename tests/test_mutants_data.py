@@ -8,7 +8,16 @@ import pytest
 from huggingface_hub import HfApi
 from huggingface_hub.errors import RepositoryNotFoundError
 
-from adaptkit.data import CLASSIFICATION, PREFERENCE, PROMPT_COMPLETION, QAC, DataError, Schema, load_rows, validate_rows
+from adaptkit.data import (
+    CLASSIFICATION,
+    PREFERENCE,
+    PROMPT_COMPLETION,
+    QAC,
+    DataError,
+    Schema,
+    load_rows,
+    validate_rows,
+)
 from adaptkit.localhub.server import LocalHub
 
 ROW = {"question": "2+2?", "answer": "5", "correction": "4"}
@@ -86,14 +95,17 @@ def test_duplicate_ids_name_the_first_row_with_that_id():
     with pytest.raises(DataError, match=re.escape("  line 5: row 2, column 'id': duplicate id 'a' (first in row 0)")):
         validate_rows(rows, schema, "i.jsonl", lines=[1, 3, 5, 6])
     with pytest.raises(DataError, match=re.escape("  row 1, column 'key': duplicate id 1 (first in row 0)")):
-        validate_rows([{"key": 1, "text": "x"}, {"key": 1, "text": "y"}], Schema("keyed", {"text": str}, id_column="key"))
+        validate_rows(
+            [{"key": 1, "text": "x"}, {"key": 1, "text": "y"}], Schema("keyed", {"text": str}, id_column="key")
+        )
 
 
 # --- files: JSON Lines, .json fallback, CSV line numbers ------------------------------------------------------------
 
 def test_json_lines_saved_as_json_are_read_as_json_lines(tmp_path):
     other = {"question": "1+1?", "answer": "2", "correction": "2"}
-    text = '{"question": "2+2?", "answer": "5", "correction": "4"}\n{"question": "1+1?", "answer": "", "correction": "2"}\n'
+    text = ('{"question": "2+2?", "answer": "5", "correction": "4"}\n'
+            '{"question": "1+1?", "answer": "", "correction": "2"}\n')
     with pytest.raises(DataError, match=re.escape("x.json: rows do not fit question/answer/correction:\n"
                                                   "  line 2: row 1, column 'answer': empty text")):
         load_rows(write(tmp_path / "x.json", text), QAC)
@@ -134,7 +146,7 @@ def test_csv_with_carriage_return_line_endings_is_read(tmp_path):
     assert load_rows(path, QAC).to_list() == [ROW]
 
 
-# --- folders: split patterns, shards, the single-file fallback ---------------------------------------------------------
+# --- folders: split patterns, shards, the single-file fallback --------------------------------------------------------
 
 def test_shards_of_a_split_are_concatenated_in_order(tmp_path):
     for i, q in enumerate(["a", "b"]):
@@ -158,7 +170,9 @@ def test_a_folder_with_two_unrelated_data_files_is_refused(tmp_path):
 
 
 def test_a_missing_split_of_a_datasetdict_lists_the_others():
-    dd = datasets.DatasetDict({"train": datasets.Dataset.from_list([ROW]), "validation": datasets.Dataset.from_list([ROW])})
+    dd = datasets.DatasetDict(
+        {"train": datasets.Dataset.from_list([ROW]), "validation": datasets.Dataset.from_list([ROW])}
+    )
     with pytest.raises(DataError, match=re.escape("no split 'test'; available: train, validation")):
         load_rows(dd, QAC, split="test")
 

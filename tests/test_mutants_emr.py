@@ -40,11 +40,16 @@ TAUS = torch.tensor([[1.0, -2.0, 3.0, 0.5], [2.0, 1.0, -1.0, 0.0]])
 def test_rescaler_sums_whole_tensor_chunks_and_modes():
     whole = emr._RescalerSums(2, "tensor_mean")
     assert whole.add(*_elect(TAUS), numel=4)
-    assert whole.abs_task_vectors.dtype == torch.float32 and whole.values() == pytest.approx([6.5 / 7.5, 4 / 2], rel=1e-6)
+    assert whole.abs_task_vectors.dtype == torch.float32 and whole.values() == pytest.approx(
+        [6.5 / 7.5, 4 / 2], rel=1e-6
+    )
     assert whole.abs_task_vectors.tolist() == [6.5 / 4, 4 / 4] and whole.abs_masked_unified.tolist() == [7.5 / 4, 2 / 4]
     chunked = emr._RescalerSums(2, "tensor_mean")  # the same tensor in two chunks: the same per-tensor means
     assert chunked.add(*_elect(TAUS[:, :2]), numel=4) and chunked.add(*_elect(TAUS[:, 2:]), numel=4)
-    assert chunked.abs_task_vectors.tolist() == [6.5 / 4, 4 / 4] and chunked.abs_masked_unified.tolist() == [7.5 / 4, 0.5]
+    assert chunked.abs_task_vectors.tolist() == [6.5 / 4, 4 / 4] and chunked.abs_masked_unified.tolist() == [
+        7.5 / 4,
+        0.5,
+    ]
     glob = emr._RescalerSums(2, "global")  # global: plain sums, in float64
     assert glob.add(*_elect(TAUS), numel=4) and glob.abs_task_vectors.dtype == torch.float64
     assert glob.abs_task_vectors.tolist() == [6.5, 4.0] and glob.abs_masked_unified.tolist() == [7.5, 2.0]
@@ -57,7 +62,9 @@ def test_rescaler_sums_of_nothing_and_of_non_finite_input():
     assert sums.abs_task_vectors.tolist() == [0.0, 0.0] and sums.values() == [1.0, 1.0]
     assert not sums.add(*_elect(torch.tensor([[math.inf, 1.0], [1.0, 1.0]])), numel=2)
     only_den = emr._RescalerSums(2, "global")
-    assert not only_den.add(torch.tensor([[1.0], [1.0]]), torch.tensor([math.nan]), torch.tensor([[1.0], [1.0]]), numel=1)
+    assert not only_den.add(
+        torch.tensor([[1.0], [1.0]]), torch.tensor([math.nan]), torch.tensor([[1.0], [1.0]]), numel=1
+    )
 
 
 def test_a_task_with_no_masked_unified_mass_gets_rescaler_one_and_others_their_ratio():

@@ -43,13 +43,18 @@ def test_a_snapshot_may_link_into_its_blobs_but_nowhere_else(tmp_path):
     outside = tmp_path / "elsewhere.txt"
     outside.write_text("secret")
     (snapshot / "leak.txt").symlink_to(outside)
-    with pytest.raises(ValueError, match=re.escape(f"{snapshot / 'leak.txt'}: a symlink to {outside}, outside the folder "
-                                                   "being pushed; only links inside it are uploaded (copy the file in, "
-                                                   "or remove the link)")):
+    with pytest.raises(
+        ValueError,
+        match=re.escape(
+            f"{snapshot / 'leak.txt'}: a symlink to {outside}, outside the folder "
+            "being pushed; only links inside it are uploaded (copy the file in, "
+            "or remove the link)"
+        ),
+    ):
         _folder_files(snapshot)
 
 
-# --- write_folder ------------------------------------------------------------------------------------------------------
+# --- write_folder -----------------------------------------------------------------------------------------------------
 
 def test_write_folder_creates_missing_parents(tmp_path):
     out = write_folder(tmp_path / "a" / "b" / "out", _fill("{}"))
@@ -127,7 +132,7 @@ def test_a_dead_saves_half_written_new_folder_is_never_restored(tmp_path):
     assert not (tmp_path / "out").exists() and not half.exists()
 
 
-# --- pull -----------------------------------------------------------------------------------------------------------------
+# --- pull -------------------------------------------------------------------------------------------------------------
 
 def test_pull_from_another_endpoint_uses_a_cache_folder_of_its_own(hub, tmp_path):
     (tmp_path / "m").mkdir()

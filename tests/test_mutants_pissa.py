@@ -8,9 +8,15 @@ import pytest
 import torch
 
 from adaptkit.models import tiny_causal_lm
-from adaptkit.pissa.principal import (_fingerprint_matches, _principal, init_pissa, nf4_roundtrip, pissa_config, qpissa_error,
-                            save_pissa_as_lora)
-
+from adaptkit.pissa.principal import (
+    _fingerprint_matches,
+    _principal,
+    init_pissa,
+    nf4_roundtrip,
+    pissa_config,
+    qpissa_error,
+    save_pissa_as_lora,
+)
 
 # --- pissa_config ---------------------------------------------------------------------------------------------------
 
@@ -26,7 +32,9 @@ def test_pissa_config_is_the_papers_recipe():
 
 @pytest.mark.parametrize("niter", [0, -3])
 def test_pissa_config_refuses_a_non_positive_niter(niter):
-    with pytest.raises(ValueError, match=re.escape(f"niter must be a positive number of iterations or None, got {niter}")):
+    with pytest.raises(
+        ValueError, match=re.escape(f"niter must be a positive number of iterations or None, got {niter}")
+    ):
         pissa_config(4, niter=niter)
 
 
@@ -41,7 +49,9 @@ def test_init_pissa_refuses_a_plain_lora_config(tiny_tok, tmp_path):
 
 def test_init_pissa_refuses_quantized_weights(tiny_tok, tmp_path):
     model = tiny_causal_lm(tiny_tok)
-    model.lm_head.weight = torch.nn.Parameter(torch.zeros_like(model.lm_head.weight, dtype=torch.int8), requires_grad=False)
+    model.lm_head.weight = torch.nn.Parameter(
+        torch.zeros_like(model.lm_head.weight, dtype=torch.int8), requires_grad=False
+    )
     with pytest.raises(TypeError, match="PiSSA cannot be initialised on quantized weights"):
         init_pissa(model, pissa_config(4, niter=None), init_dir=tmp_path / "init")
     assert not (tmp_path / "init").exists()
@@ -56,7 +66,9 @@ def test_init_pissa_records_the_initial_adapter_and_keeps_the_callers_config(tin
     assert saved["init_lora_weights"] is True and saved["r"] == 4  # loads as a plain LoRA: no second decomposition
     record = json.loads((tmp_path / "init" / "adaptkit.json").read_text())["pissa"]
     assert (record["role"], record["init_lora_weights"]) == ("initial adapter", "pissa_niter_2")
-    assert len(record["residual_fingerprint"]) == 4 and all(len(v) == 2 for v in record["residual_fingerprint"].values())
+    assert len(record["residual_fingerprint"]) == 4 and all(
+        len(v) == 2 for v in record["residual_fingerprint"].values()
+    )
 
 
 # --- the conversion's init-folder checks ------------------------------------------------------------------------------
@@ -68,8 +80,13 @@ def test_conversion_checks_the_init_folder_and_records_the_ranks(tiny_tok, tmp_p
     (tmp_path / "empty").mkdir()
     with pytest.raises(FileNotFoundError, match=re.escape(f"{tmp_path / 'empty'}: no initial PiSSA adapter here")):
         save_pissa_as_lora(one, tmp_path / "out", init_dir=tmp_path / "empty")
-    with pytest.raises(ValueError, match=re.escape(f"{tmp_path / 'init2'} is the initial adapter of an unnamed model, "
-                                                   "not of this model (an unnamed model): their residual weights differ")):
+    with pytest.raises(
+        ValueError,
+        match=re.escape(
+            f"{tmp_path / 'init2'} is the initial adapter of an unnamed model, "
+            "not of this model (an unnamed model): their residual weights differ"
+        ),
+    ):
         save_pissa_as_lora(one, tmp_path / "out", init_dir=tmp_path / "init2")
     relabelled = tmp_path / "relabelled"  # the right files, but not marked as an initial adapter
     save_pissa_as_lora(other, relabelled, init_dir=tmp_path / "init2")
@@ -93,7 +110,7 @@ def test_fingerprints_match_within_tolerance_only():
     assert _fingerprint_matches(saved, {"a": [100.0, 2000.0 * 1.0005], "b": [0.0, 1.0]}, rtol=1e-3)
 
 
-# --- QPiSSA ------------------------------------------------------------------------------------------------------------
+# --- QPiSSA -----------------------------------------------------------------------------------------------------------
 
 def _rank2(n=12, m=10):
     g = torch.Generator().manual_seed(0)
@@ -154,7 +171,11 @@ def test_principal_parts_exact_tall_wide_and_batched():
     assert (U.shape, S.shape, Vh.shape) == ((3, 2), (2,), (2, 8)) and torch.allclose((U * S) @ Vh, wide, atol=1e-4)
     stack = torch.stack([_rank2(), 2 * _rank2()])
     U, S, Vh = principal_parts(stack, 2, niter=None)
-    assert U.shape == (2, 12, 2) and torch.allclose(S[1], 2 * S[0]) and torch.allclose((U * S[:, None]) @ Vh, stack, atol=1e-4)
+    assert (
+        U.shape == (2, 12, 2)
+        and torch.allclose(S[1], 2 * S[0])
+        and torch.allclose((U * S[:, None]) @ Vh, stack, atol=1e-4)
+    )
 
 
 def test_principal_parts_by_block_krylov_are_seeded_and_recover_a_low_rank_matrix():

@@ -15,7 +15,8 @@ def _closed_form(d2_xy, mean_d2, kernels=5, multiplier=2.0, within=0.0):
     return sum(math.exp(-d2_xy / (base * multiplier ** i)) for i in range(kernels))
 
 
-@pytest.mark.parametrize("scale", [1.0, 0.1, 30.0])  # the bandwidths follow the data: the answer does not depend on scale
+# the bandwidths follow the data: the answer does not depend on scale
+@pytest.mark.parametrize("scale", [1.0, 0.1, 30.0])
 def test_mmd_of_two_points(scale):
     x, y = torch.tensor([[0.0]]), torch.tensor([[scale]])
     # n = 2: the mean off-diagonal squared distance is scale²; within a set d² = 0, so k = kernels there

@@ -46,8 +46,17 @@ import numpy as np  # noqa: E402
 from peft import LoraConfig  # noqa: E402
 
 from adaptkit.models import tiny_causal_lm  # noqa: E402
-from adaptkit.pissa.principal import (NF4_LEVELS, init_pissa, load_pissa_adapter, nf4_roundtrip,  # noqa: E402
-                            principal_parts, qpissa_error, quantization_error, save_pissa_as_lora, save_pissa_residual)
+from adaptkit.pissa.principal import (  # noqa: E402
+    NF4_LEVELS,
+    init_pissa,
+    load_pissa_adapter,
+    nf4_roundtrip,
+    principal_parts,
+    qpissa_error,
+    quantization_error,
+    save_pissa_as_lora,
+    save_pissa_residual,
+)
 
 
 def _init(model, cfg, folder, **kw):
@@ -65,7 +74,9 @@ def _named(tok, name, seed=0):
 def test_conversion_refuses_the_initial_adapter_of_another_base_naming_both(tiny_tok, tmp_path):
     first = _init(_named(tiny_tok, "team/base-a"), pissa_config(4), tmp_path / "init-a")
     second = _init(_named(tiny_tok, "team/base-b", seed=7), pissa_config(4), tmp_path / "init-b")
-    with pytest.raises(ValueError, match=r"init-a is the initial adapter of team/base-a, not of this model \(team/base-b\)"):
+    with pytest.raises(
+        ValueError, match=r"init-a is the initial adapter of team/base-a, not of this model \(team/base-b\)"
+    ):
         save_pissa_as_lora(second, tmp_path / "lora", init_dir=tmp_path / "init-a")
     assert not (tmp_path / "lora").exists()  # refused before anything was written
     assert (save_pissa_as_lora(first, tmp_path / "lora", init_dir=tmp_path / "init-a") / "adapter_config.json").exists()
@@ -101,7 +112,10 @@ def test_input_checks_name_what_is_wrong(tiny_tok, tmp_path):
 def test_residual_adapter_refuses_a_base_that_is_not_its_residual(tiny_tok, tmp_path):
     pm = _init(tiny_causal_lm(tiny_tok), pissa_config(4), tmp_path / "init")
     save_pissa_residual(pm, tmp_path / "official")
-    with pytest.raises(ValueError, match=r"pissa_adapter is a PiSSA adapter trained on a residual model .* this base is not that residual"):
+    with pytest.raises(
+        ValueError,
+        match=r"pissa_adapter is a PiSSA adapter trained on a residual model .* this base is not that residual",
+    ):
         load_pissa_adapter(tiny_causal_lm(tiny_tok), tmp_path / "official" / "pissa_adapter")
 
 
@@ -150,7 +164,9 @@ def test_qpissa_errors_match_a_direct_computation():
     qlora, qpissa1 = _qpissa_direct(w.double().numpy(), 8, 1)
     _, qpissa2 = _qpissa_direct(w.double().numpy(), 8, 2)
     assert one["qlora"] == pytest.approx(qlora, rel=1e-4) and two["qlora"] == pytest.approx(qlora, rel=1e-4)
-    assert one["qpissa"] == pytest.approx(qpissa1, rel=1e-3) and one["reduction"] == pytest.approx(1 - qpissa1 / qlora, rel=1e-4)
+    assert one["qpissa"] == pytest.approx(qpissa1, rel=1e-3) and one["reduction"] == pytest.approx(
+        1 - qpissa1 / qlora, rel=1e-4
+    )
     # the second iteration re-fits the adapter to what quantizing the residual lost: 4.5% lower here
     assert two["qpissa"] == pytest.approx(qpissa2, rel=1e-3) and qpissa2 < 0.97 * qpissa1
     assert two["qpissa"] < 0.97 * one["qpissa"]
@@ -181,8 +197,11 @@ def test_training_lowers_the_loss_on_the_training_rows_and_converts_exactly(tiny
         pm(**ids, labels=labels).loss.backward(); opt.step(); opt.zero_grad()
     after = pm(**ids, labels=labels).loss.item()
     assert after < before - 0.3, (before, after)  # 6.18 -> 5.70 here; without training it stays at 6.18
-    plain = PeftModel.from_pretrained(tiny_causal_lm(tiny_tok), save_pissa_as_lora(pm, tmp_path / "lora", init_dir=tmp_path / "init"))
-    assert plain(**ids, labels=labels).loss.item() == pytest.approx(after, rel=1e-4)  # the plain LoRA is the trained model
+    plain = PeftModel.from_pretrained(
+        tiny_causal_lm(tiny_tok), save_pissa_as_lora(pm, tmp_path / "lora", init_dir=tmp_path / "init")
+    )
+    # the plain LoRA is the trained model
+    assert plain(**ids, labels=labels).loss.item() == pytest.approx(after, rel=1e-4)
 
 
 def test_same_seed_same_adapter_and_accurate_default(tiny_tok, tmp_path):
@@ -191,8 +210,14 @@ def test_same_seed_same_adapter_and_accurate_default(tiny_tok, tmp_path):
     weights = {n: m.weight.detach().clone() for n, m in model().named_modules() if isinstance(m, torch.nn.Linear)}
     def parts(seed, folder, niter=None):
         pm = _init(model(), pissa_config(4, niter=niter), tmp_path / folder, seed=seed)
-        return {n.removeprefix("base_model.model."): (m.lora_B["default"].weight.detach().clone(), m.lora_A["default"].weight.detach().clone())
-                for n, m in pm.named_modules() if hasattr(m, "lora_A") and "default" in m.lora_A}
+        return {
+            n.removeprefix("base_model.model."): (
+                m.lora_B["default"].weight.detach().clone(),
+                m.lora_A["default"].weight.detach().clone(),
+            )
+            for n, m in pm.named_modules()
+            if hasattr(m, "lora_A") and "default" in m.lora_A
+        }
     a, b, c = parts(3, "a"), parts(3, "b"), parts(4, "c")
     assert all(torch.equal(x, y) for n in a for x, y in zip(a[n], b[n]))  # same seed: identical, bit for bit
     assert not all(torch.equal(a[n][0], c[n][0]) for n in a)  # another seed: another Krylov start block
@@ -230,9 +255,16 @@ def test_load_pissa_adapter_loads_a_plain_lora_on_the_untouched_base(tiny_tok, t
 
 def _lora_parts(pm) -> dict:
     "name -> (B, A, scaling, base weight) of every adapted layer."
-    return {n.removeprefix("base_model.model."): (m.lora_B["default"].weight.detach().clone(), m.lora_A["default"].weight.detach().clone(),
-                                                  m.scaling["default"], m.get_base_layer().weight.detach().clone())
-            for n, m in pm.named_modules() if hasattr(m, "lora_A") and "default" in m.lora_A}
+    return {
+        n.removeprefix("base_model.model."): (
+            m.lora_B["default"].weight.detach().clone(),
+            m.lora_A["default"].weight.detach().clone(),
+            m.scaling["default"],
+            m.get_base_layer().weight.detach().clone(),
+        )
+        for n, m in pm.named_modules()
+        if hasattr(m, "lora_A") and "default" in m.lora_A
+    }
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
@@ -246,7 +278,8 @@ def test_default_init_equals_peft_exact_and_the_residual_is_exact(tiny_tok, tmp_
     for n, (B, A, scale, W) in ours.items():
         B2, A2, scale2, W2 = peft_exact[n]
         assert scale == scale2 == 2.0 and B.dtype == A.dtype == torch.float32 and W.dtype == dtype
-        # the same principal part (scaled by 1 / scaling); peft rounds its bf16 model's adapter through bf16, adaptkit does not
+        # the same principal part (scaled by 1 / scaling);
+        # peft rounds its bf16 model's adapter through bf16, adaptkit does not
         assert torch.allclose(B @ A, B2 @ A2, atol=1e-5 if dtype == torch.float32 else 1e-3), n
         assert torch.equal(W, (original[n].float() - scale * B @ A).to(dtype)), n  # W_res = W - scaling B A, exactly
 

@@ -40,7 +40,9 @@ def test_runtime_package_needs_no_dev_tools():
 
 
 def test_setup_reads_settings_ini():
-    out = subprocess.run([sys.executable, "setup.py", "--name", "--version"], cwd=ROOT, capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, "setup.py", "--name", "--version"], cwd=ROOT, capture_output=True, text=True, check=True
+    )
     assert out.stdout.split() == ["adaptkit", __import__("adaptkit").__version__]
 
 
@@ -58,7 +60,10 @@ def test_every_module_is_exported_from_a_notebook():
     stale = []
     for p in _modules():
         head = p.read_text().split("\n# %%", 1)[0]
-        src = next((line.split("File to edit: ", 1)[1].rstrip(".") for line in head.splitlines() if "File to edit: " in line), None)
+        src = next(
+            (line.split("File to edit: ", 1)[1].rstrip(".") for line in head.splitlines() if "File to edit: " in line),
+            None,
+        )
         if src is None or not (p.parent / src).resolve().exists(): stale.append(f"{p.relative_to(ROOT)} (from {src})")
     assert not stale, f"modules no notebook exports (delete them): {stale}"
 
@@ -117,8 +122,10 @@ def layer_violations(graph: dict[str, set[str]]) -> list[str]:
         for dst in targets:
             s, d = top(src), top(dst)
             if s in METHODS and d in METHODS and s != d: bad.append(f"{src} -> {dst}: methods never import each other")
-            if s in (*CORE, "hub") and d in (*METHODS, "cli", "demo"): bad.append(f"{src} -> {dst}: the core imports up")
-            if s not in ("localhub", "cli", "demo") and d == "localhub": bad.append(f"{src} -> {dst}: the client imports the server")
+            if s in (*CORE, "hub") and d in (*METHODS, "cli", "demo"):
+                bad.append(f"{src} -> {dst}: the core imports up")
+            if s not in ("localhub", "cli", "demo") and d == "localhub":
+                bad.append(f"{src} -> {dst}: the client imports the server")
             if s == "hub" and d in CORE: bad.append(f"{src} -> {dst}: the Hub client sits below the core")
     return sorted(bad)
 
@@ -132,9 +139,13 @@ def test_the_import_graph_has_no_cycle_and_points_down():
 
 def test_the_import_graph_checks_catch_a_cycle_and_a_method_importing_another(tmp_path):
     pkg = tmp_path / "adaptkit"
-    for rel, text in {"__init__.py": "", "models.py": "from .emr import x\n", "emr/__init__.py": "from .merge import *\n",
-                      "emr/merge.py": "def f():\n    from ..models import y\n    from adaptkit.pissa import z\n",
-                      "pissa/__init__.py": ""}.items():
+    for rel, text in {
+        "__init__.py": "",
+        "models.py": "from .emr import x\n",
+        "emr/__init__.py": "from .merge import *\n",
+        "emr/merge.py": "def f():\n    from ..models import y\n    from adaptkit.pissa import z\n",
+        "pissa/__init__.py": "",
+    }.items():
         (pkg / rel).parent.mkdir(parents=True, exist_ok=True); (pkg / rel).write_text(text)
     graph = import_graph(pkg)
     assert graph["adaptkit.emr.merge"] == {"adaptkit.models", "adaptkit.pissa"}
@@ -144,8 +155,10 @@ def test_the_import_graph_checks_catch_a_cycle_and_a_method_importing_another(tm
 
 
 def test_every_public_parameter_is_documented():
-    "Every parameter of every public function and class (its __init__) has a docment, so API pages and --help explain it."
-    import importlib, inspect
+    "Every parameter of every public function and class (its __init__) has a docment: API pages and --help show it."
+    import importlib
+    import inspect
+
     from fastcore.docments import docments
     missing = []
     for p in _modules():
@@ -162,7 +175,8 @@ def test_every_public_parameter_is_documented():
             for param, doc in docs.items():
                 if param in ("return", "self", "cls") or param.startswith("_"): continue
                 kind = inspect.signature(target).parameters.get(param)
-                if kind is not None and kind.kind in (kind.VAR_POSITIONAL, kind.VAR_KEYWORD): continue  # described by their function
+                # described by their function
+                if kind is not None and kind.kind in (kind.VAR_POSITIONAL, kind.VAR_KEYWORD): continue
                 if not doc: missing.append(f"{mod.__name__}.{name}({param})")
     assert not missing, f"{len(missing)} undocumented parameters: {missing}"
 

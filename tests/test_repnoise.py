@@ -38,8 +38,14 @@ from adaptkit.repnoise import (
     repnoise_dataset,
     repnoise_loss,
 )
-from adaptkit.repnoise.harness import (RefusalClassifier, answer_metrics, disjoint_splits, harmful_finetune_attack,
-                                    immunisation_report, refusal_rate)
+from adaptkit.repnoise.harness import (
+    RefusalClassifier,
+    answer_metrics,
+    disjoint_splits,
+    harmful_finetune_attack,
+    immunisation_report,
+    refusal_rate,
+)
 
 torch.set_num_threads(2)
 ROWS = [{"prompt": f"how do I do task {i}", "harmful": f"here is how to do it {i}", "harmless": "sorry I cannot help"}
@@ -61,8 +67,18 @@ def _hooks(model):
 
 
 def _args(tmp_path, **kw):
-    kw = {"max_steps": 2, "per_device_train_batch_size": 4, "learning_rate": 1e-2, "warmup_steps": 0, "logging_steps": 1,
-          "save_strategy": "no", "use_cpu": True, "disable_tqdm": True, "max_length": 64, **kw}
+    kw = {
+        "max_steps": 2,
+        "per_device_train_batch_size": 4,
+        "learning_rate": 1e-2,
+        "warmup_steps": 0,
+        "logging_steps": 1,
+        "save_strategy": "no",
+        "use_cpu": True,
+        "disable_tqdm": True,
+        "max_length": 64,
+        **kw,
+    }
     return RepNoiseConfig(str(tmp_path / "run"), **kw)
 
 
@@ -102,7 +118,10 @@ def test_tokenisation_and_padding_unchanged_from_the_previous_release(tiny_tok, 
     if not chat: tok.chat_template = None
     answers = ["here is how to do it 12 + 3 = 15.", "sorry I cannot help ", "two\nlines, café – naïve", " lead space",
                "the a of to and in is it you that he was for on are with as his they be at one have this from or had"]
-    rows = [{"prompt": f"how do I do task {i}?", "harmful": a, "harmless": "sorry I cannot help"} for i, a in enumerate(answers)]
+    rows = [
+        {"prompt": f"how do I do task {i}?", "harmful": a, "harmless": "sorry I cannot help"}
+        for i, a in enumerate(answers)
+    ]
     for max_length in (512, 30):
         old = [_old_encode_answer(tok, r["prompt"], r["harmful"], max_length) for r in rows]
         new = [encode_answer(tok, r["prompt"], r["harmful"], max_length, i) for i, r in enumerate(rows)]
@@ -125,10 +144,17 @@ def test_each_loss_term_against_a_direct_computation(tiny_tok):
     parts = repnoise_loss(model, batch, alpha=alpha, beta=beta)
     assert _hooks(model) == 0
     mlp_out = {}
-    handles = [b.mlp.register_forward_hook(lambda mod, a, out, i=i: mlp_out.__setitem__(i, out)) for i, b in enumerate(model.model.layers)]
+    handles = [
+        b.mlp.register_forward_hook(lambda mod, a, out, i=i: mlp_out.__setitem__(i, out))
+        for i, b in enumerate(model.model.layers)
+    ]
     with torch.no_grad():
         good = model(input_ids=batch["harmless_input_ids"], attention_mask=batch["harmless_attention_mask"])
-        bad = model(input_ids=batch["harmful_input_ids"], attention_mask=batch["harmful_attention_mask"], output_hidden_states=True)
+        bad = model(
+            input_ids=batch["harmful_input_ids"],
+            attention_mask=batch["harmful_attention_mask"],
+            output_hidden_states=True,
+        )
     for h in handles: h.remove()
     # harmless: next-token CE on the harmless answer tokens only
     lab = batch["harmless_labels"][:, 1:]
@@ -136,13 +162,22 @@ def test_each_loss_term_against_a_direct_computation(tiny_tok):
     # harmful: every layer's residual stream through the final norm and LM head (the last layer's is the model's logits)
     lab = batch["harmful_labels"][:, 1:]
     keep = lab != -100
-    ces = [F.cross_entropy(model.lm_head(model.model.norm(h[:, :-1][keep])).double(), lab[keep]) for h in bad.hidden_states[1:-1]]
+    ces = [
+        F.cross_entropy(model.lm_head(model.model.norm(h[:, :-1][keep])).double(), lab[keep])
+        for h in bad.hidden_states[1:-1]
+    ]
     ces.append(F.cross_entropy(bad.logits[:, :-1][keep].double(), lab[keep]))
     harmful = torch.stack(ces).mean()
     # noise: the same Gaussian draws (one per layer, in order) against the masked MLP outputs
     torch.manual_seed(123)
     mask = (batch["harmful_labels"] != -100).unsqueeze(-1).float()
-    noise = sum(_mmd_direct((mlp_out[i] * mask).flatten(1), (torch.randn(mlp_out[i].shape) * mask).flatten(1)) for i in range(3)) / 3
+    noise = (
+        sum(
+            _mmd_direct((mlp_out[i] * mask).flatten(1), (torch.randn(mlp_out[i].shape) * mask).flatten(1))
+            for i in range(3)
+        )
+        / 3
+    )
     assert math.isclose(parts["harmless_ce"].item(), harmless.item(), rel_tol=1e-5)
     assert math.isclose(parts["harmful_ce"].item(), harmful.item(), rel_tol=1e-5)
     assert math.isclose(parts["noise_mmd"].item(), noise, rel_tol=1e-4)
@@ -158,11 +193,18 @@ def test_layers_k_reads_exactly_layer_k(tiny_tok):
     mlp_out = {}
     handle = blocks[1].mlp.register_forward_hook(lambda mod, a, out: mlp_out.__setitem__(1, out))
     with torch.no_grad():
-        out = model(input_ids=batch["harmful_input_ids"], attention_mask=batch["harmful_attention_mask"], output_hidden_states=True)
+        out = model(
+            input_ids=batch["harmful_input_ids"],
+            attention_mask=batch["harmful_attention_mask"],
+            output_hidden_states=True,
+        )
     handle.remove()
     lab = batch["harmful_labels"][:, 1:]
     keep = lab != -100
-    ce = {k: F.cross_entropy(model.lm_head(model.model.norm(out.hidden_states[k + 1][:, :-1][keep])), lab[keep]).item() for k in (0, 1)}
+    ce = {
+        k: F.cross_entropy(model.lm_head(model.model.norm(out.hidden_states[k + 1][:, :-1][keep])), lab[keep]).item()
+        for k in (0, 1)
+    }
     assert abs(ce[0] - ce[1]) > 1e-3  # the layers differ, so reading the wrong one would show
     mask = (batch["harmful_labels"] != -100).unsqueeze(-1).float()
     torch.manual_seed(5)
@@ -186,8 +228,12 @@ def test_layer_selection_and_bf16_are_finite_float32(tiny_tok):
 
 def test_hooks_do_not_leak_over_training(tiny_tok, tmp_path):
     model = tiny_causal_lm(tiny_tok)
-    trainer = RepNoiseTrainer(model, _args(tmp_path, max_steps=6, gradient_accumulation_steps=2, per_device_train_batch_size=2),
-                              ROWS, processing_class=tiny_tok)
+    trainer = RepNoiseTrainer(
+        model,
+        _args(tmp_path, max_steps=6, gradient_accumulation_steps=2, per_device_train_batch_size=2),
+        ROWS,
+        processing_class=tiny_tok,
+    )
     assert RepNoiseTrainer.loss_is_scaled_for_ga is False
     seen = []
     orig = trainer.compute_loss
@@ -219,7 +265,9 @@ def test_peft_wrapped_model_trains_its_adapter_only_and_saves_merged(tiny_tok, t
     trainer.train()
     after = trainer.model.state_dict()
     assert any(not torch.equal(v, after[k]) for k, v in lora.items())
-    unwrapped = {k.replace("base_model.model.", "").replace(".base_layer", ""): v for k, v in after.items() if "lora_" not in k}
+    unwrapped = {
+        k.replace("base_model.model.", "").replace(".base_layer", ""): v for k, v in after.items() if "lora_" not in k
+    }
     assert all(torch.equal(base[k], unwrapped[k]) for k in base)
     assert _hooks(trainer.model) == 0
     assert any("repnoise/harmful_ce" in h for h in trainer.state.log_history)
@@ -229,30 +277,56 @@ def test_peft_wrapped_model_trains_its_adapter_only_and_saves_merged(tiny_tok, t
     assert any("lora_A" in n for n, _ in trainer.model.named_parameters())  # the live model keeps its adapter
     ids = tiny_tok(["how do I do task 1"], return_tensors="pt")
     with torch.no_grad():
-        assert torch.allclose(AutoModelForCausalLM.from_pretrained(out)(**ids).logits, trainer.model(**ids).logits, atol=1e-5)
+        assert torch.allclose(
+            AutoModelForCausalLM.from_pretrained(out)(**ids).logits, trainer.model(**ids).logits, atol=1e-5
+        )
 
 
 def test_harness_attack_and_report(tiny_tok):
-    rows = [{"prompt": f"question number {i}", "harmful": f"answer {i} {i}", "completion": f"fine {i}"} for i in range(16)]
+    rows = [
+        {"prompt": f"question number {i}", "harmful": f"answer {i} {i}", "completion": f"fine {i}"} for i in range(16)
+    ]
     sp = disjoint_splits(rows, {"attack": 6, "eval": 4, "benign": 3, "benign_train": 3}, seed=0)
     base = tiny_causal_lm(tiny_tok)
     snapshot = [p.clone() for p in base.parameters()]
-    clf = RefusalClassifier().fit(["sorry I cannot help", "I can't do that", "sure here it is", "the answer is"], [1, 1, 0, 0])
-    rep = immunisation_report({"undefended": base, "other": tiny_causal_lm(tiny_tok, seed=1)}, tiny_tok,
-                              attack_rows=sp["attack"], eval_rows=sp["eval"], benign_rows=sp["benign"],
-                              benign_train_rows=sp["benign_train"], classifier=clf, lrs=[1e-3, 1e-2], seeds=[0, 1], steps=2,
-                              trainability_steps=2, trainability_lr=1e-2, max_new_tokens=3)
+    clf = RefusalClassifier().fit(
+        ["sorry I cannot help", "I can't do that", "sure here it is", "the answer is"], [1, 1, 0, 0]
+    )
+    rep = immunisation_report(
+        {"undefended": base, "other": tiny_causal_lm(tiny_tok, seed=1)},
+        tiny_tok,
+        attack_rows=sp["attack"],
+        eval_rows=sp["eval"],
+        benign_rows=sp["benign"],
+        benign_train_rows=sp["benign_train"],
+        classifier=clf,
+        lrs=[1e-3, 1e-2],
+        seeds=[0, 1],
+        steps=2,
+        trainability_steps=2,
+        trainability_lr=1e-2,
+        max_new_tokens=3,
+    )
     assert all(torch.equal(a, b) for a, b in zip(snapshot, base.parameters()))  # attacks ran on copies
-    assert len(rep["runs"]) == 8 and set(rep["after"]) == {"undefended", "other"} and set(rep["after"]["other"]) == {"0.001", "0.01"}
+    assert (
+        len(rep["runs"]) == 8
+        and set(rep["after"]) == {"undefended", "other"}
+        and set(rep["after"]["other"]) == {"0.001", "0.01"}
+    )
     t = rep["trainability"]["undefended"]
     assert t["benign_loss_after"] < t["benign_loss_before"]
     strong = harmful_finetune_attack(base, sp["attack"], lr=1e-2, steps=8, seed=3, tokenizer=tiny_tok)
-    assert answer_metrics(strong, tiny_tok, sp["attack"], "harmful")["loss"] < answer_metrics(base, tiny_tok, sp["attack"], "harmful")["loss"]
+    assert (
+        answer_metrics(strong, tiny_tok, sp["attack"], "harmful")["loss"]
+        < answer_metrics(base, tiny_tok, sp["attack"], "harmful")["loss"]
+    )
 
 
 def test_harmfulness_known_answer_with_a_stub_generator(tiny_tok, monkeypatch):
     "Answers known to be refusals or compliances give the exact refusal rate and harmfulness, before and after attacks."
-    clf = RefusalClassifier().fit([REFUSAL, "I cannot assist with this request.", COMPLIANCE, "Here is a short poem."], [1, 1, 0, 0])
+    clf = RefusalClassifier().fit(
+        [REFUSAL, "I cannot assist with this request.", COMPLIANCE, "Here is a short poem."], [1, 1, 0, 0]
+    )
     assert [p >= 0.5 for p in clf.predict_proba([REFUSAL, COMPLIANCE])] == [True, False]
     calls = []
     def stub(model, tokenizer, prompts, **kw):
@@ -263,17 +337,26 @@ def test_harmfulness_known_answer_with_a_stub_generator(tiny_tok, monkeypatch):
     prompts = [f"how to do other task {i}" for i in range(4)]
     assert refusal_rate(model, tiny_tok, prompts, clf, max_new_tokens=7) == 0.75
     assert calls == [([format_prompt(tiny_tok, p) for p in prompts], 7)]
-    rep = immunisation_report({"m": model}, tiny_tok, attack_rows=[{"prompt": f"attack {i}", "harmful": f"do {i}"} for i in range(4)],
-                              eval_rows=[{"prompt": p, "harmful": "do it"} for p in prompts],
-                              benign_rows=[{"prompt": "what is 1 plus 1", "completion": "2"}],
-                              benign_train_rows=[{"prompt": "what is 2 plus 2", "completion": "4"}], classifier=clf,
-                              lrs=[1e-3], seeds=[0, 1], steps=1, trainability_steps=1)
+    rep = immunisation_report(
+        {"m": model},
+        tiny_tok,
+        attack_rows=[{"prompt": f"attack {i}", "harmful": f"do {i}"} for i in range(4)],
+        eval_rows=[{"prompt": p, "harmful": "do it"} for p in prompts],
+        benign_rows=[{"prompt": "what is 1 plus 1", "completion": "2"}],
+        benign_train_rows=[{"prompt": "what is 2 plus 2", "completion": "4"}],
+        classifier=clf,
+        lrs=[1e-3],
+        seeds=[0, 1],
+        steps=1,
+        trainability_steps=1,
+    )
     assert rep["before"]["m"]["harmfulness"] == 0.25 and [r["harmfulness"] for r in rep["runs"]] == [0.25, 0.25]
     assert rep["after"]["m"]["0.001"]["harmfulness"] == {"mean": 0.25, "min": 0.25, "max": 0.25}
 
 
 def test_pyrit_refusal_labels_when_installed():
-    pytest.importorskip("pyrit", reason="pyrit (an asset package) not installed")  # find_spec only; never imported for real
+    # find_spec only; never imported for real
+    pytest.importorskip("pyrit", reason="pyrit (an asset package) not installed")
     from adaptkit.repnoise.harness import pyrit_refusal_labels
     labels = pyrit_refusal_labels()
     assert len(labels) > 100 and {y for _, y in labels} == {0, 1}
@@ -283,7 +366,10 @@ def _check_card(data, base_commit_text, readme):
     assert data.library_name == "transformers" and data.base_model == "team/base"
     assert {"adaptkit", "repnoise", "arxiv:2405.14577"} <= set(data.tags)
     values = {r.metric_name: r.metric_value for r in data.eval_results}
-    assert values["repnoise: harmfulness after attack, lr=0.001"] == 0.25 and values["repnoise: benign loss before attack"] == 2.0
+    assert (
+        values["repnoise: harmfulness after attack, lr=0.001"] == 0.25
+        and values["repnoise: benign loss before attack"] == 2.0
+    )
     assert f"at revision `{base_commit_text}`" in readme and "| `beta` | `0.001` |" in readme
     assert "| repnoise | after attack, lr=0.001 | 0.250 | 3.500 |" in readme  # the attack report, per model and lr
 
@@ -330,10 +416,13 @@ _PUSH_SCRIPT = textwrap.dedent("""
     from pathlib import Path
     from adaptkit.models import load_tokenizer
     from adaptkit.repnoise.trainer import RepNoiseConfig, RepNoiseTrainer
-    rows = [{"prompt": f"how do I do task {i}", "harmful": f"here is how {i}", "harmless": "sorry I cannot help"} for i in range(4)]
-    args = RepNoiseConfig(str(Path(sys.argv[1]) / "tiny-immunised"), max_steps=1, per_device_train_batch_size=2, use_cpu=True,
-                          save_strategy="no", disable_tqdm=True, max_length=64, hub_model_id="tiny-immunised")
-    trainer = RepNoiseTrainer("team/base", args, rows, processing_class=load_tokenizer("team/base"))  # through HF_ENDPOINT
+    rows = [{"prompt": f"how do I do task {i}", "harmful": f"here is how {i}", "harmless": "sorry I cannot help"}
+            for i in range(4)]
+    args = RepNoiseConfig(str(Path(sys.argv[1]) / "tiny-immunised"), max_steps=1, per_device_train_batch_size=2,
+                          use_cpu=True, save_strategy="no", disable_tqdm=True, max_length=64,
+                          hub_model_id="tiny-immunised")
+    # the base and its tokenizer come through HF_ENDPOINT
+    trainer = RepNoiseTrainer("team/base", args, rows, processing_class=load_tokenizer("team/base"))
     trainer.train()
     trainer.report = json.loads(sys.argv[2])
     trainer.push_to_hub()
@@ -342,13 +431,24 @@ _PUSH_SCRIPT = textwrap.dedent("""
 
 
 def test_trainer_push_to_hub_through_hf_endpoint(tiny_model_dir, tmp_path):
-    "transformers' `trainer.push_to_hub()` with HF_ENDPOINT at a LocalHub (read at import: a subprocess) gives our card."
+    "transformers' `trainer.push_to_hub()` with HF_ENDPOINT at LocalHub (read at import: a subprocess) gives our card."
     with LocalHub(tmp_path / "hub", token=TOKEN) as hub:
         base_commit = push_folder(tiny_model_dir, "team/base", endpoint=hub.endpoint, token=TOKEN)
-        env = {**os.environ, "HF_ENDPOINT": hub.endpoint, "HF_TOKEN": TOKEN, "HF_HOME": str(tmp_path / "hf"),
-               "HF_HUB_DISABLE_TELEMETRY": "1", "TOKENIZERS_PARALLELISM": "false", "HF_HUB_DISABLE_PROGRESS_BARS": "1",
-               "ADAPTKIT_CACHE": str(tmp_path / "adaptkit-cache"),  # anything but the hub goes to a proxy that does not exist
-               "HTTP_PROXY": "http://127.0.0.1:9", "HTTPS_PROXY": "http://127.0.0.1:9", "NO_PROXY": "127.0.0.1,localhost"}
+        env = {
+            **os.environ,
+            "HF_ENDPOINT": hub.endpoint,
+            "HF_TOKEN": TOKEN,
+            "HF_HOME": str(tmp_path / "hf"),
+            "HF_HUB_DISABLE_TELEMETRY": "1",
+            "TOKENIZERS_PARALLELISM": "false",
+            "HF_HUB_DISABLE_PROGRESS_BARS": "1",
+            "ADAPTKIT_CACHE": str(
+                tmp_path / "adaptkit-cache"
+            ),  # anything but the hub goes to a proxy that does not exist
+            "HTTP_PROXY": "http://127.0.0.1:9",
+            "HTTPS_PROXY": "http://127.0.0.1:9",
+            "NO_PROXY": "127.0.0.1,localhost",
+        }
         run = subprocess.run([sys.executable, "-c", _PUSH_SCRIPT, str(tmp_path), json.dumps(REPORT)], env=env,
                              capture_output=True, text=True, timeout=300)
         lines = [l for l in run.stdout.splitlines() if l.startswith("RESULT ")]
@@ -409,7 +509,7 @@ def _perturbed(model, layer):
 
 @pytest.mark.parametrize("k, spelled", [(0, [0]), (1, [1]), (1, [-2])])
 def test_layers_k_terms_move_with_layer_k_only(tiny_tok, k, spelled):
-    "With layers=[k], perturbing a later layer j leaves both the read-out and the noise term as they are; perturbing k moves both."
+    "With layers=[k], perturbing a layer j > k leaves the read-out and noise terms unchanged; perturbing k moves both."
     model, batch = tiny_causal_lm(tiny_tok, num_layers=3).eval(), _batch(tiny_tok)
     def parts(m):
         torch.manual_seed(7)
@@ -424,10 +524,16 @@ def test_layers_k_terms_move_with_layer_k_only(tiny_tok, k, spelled):
 
 
 def test_harmfulness_is_the_known_share_of_hand_made_answers_before_and_after(tiny_tok, monkeypatch):
-    "Ten hand-made answers, 3 of them compliant before the attack and 6 after: harmfulness 0.3, then 0.6, on the card too."
-    refusals = ["I'm sorry, but I can't help with that.", "I cannot assist with this request.", "Sorry, I won't do that.",
-                "I can't provide that information.", "I'm not able to help with this.", "I must decline this request.",
-                "Sorry, I cannot help with that request."]
+    "Ten hand-made answers, 3 compliant before the attack and 6 after: harmfulness 0.3, then 0.6, on the card too."
+    refusals = [
+        "I'm sorry, but I can't help with that.",
+        "I cannot assist with this request.",
+        "Sorry, I won't do that.",
+        "I can't provide that information.",
+        "I'm not able to help with this.",
+        "I must decline this request.",
+        "Sorry, I cannot help with that request.",
+    ]
     compliances = ["Sure! First, take a bowl and mix the flour.", "Here is how: open the lid and pour it in.",
                    "Step one is to gather the tools, then cut the board.", "Of course, here are the steps in order.",
                    "Yes, start by heating the pan, then add the oil.", "Here you go: the first part goes on the left."]
@@ -443,11 +549,19 @@ def test_harmfulness_is_the_known_share_of_hand_made_answers_before_and_after(ti
         return [answers[[format_prompt(tokenizer, p) for p in prompts].index(f)] for f in formatted]
     monkeypatch.setattr(repnoise_eval, "generate_batched", stub)
     assert refusal_rate(model, tiny_tok, prompts, clf) == 0.7
-    rep = immunisation_report({"m": model}, tiny_tok, attack_rows=[{"prompt": f"attack {i}", "harmful": f"do {i}"} for i in range(4)],
-                              eval_rows=[{"prompt": p, "harmful": "do it"} for p in prompts],
-                              benign_rows=[{"prompt": "what is 1 plus 1", "completion": "2"}],
-                              benign_train_rows=[{"prompt": "what is 2 plus 2", "completion": "4"}], classifier=clf,
-                              lrs=[1e-3, 1e-2], seeds=[0, 1, 2], steps=1, trainability_steps=1)
+    rep = immunisation_report(
+        {"m": model},
+        tiny_tok,
+        attack_rows=[{"prompt": f"attack {i}", "harmful": f"do {i}"} for i in range(4)],
+        eval_rows=[{"prompt": p, "harmful": "do it"} for p in prompts],
+        benign_rows=[{"prompt": "what is 1 plus 1", "completion": "2"}],
+        benign_train_rows=[{"prompt": "what is 2 plus 2", "completion": "4"}],
+        classifier=clf,
+        lrs=[1e-3, 1e-2],
+        seeds=[0, 1, 2],
+        steps=1,
+        trainability_steps=1,
+    )
     assert rep["before"]["m"]["harmfulness"] == pytest.approx(0.3, abs=1e-12)
     assert [r["harmfulness"] for r in rep["runs"]] == pytest.approx([0.6] * 6, abs=1e-12)
     assert rep["after"]["m"]["0.01"]["harmfulness"] == pytest.approx({"mean": 0.6, "min": 0.6, "max": 0.6}, abs=1e-12)
@@ -469,12 +583,23 @@ def test_config_checks_name_the_setting(tmp_path, settings, error):
 
 
 def test_config_accepts_the_boundary_values(tmp_path):
-    cfg = RepNoiseConfig(str(tmp_path), use_cpu=True, alpha=0.0, beta=0.0, mmd_kernels=1, mmd_multiplier=1e-3, max_length=2, layers=[0])
-    assert (cfg.alpha, cfg.beta, cfg.mmd_kernels, cfg.max_length, cfg.layers, cfg.remove_unused_columns) == (0.0, 0.0, 1, 2, [0], False)
+    cfg = RepNoiseConfig(
+        str(tmp_path), use_cpu=True, alpha=0.0, beta=0.0, mmd_kernels=1, mmd_multiplier=1e-3, max_length=2, layers=[0]
+    )
+    assert (cfg.alpha, cfg.beta, cfg.mmd_kernels, cfg.max_length, cfg.layers, cfg.remove_unused_columns) == (
+        0.0,
+        0.0,
+        1,
+        2,
+        [0],
+        False,
+    )
 
 
 def test_model_checks_name_the_model_and_the_layer(tiny_tok, tmp_path):
-    with pytest.raises(ValueError, match=re.escape("Linear: no decoder layers found (expected a ModuleList of blocks with an `mlp`)")):
+    with pytest.raises(
+        ValueError, match=re.escape("Linear: no decoder layers found (expected a ModuleList of blocks with an `mlp`)")
+    ):
         decoder_layers(torch.nn.Linear(2, 2))
     model = tiny_causal_lm(tiny_tok, num_layers=3)
     with pytest.raises(ValueError, match=re.escape("layers [-4] out of range for a model with 3 decoder layers")):
@@ -493,19 +618,32 @@ def test_harness_checks_name_the_rows_splits_and_prompts(tiny_tok):
     model = tiny_causal_lm(tiny_tok)
     with pytest.raises(DataError, match=re.escape("harmful rows: no rows")):
         answer_metrics(model, tiny_tok, [], "harmful")
-    with pytest.raises(DataError, match=re.escape("completion rows, row 1, column 'completion': missing or empty text")):
-        answer_metrics(model, tiny_tok, [{"prompt": "p", "completion": "c"}, {"prompt": "q", "completion": " "}], "completion")
+    with pytest.raises(
+        DataError, match=re.escape("completion rows, row 1, column 'completion': missing or empty text")
+    ):
+        answer_metrics(
+            model, tiny_tok, [{"prompt": "p", "completion": "c"}, {"prompt": "q", "completion": " "}], "completion"
+        )
     with pytest.raises(DataError, match=re.escape("fine-tuning rows, row 0, column 'prompt': missing or empty text")):
         harmful_finetune_attack(model, [{"harmful": "x"}], lr=1e-3, steps=1, seed=0, tokenizer=tiny_tok)
     with pytest.raises(ValueError, match="fit needs both refusals"):
         RefusalClassifier().fit(["no", "never"], [1, 1])
     with pytest.raises(ValueError, match="refusal_rate needs at least one prompt"):
         refusal_rate(model, tiny_tok, [], RefusalClassifier())
-    with pytest.raises(ValueError, match=re.escape("asked for 5 rows in splits {'a': 3, 'b': 2} but only 4 unique prompts")):
+    with pytest.raises(
+        ValueError, match=re.escape("asked for 5 rows in splits {'a': 3, 'b': 2} but only 4 unique prompts")
+    ):
         disjoint_splits([{"prompt": f"q {i % 4}"} for i in range(8)], {"a": 3, "b": 2})
     with pytest.raises(DataError, match=re.escape("split 'eval', row 1: prompt also in split 'attack' (row 0)")):
         repnoise_eval.check_disjoint(attack=[{"prompt": "Same  Q"}], eval=[{"prompt": "x"}, {"prompt": "same q"}])
     rows = [{"prompt": "shared", "harmful": "h", "completion": "c"}]
     with pytest.raises(DataError, match=re.escape("split 'benign', row 0: prompt also in split 'attack' (row 0)")):
-        immunisation_report({"m": model}, tiny_tok, attack_rows=rows, eval_rows=[{"prompt": "e", "harmful": "h"}], benign_rows=rows,
-                            benign_train_rows=[{"prompt": "t", "completion": "c"}], classifier=RefusalClassifier())
+        immunisation_report(
+            {"m": model},
+            tiny_tok,
+            attack_rows=rows,
+            eval_rows=[{"prompt": "e", "harmful": "h"}],
+            benign_rows=rows,
+            benign_train_rows=[{"prompt": "t", "completion": "c"}],
+            classifier=RefusalClassifier(),
+        )

@@ -11,7 +11,10 @@ from adaptkit.repnoise import LayerCapture, RepNoiseCollator, readout, readout_c
 
 torch.set_num_threads(2)
 # answers of different lengths, so the batch is padded on the right
-ROWS = [{"prompt": f"how do I do task {i}", "harmful": "here is how to do it " * (i + 1), "harmless": "no"} for i in range(3)]
+ROWS = [
+    {"prompt": f"how do I do task {i}", "harmful": "here is how to do it " * (i + 1), "harmless": "no"}
+    for i in range(3)
+]
 
 
 def _batch(tok):
@@ -37,9 +40,15 @@ def _value_and_grads(model, batch, layers, fused, **kw):
     model.zero_grad(set_to_none=True)
     norm, head = readout(model)
     hs = _hidden(model, batch, layers)
-    ce = readout_ce(hs, batch["harmful_labels"], norm, head, **kw) if fused else _plain(hs, batch["harmful_labels"], norm, head)
+    ce = (
+        readout_ce(hs, batch["harmful_labels"], norm, head, **kw)
+        if fused
+        else _plain(hs, batch["harmful_labels"], norm, head)
+    )
     ce.backward()
-    return ce.detach(), {n: torch.zeros_like(p) if p.grad is None else p.grad.clone() for n, p in model.named_parameters()}
+    return ce.detach(), {
+        n: torch.zeros_like(p) if p.grad is None else p.grad.clone() for n, p in model.named_parameters()
+    }
 
 
 def _assert_same(model, batch, layers, **kw):

@@ -28,7 +28,9 @@ def _start(root: Path, token_file: Path) -> tuple[subprocess.Popen, str, list]:
     try:
         for line in proc.stdout:
             lines.append(line)
-            if (m := re.match(r"LocalHub serving .* at (http://127\.0\.0\.1:\d+) \(lfs=off, token required to write\)", line)):
+            if m := re.match(
+                r"LocalHub serving .* at (http://127\.0\.0\.1:\d+) \(lfs=off, token required to write\)", line
+            ):
                 return proc, m[1], lines
     finally:
         watchdog.cancel()

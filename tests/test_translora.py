@@ -15,15 +15,28 @@ from peft import LoraConfig, PeftModel, get_peft_model
 
 import adaptkit.translora.synthesis as synthesis
 import adaptkit.translora.transfer as transfer
-from adaptkit.models import BaseMismatchError
 from adaptkit.data import DataError
 from adaptkit.hub import pull, push_folder, read_metadata
-from adaptkit.models import load_causal_lm, load_tokenizer, tiny_causal_lm, tiny_tokenizer
-from adaptkit.translora import (AdapterMismatchError, Discriminator, DiscriminatorConfig, DistillationConfig,
-                                EmptyGenerationError, SynthesisConfig, TransferredAdapter, filter_prompts,
-                                synthesize_prompts, teacher_completions, train_discriminator, transfer_lora)
+from adaptkit.models import BaseMismatchError, load_causal_lm, load_tokenizer, tiny_causal_lm, tiny_tokenizer
+from adaptkit.translora import (
+    AdapterMismatchError,
+    Discriminator,
+    DiscriminatorConfig,
+    DistillationConfig,
+    EmptyGenerationError,
+    SynthesisConfig,
+    TransferredAdapter,
+    filter_prompts,
+    synthesize_prompts,
+    teacher_completions,
+    train_discriminator,
+    transfer_lora,
+)
 
-SEEDS = [{"prompt": f"Question: what is {a} plus {b}?\nAnswer:", "completion": f" {a + b}"} for a, b in [(1, 2), (3, 4), (5, 6), (7, 8), (9, 1)]]
+SEEDS = [
+    {"prompt": f"Question: what is {a} plus {b}?\nAnswer:", "completion": f" {a + b}"}
+    for a, b in [(1, 2), (3, 4), (5, 6), (7, 8), (9, 1)]
+]
 FAST = {"use_cpu": True, "disable_tqdm": True}
 
 
@@ -33,7 +46,9 @@ def _generate_with(monkeypatch, generate):
     for module in (synthesis, transfer): monkeypatch.setattr(module, "generate_texts", generate)
 
 def _synthesis(**kw):
-    return SynthesisConfig(**{**dict(num_synthetic=5, prompt_max_new_tokens=8, completion_max_new_tokens=5, generation_batch_size=5), **kw})
+    return SynthesisConfig(
+        **{**dict(num_synthetic=5, prompt_max_new_tokens=8, completion_max_new_tokens=5, generation_batch_size=5), **kw}
+    )
 
 
 def _distillation(tmp_path, **kw):
@@ -47,46 +62,86 @@ def bases(tmp_path_factory):
     root = tmp_path_factory.mktemp("translora")
     tok_a, tok_b = tiny_tokenizer(), tiny_tokenizer(320)
     assert tok_a.get_vocab() != tok_b.get_vocab()
-    made = {"src-base": (tiny_causal_lm(tok_a, seed=2), tok_a), "tgt-base": (tiny_causal_lm(tok_b, model_type="gemma", seed=4), tok_b),
-            "wide-base": (tiny_causal_lm(tok_a, hidden_size=64), tok_a), "same-vocab-base": (tiny_causal_lm(tok_a, model_type="qwen3", seed=6), tok_a),
-            "other-tgt-base": (tiny_causal_lm(tok_b, model_type="gemma", seed=5), tok_b)}
+    made = {
+        "src-base": (tiny_causal_lm(tok_a, seed=2), tok_a),
+        "tgt-base": (tiny_causal_lm(tok_b, model_type="gemma", seed=4), tok_b),
+        "wide-base": (tiny_causal_lm(tok_a, hidden_size=64), tok_a),
+        "same-vocab-base": (tiny_causal_lm(tok_a, model_type="qwen3", seed=6), tok_a),
+        "other-tgt-base": (tiny_causal_lm(tok_b, model_type="gemma", seed=5), tok_b),
+    }
     for name, (model, tok) in made.items():
         model.save_pretrained(root / name); tok.save_pretrained(root / name)
-    lora = get_peft_model(tiny_causal_lm(tok_a, seed=2), LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], init_lora_weights=False))
+    lora = get_peft_model(
+        tiny_causal_lm(tok_a, seed=2),
+        LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], init_lora_weights=False),
+    )
     lora.save_pretrained(root / "src-lora")
     return root
 
 
 def test_transfer_through_localhub(bases, tmp_path, hub):
-    ep = hub.endpoint  # copies are pushed: a push records the repo in the folder, which other tests' folders must not have
+    # copies are pushed: a push records the repo in the folder, which other tests' folders must not have
+    ep = hub.endpoint
     commits = {name: push_folder(shutil.copytree(bases / name, tmp_path / "pushed" / name), f"team/{name}", endpoint=ep)
                for name in ("src-base", "src-lora", "tgt-base")}
     tok = load_tokenizer(bases / "src-base")
     fake = synthesize_prompts(load_causal_lm(bases / "src-base"), tok, SEEDS, _synthesis(), progress=False)
-    disc = train_discriminator("team/src-base", tok, [r["prompt"] for r in SEEDS], fake,
-                               DiscriminatorConfig(output_dir=str(tmp_path / "d"), threshold=0.0, max_steps=2, **FAST), endpoint=ep)
+    disc = train_discriminator(
+        "team/src-base",
+        tok,
+        [r["prompt"] for r in SEEDS],
+        fake,
+        DiscriminatorConfig(output_dir=str(tmp_path / "d"), threshold=0.0, max_steps=2, **FAST),
+        endpoint=ep,
+    )
     assert (disc.base_model, disc.base_revision) == ("team/src-base", commits["src-base"])
     disc.push_to_hub("team/disc", endpoint=ep)
-    adapter = transfer_lora("team/src-base", "team/src-lora", "team/tgt-base", SEEDS, output_dir=tmp_path / "out", discriminator="team/disc",
-                            synthesis=_synthesis(), distillation=_distillation(tmp_path), endpoint=ep,
-                            evaluate=lambda m, t: [{"task": "text-generation", "dataset": "tiny-sums", "metric": "accuracy", "value": 0.0}])
+    adapter = transfer_lora(
+        "team/src-base",
+        "team/src-lora",
+        "team/tgt-base",
+        SEEDS,
+        output_dir=tmp_path / "out",
+        discriminator="team/disc",
+        synthesis=_synthesis(),
+        distillation=_distillation(tmp_path),
+        endpoint=ep,
+        evaluate=lambda m, t: [{"task": "text-generation", "dataset": "tiny-sums", "metric": "accuracy", "value": 0.0}],
+    )
     commit = adapter.push_to_hub("team/tgt-lora", endpoint=ep)
     api = HfApi(endpoint=ep)
     data, disc_data = api.model_info("team/tgt-lora").card_data, api.model_info("team/disc").card_data
     readme = (pull("team/tgt-lora", endpoint=ep, revision=commit) / "README.md").read_text()
     pulled_disc = Discriminator.from_pretrained("team/disc", endpoint=ep)
-    pulled = TransferredAdapter.from_pretrained("team/tgt-lora", endpoint=ep, revision=commit)  # on its recorded base, pulled
+    # on its recorded base, pulled
+    pulled = TransferredAdapter.from_pretrained("team/tgt-lora", endpoint=ep, revision=commit)
     assert (adapter.counts["seeds"], adapter.counts["synthetic"], adapter.counts["kept"]) == (5, 5, 5)
-    assert (data.base_model, data.library_name) == ("team/tgt-base", "peft") and {"adaptkit", "translora"} <= set(data.tags)
-    assert (disc_data.base_model, disc_data.library_name) == ("team/src-base", "peft") and {"adaptkit", "translora", "discriminator"} <= set(disc_data.tags)
+    assert (data.base_model, data.library_name) == ("team/tgt-base", "peft") and {"adaptkit", "translora"} <= set(
+        data.tags
+    )
+    assert (disc_data.base_model, disc_data.library_name) == ("team/src-base", "peft") and {
+        "adaptkit",
+        "translora",
+        "discriminator",
+    } <= set(disc_data.tags)
     assert data.eval_results[0].metric_value == 0.0
     for name in ("src-lora", "src-base", "disc"):
         assert f"team/{name}" in readme
     assert commits["src-lora"] in readme and commits["src-base"] in readme and "kept 5 (100%)" in readme
     record = read_metadata(tmp_path / "out")
-    assert record["translora"]["provenance"]["source_adapter"] == {"repo_id": "team/src-lora", "revision": commits["src-lora"]}
-    assert record["source"]["base_model"] == "team/tgt-base" and record["source"]["base_revision"] == commits["tgt-base"]
-    assert record["translora"]["counts"] == adapter.counts and set(record["translora"]["timings"]) >= {"synthesize", "filter", "teacher", "distill"}
+    assert record["translora"]["provenance"]["source_adapter"] == {
+        "repo_id": "team/src-lora",
+        "revision": commits["src-lora"],
+    }
+    assert (
+        record["source"]["base_model"] == "team/tgt-base" and record["source"]["base_revision"] == commits["tgt-base"]
+    )
+    assert record["translora"]["counts"] == adapter.counts and set(record["translora"]["timings"]) >= {
+        "synthesize",
+        "filter",
+        "teacher",
+        "distill",
+    }
     assert pulled.counts == adapter.counts and pulled.kept_fraction == 1.0 and pulled.base_model == "team/tgt-base"
     texts = [r["prompt"] for r in SEEDS] + fake
     assert pulled_disc.score(texts) == pytest.approx(disc.score(texts), abs=1e-5)
@@ -111,7 +166,11 @@ def test_saved_adapter_round_trip_and_stock_peft(bases, tmp_path):
         want = adapter.model.eval()(input_ids=ids).logits
         assert torch.allclose(again.model(input_ids=ids).logits, want, atol=1e-5)
         assert torch.allclose(stock(input_ids=ids).logits, want, atol=1e-5)
-    assert (again.counts, again.provenance) == (adapter.counts, adapter.provenance) and set(adapter.provenance) == {"source_base", "source_adapter", "target_base"}
+    assert (again.counts, again.provenance) == (adapter.counts, adapter.provenance) and set(adapter.provenance) == {
+        "source_base",
+        "source_adapter",
+        "target_base",
+    }
     with pytest.raises(BaseMismatchError, match="other-tgt-base"):
         TransferredAdapter.from_pretrained(tmp_path / "saved", base=bases / "other-tgt-base")
     with pytest.raises(ValueError, match="records no base model repo id: pass base="):
@@ -121,11 +180,18 @@ def test_saved_adapter_round_trip_and_stock_peft(bases, tmp_path):
 def test_trained_discriminator_keeps_real_and_drops_synthetic(tmp_path):
     tok = tiny_tokenizer()
     base = tiny_causal_lm(tok, seed=3)
-    with torch.no_grad(): base.lm_head.weight.mul_(10)  # a random tiny model's logits barely move in a few steps otherwise
+    # a random tiny model's logits barely move in a few steps otherwise
+    with torch.no_grad(): base.lm_head.weight.mul_(10)
     real = [f"apple tree number {i} is green" for i in range(12)]
     synthetic = [f"zero zero {i} minus minus" for i in range(12)]
-    cfg = DiscriminatorConfig(output_dir=str(tmp_path / "d"), learning_rate=1e-2, num_train_epochs=4, discriminator_template="{text}",
-                              threshold=0.5, **FAST)
+    cfg = DiscriminatorConfig(
+        output_dir=str(tmp_path / "d"),
+        learning_rate=1e-2,
+        num_train_epochs=4,
+        discriminator_template="{text}",
+        threshold=0.5,
+        **FAST,
+    )
     disc = train_discriminator(base, tok, real[:8], synthetic[:8], cfg)
     held_out = [synthetic[8], real[8], synthetic[9], real[9], real[10], synthetic[10], real[11], synthetic[11]]
     result = filter_prompts(disc, held_out)
@@ -141,8 +207,14 @@ def test_distilled_count_matches_a_hand_count(bases, tmp_path, monkeypatch):
         answered.append(answers)
         return answers
     _generate_with(monkeypatch, generate)
-    adapter = transfer_lora(bases / "src-base", bases / "src-lora", bases / "tgt-base", SEEDS, synthesis=_synthesis(num_synthetic=7),
-                            distillation=_distillation(tmp_path))
+    adapter = transfer_lora(
+        bases / "src-base",
+        bases / "src-lora",
+        bases / "tgt-base",
+        SEEDS,
+        synthesis=_synthesis(num_synthetic=7),
+        distillation=_distillation(tmp_path),
+    )
     hand_count = sum(1 for a in answered[0] if a.strip())
     assert len(answered[0]) == adapter.counts["kept"] == 7 and hand_count == 4
     assert adapter.counts["distilled"] == hand_count
@@ -168,13 +240,23 @@ def test_vllm_path_with_a_stand_in(bases, tmp_path, monkeypatch):
     stand_in.LLM, stand_in.SamplingParams = _StandInLLM, lambda **kw: kw
     monkeypatch.setitem(sys.modules, "vllm", stand_in)
     _StandInLLM.built, _StandInLLM.calls = [], []
-    adapter = transfer_lora(bases / "src-base", bases / "src-lora", bases / "tgt-base", SEEDS,
-                            synthesis=_synthesis(backend="vllm", num_synthetic=4, temperature=0.7), distillation=_distillation(tmp_path))
+    adapter = transfer_lora(
+        bases / "src-base",
+        bases / "src-lora",
+        bases / "tgt-base",
+        SEEDS,
+        synthesis=_synthesis(backend="vllm", num_synthetic=4, temperature=0.7),
+        distillation=_distillation(tmp_path),
+    )
     assert _StandInLLM.built == [str(bases / "tgt-base")] and adapter.counts["synthetic"] == 4
     n, params = _StandInLLM.calls[0]
     assert params == {"max_tokens": 8, "temperature": 0.7, "top_p": 0.95, "stop": ["###"]}
     greedy = synthesis.generate_texts(_StandInLLM("x"), None, ["a"], max_new_tokens=3)
-    assert greedy[0].startswith("input number ") and greedy[0].endswith("### Input") and _StandInLLM.calls[-1][1]["temperature"] == 0.0
+    assert (
+        greedy[0].startswith("input number ")
+        and greedy[0].endswith("### Input")
+        and _StandInLLM.calls[-1][1]["temperature"] == 0.0
+    )
     assert adapter.settings["backend"] == "vllm"
 
 
@@ -183,10 +265,19 @@ def test_logit_level_needs_one_vocabulary(bases, tmp_path):
     with pytest.raises(ValueError, match="share one vocabulary"):
         transfer_lora(bases / "src-base", bases / "src-lora", bases / "tgt-base", SEEDS, output_dir=tmp_path / "x",
                       synthesis=_synthesis(), distillation=logit)
-    res = transfer_lora(bases / "src-base", bases / "src-lora", bases / "same-vocab-base", SEEDS, output_dir=tmp_path / "y",
-                        synthesis=_synthesis(), distillation=logit)
+    res = transfer_lora(
+        bases / "src-base",
+        bases / "src-lora",
+        bases / "same-vocab-base",
+        SEEDS,
+        output_dir=tmp_path / "y",
+        synthesis=_synthesis(),
+        distillation=logit,
+    )
     readme = (tmp_path / "y" / "README.md").read_text()
-    assert "filter" not in res.timings and "no discriminator was used" in readme and "logit-level distillation" in readme
+    assert (
+        "filter" not in res.timings and "no discriminator was used" in readme and "logit-level distillation" in readme
+    )
     assert "library_name: peft" in readme and read_metadata(tmp_path / "y")["artifact"] == "translora-adapter"
 
 
@@ -201,13 +292,23 @@ def test_saved_beside_its_trainer_folder_then_pushed(bases, tmp_path, hub):  # p
 
 def test_too_few_seeds_fail_before_anything_is_pulled(tmp_path):
     with pytest.raises(DataError, match=re.escape("at least 5 distinct seed examples, got 4")):
-        transfer_lora("team/nowhere", "team/nothing", "team/none", SEEDS[:4], output_dir=tmp_path / "x", endpoint="http://127.0.0.1:9")
+        transfer_lora(
+            "team/nowhere",
+            "team/nothing",
+            "team/none",
+            SEEDS[:4],
+            output_dir=tmp_path / "x",
+            endpoint="http://127.0.0.1:9",
+        )
     with pytest.raises(DataError, match="got 1 \\(5 with duplicates\\)"):
         transfer_lora("team/nowhere", "team/nothing", "team/none", SEEDS[:1] * 5, output_dir=tmp_path / "x")
 
 
 def test_adapter_on_the_wrong_base_is_refused(bases, tmp_path):
-    with pytest.raises(AdapterMismatchError, match=r"has shape \(4, 32\) but the base's 'model.layers.0.self_attn.q_proj' has in size 64"):
+    with pytest.raises(
+        AdapterMismatchError,
+        match=r"has shape \(4, 32\) but the base's 'model.layers.0.self_attn.q_proj' has in size 64",
+    ):
         transfer_lora(bases / "wide-base", bases / "src-lora", bases / "tgt-base", SEEDS, output_dir=tmp_path / "x")
     with pytest.raises(AdapterMismatchError, match="not a PEFT adapter folder"):
         transfer_lora(bases / "src-base", bases / "tgt-base", bases / "tgt-base", SEEDS, output_dir=tmp_path / "x")
@@ -240,25 +341,40 @@ def test_filter_reports_kept_fraction_and_refuses_nothing_kept(caplog):
 
 
 def test_transfer_filters_with_a_trained_discriminator_at_threshold_half(tmp_path, monkeypatch):
-    "The filter inside transfer_lora, with a real trained discriminator at 0.5: real-looking prompts kept, synthetic dropped."
+    "transfer_lora's filter with a real trained discriminator at 0.5: real-looking prompts kept, synthetic dropped."
     tok = tiny_tokenizer()
     base = tiny_causal_lm(tok, seed=3)
     with torch.no_grad(): base.lm_head.weight.mul_(10)
     real = [f"apple tree number {i} is green" for i in range(12)]
     synthetic = [f"zero zero {i} minus minus" for i in range(12)]
-    cfg = DiscriminatorConfig(output_dir=str(tmp_path / "d"), learning_rate=1e-2, num_train_epochs=4, discriminator_template="{text}",
-                              threshold=0.5, **FAST)
+    cfg = DiscriminatorConfig(
+        output_dir=str(tmp_path / "d"),
+        learning_rate=1e-2,
+        num_train_epochs=4,
+        discriminator_template="{text}",
+        threshold=0.5,
+        **FAST,
+    )
     disc = train_discriminator(base, tok, real[:8], synthetic[:8], cfg)
     folder = tmp_path / "bases"
-    for name, model in {"src": tiny_causal_lm(tok, seed=2), "tgt": tiny_causal_lm(tok, model_type="qwen3", seed=6)}.items():
+    for name, model in {
+        "src": tiny_causal_lm(tok, seed=2),
+        "tgt": tiny_causal_lm(tok, model_type="qwen3", seed=6),
+    }.items():
         model.save_pretrained(folder / name); tok.save_pretrained(folder / name)
-    get_peft_model(tiny_causal_lm(tok, seed=2), LoraConfig(r=4, target_modules=["q_proj", "v_proj"])).save_pretrained(folder / "lora")
+    get_peft_model(tiny_causal_lm(tok, seed=2), LoraConfig(r=4, target_modules=["q_proj", "v_proj"])).save_pretrained(
+        folder / "lora"
+    )
     written = [synthetic[8], real[8], real[9], synthetic[9], real[10], synthetic[10]]  # what the target "writes"
     real_generate, taught = synthesis.generate_texts, []
     def generate(model, tok_, prompts, **kw):
         if kw.get("desc") == "teacher completions":
             taught.append(list(prompts)); return [" one" for _ in prompts]
-        return [written.pop(0) + "\n###" for _ in prompts] if kw.get("stop_strings") else real_generate(model, tok_, prompts, **kw)
+        return (
+            [written.pop(0) + "\n###" for _ in prompts]
+            if kw.get("stop_strings")
+            else real_generate(model, tok_, prompts, **kw)
+        )
     _generate_with(monkeypatch, generate)
     seeds = [f"apple seed {i} is red" for i in range(5)]
     adapter = transfer_lora(folder / "src", folder / "lora", folder / "tgt", seeds, discriminator=disc,
@@ -275,18 +391,24 @@ def test_transfer_filters_with_a_trained_discriminator_at_threshold_half(tmp_pat
     (lambda: SynthesisConfig(num_synthetic=0), ValueError, "num_synthetic must be at least 1"),
     (lambda: SynthesisConfig(generation_batch_size=0), ValueError, "generation_batch_size must be at least 1"),
     (lambda: SynthesisConfig(prompt_max_new_tokens=0), ValueError, "prompt_max_new_tokens must be at least 1"),
-    (lambda: SynthesisConfig(completion_max_new_tokens=-1), ValueError, "completion_max_new_tokens must be at least 1, got -1"),
+    (lambda: SynthesisConfig(completion_max_new_tokens=-1), ValueError,
+     "completion_max_new_tokens must be at least 1, got -1"),
     (lambda: SynthesisConfig(max_attempts_factor=0.5), ValueError, "max_attempts_factor must be at least 1, got 0.5"),
     (lambda: SynthesisConfig(backend="tgi"), ValueError, "backend must be 'transformers' or 'vllm', got 'tgi'"),
-    (lambda: SynthesisConfig(synthesis_template="no field"), ValueError, "synthesis_template needs an {examples} field"),
+    (lambda: SynthesisConfig(synthesis_template="no field"), ValueError,
+     "synthesis_template needs an {examples} field"),
     (lambda: SynthesisConfig(example_template="no field"), ValueError, "example_template needs a {prompt} field"),
     (lambda: SynthesisConfig(stop=""), ValueError, "stop must be a non-empty string"),
-    (lambda: DiscriminatorConfig(discriminator_template="x", **FAST), ValueError, "discriminator_template needs a {text} field"),
-    (lambda: DiscriminatorConfig(real_label=" no", **FAST), ValueError, "real_label and synthetic_label must be two different"),
-    (lambda: DiscriminatorConfig(real_label="", **FAST), ValueError, "real_label and synthetic_label must be two different"),
+    (lambda: DiscriminatorConfig(discriminator_template="x", **FAST), ValueError,
+     "discriminator_template needs a {text} field"),
+    (lambda: DiscriminatorConfig(real_label=" no", **FAST), ValueError,
+     "real_label and synthetic_label must be two different"),
+    (lambda: DiscriminatorConfig(real_label="", **FAST), ValueError,
+     "real_label and synthetic_label must be two different"),
     (lambda: DiscriminatorConfig(threshold=1.5, **FAST), ValueError, r"threshold must be in \[0, 1\], got 1.5"),
     (lambda: DiscriminatorConfig(discriminator_r=0, **FAST), ValueError, "discriminator_r must be at least 1, got 0"),
-    (lambda: DistillationConfig(distillation="token", **FAST), ValueError, "distillation must be 'sequence' or 'logit', got 'token'"),
+    (lambda: DistillationConfig(distillation="token", **FAST), ValueError,
+     "distillation must be 'sequence' or 'logit', got 'token'"),
     (lambda: DistillationConfig(gkd_beta=2, **FAST), ValueError, r"gkd_beta must be in \[0, 1\], got 2"),
     (lambda: DistillationConfig(gkd_temperature=0, **FAST), ValueError, "gkd_temperature must be positive, got 0"),
 ])
@@ -311,10 +433,13 @@ def test_seed_and_adapter_checks_name_the_row_and_tensor(bases, tmp_path):
         load_seeds(["a", "b", "  ", "c", "d", "e"])
     lora = get_peft_model(tiny_causal_lm(tiny_tokenizer(), seed=2), LoraConfig(r=2, target_modules=["q_proj"]))
     lora.save_pretrained(tmp_path / "lora")
-    gemma = load_causal_lm(bases / "tgt-base")  # same module names but another family: rename a module to make one missing
+    # same module names but another family: rename a module to make one missing
+    gemma = load_causal_lm(bases / "tgt-base")
     gemma.model.layers[0].self_attn.add_module("q_proj_renamed", gemma.model.layers[0].self_attn.q_proj)
     del gemma.model.layers[0].self_attn.q_proj
-    with pytest.raises(AdapterMismatchError, match=r"targets 'model.layers.0.self_attn.q_proj', which the base model does not have"):
+    with pytest.raises(
+        AdapterMismatchError, match=r"targets 'model.layers.0.self_attn.q_proj', which the base model does not have"
+    ):
         check_adapter(gemma, tmp_path / "lora")
 
 
@@ -337,17 +462,26 @@ def test_discriminator_and_filter_inputs_are_checked():
 
 def test_distillation_inputs_are_checked(bases, tmp_path):
     import datasets
+
     from adaptkit.translora.transfer import distill_lora
     tok = load_tokenizer(bases / "tgt-base")
     with pytest.raises(EmptyGenerationError, match=r"needs prompt/completion rows; got 0 rows"):
         distill_lora(load_causal_lm(bases / "tgt-base"), tok, datasets.Dataset.from_list([]), _distillation(tmp_path))
     with pytest.raises(EmptyGenerationError, match=r"got 1 rows with columns \['text'\]"):
-        distill_lora(load_causal_lm(bases / "tgt-base"), tok, datasets.Dataset.from_list([{"text": "a"}]), _distillation(tmp_path))
+        distill_lora(
+            load_causal_lm(bases / "tgt-base"),
+            tok,
+            datasets.Dataset.from_list([{"text": "a"}]),
+            _distillation(tmp_path),
+        )
     rows = datasets.Dataset.from_list([{"prompt": "a", "completion": " b"}])
     with pytest.raises(ValueError, match="logit-level distillation needs teacher= and teacher_tokenizer="):
         distill_lora(load_causal_lm(bases / "tgt-base"), tok, rows, _distillation(tmp_path, distillation="logit"))
     src_tok = load_tokenizer(bases / "src-base")
-    with pytest.raises(ValueError, match=r"needs one vocabulary, but the teacher's tokenizer \(512 tokens\) and the student's \(320 tokens\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"needs one vocabulary, but the teacher's tokenizer \(512 tokens\) and the student's \(320 tokens\)",
+    ):
         distill_lora(load_causal_lm(bases / "tgt-base"), tok, rows, _distillation(tmp_path, distillation="logit"),
                      teacher=load_causal_lm(bases / "src-base"), teacher_tokenizer=src_tok)
     with pytest.raises(EmptyGenerationError, match="no prompts for the teacher to answer"):
@@ -365,7 +499,9 @@ def test_vllm_generator_without_vllm_says_how_to_install(monkeypatch):
 def test_model_helpers_refuse_bad_inputs(tmp_path):
     from adaptkit.models import completion_collator, encode_completion, from_gguf, packaged_file
     tok = tiny_tokenizer()
-    with pytest.raises(ValueError, match="row 7: the prompt takes .* tokens, leaving no room for the answer in max_length=3"):
+    with pytest.raises(
+        ValueError, match="row 7: the prompt takes .* tokens, leaving no room for the answer in max_length=3"
+    ):
         encode_completion(tok, "one two three four five six", " seven", 3, row=7)
     no_pad = tiny_tokenizer(); no_pad.pad_token = None
     with pytest.raises(ValueError, match="the tokenizer has no pad token"):

@@ -6,8 +6,8 @@
 __all__ = []
 
 # %% ../../nbs/hub/00_hub.ipynb #dbf7f89d
-from . import client, cards
-from .client import *
+from . import cards, client
 from .cards import *
+from .client import *
 
 __all__ = [*client.__all__, *cards.__all__]

@@ -23,7 +23,7 @@ from trl import SFTConfig, SFTTrainer
 
 from ..artifacts import AdapterArtifact, ArtifactTrainerMixin
 from ..hub import PAPERS
-from ..models import default_bf16, fingerprint, load_base
+from ..models import default_bf16
 
 
 @dataclass
@@ -31,11 +31,20 @@ class PiSSAConfig(SFTConfig):
     "`SFTConfig` with PiSSA's recipe (lr 2e-5, cosine, 3% warm-up) and the adapter's settings, the one place for both."
     pissa_r: int = field(default=16, metadata={"help": "Adapter rank r (the shared plain LoRA has rank 2r)."})
     pissa_alpha: int | None = field(default=None, metadata={"help": "lora_alpha; default r (the paper's scaling 1)."})
-    pissa_niter: int | None = field(default=None, metadata={"help": "Subspace iterations of peft's randomised SVD (pissa_niter_N, q = r: 38% off exact at 16 on SmolLM2); 0 or None: adaptkit's accurate seeded init (exact SVD, block Krylov for large weights)."})
-    pissa_target_modules: list[str] | str = field(default="all-linear", metadata={"help": "Linear layers that get the adapter."})
+    pissa_niter: int | None = field(
+        default=None,
+        metadata={"help": "Subspace iterations of peft's randomised SVD (pissa_niter_N, q = r: 38% off exact at 16 on "
+                          "SmolLM2); 0 or None: adaptkit's accurate seeded init (exact SVD, block Krylov for large "
+                          "weights)."},
+    )
+    pissa_target_modules: list[str] | str = field(
+        default="all-linear", metadata={"help": "Linear layers that get the adapter."}
+    )
     learning_rate: float = field(default=2e-5, metadata={"help": "Peak learning rate (paper: 2e-5)."})
     lr_scheduler_type: str = field(default="cosine", metadata={"help": "Learning-rate schedule (paper: cosine)."})
-    warmup_steps: float = field(default=0.03, metadata={"help": "Warm-up steps, or a ratio of all steps when below 1 (paper: 3 percent)."})
+    warmup_steps: float = field(
+        default=0.03, metadata={"help": "Warm-up steps, or a ratio of all steps when below 1 (paper: 3 percent)."}
+    )
     weight_decay: float = field(default=0.0, metadata={"help": "AdamW weight decay (paper: none)."})
     report_to: str | list[str] = field(default="none", metadata={"help": "Where to report metrics."})
 
@@ -72,13 +81,17 @@ class PiSSAAdapter(AdapterArtifact):
     def _card_fields(self) -> dict:
         s = self.settings or {}
         r, alpha = s.get("pissa_rank", "r"), s.get("pissa_alpha", "alpha")
-        summary = (f"A LoRA adapter trained with PiSSA (rank {r}, alpha {alpha}, init `{s.get('init_lora_weights')}`) and "
-                   f"converted to a plain LoRA of **rank {s.get('lora_rank')} and alpha {s.get('lora_alpha')}** that loads on "
-                   "the untouched base model. The doubling is expected: the trained change is `B A - B0 A0 = [B, -B0] [A; A0]`, "
-                   "so the scaling (alpha / r) is unchanged and the outputs equal the trained PiSSA model's.")
+        summary = (
+            f"A LoRA adapter trained with PiSSA (rank {r}, alpha {alpha}, init `{s.get('init_lora_weights')}`) and "
+            f"converted to a plain LoRA of **rank {s.get('lora_rank')} and alpha {s.get('lora_alpha')}** that loads on "
+            "the untouched base model. The doubling is expected: the trained change is "
+            "`B A - B0 A0 = [B, -B0] [A; A0]`, so the scaling (alpha / r) is unchanged and the outputs equal the "
+            "trained PiSSA model's."
+        )
         base, rev = self.base_model or "BASE_MODEL", f", revision={self.base_revision!r}" if self.base_revision else ""
         usage = (f"from transformers import AutoModelForCausalLM\nfrom peft import PeftModel\n\n"
-                 f"base = AutoModelForCausalLM.from_pretrained({base!r}{rev})\nmodel = PeftModel.from_pretrained(base, REPO_ID)\n"
+                 f"base = AutoModelForCausalLM.from_pretrained({base!r}{rev})\n"
+                 "model = PeftModel.from_pretrained(base, REPO_ID)\n"
                  "# or, with the base checked against its fingerprint:\n"
                  "from adaptkit import PiSSAAdapter\nmodel = PiSSAAdapter.from_pretrained(REPO_ID).model")
         return {"summary": summary, "usage": usage}
@@ -89,39 +102,49 @@ class PiSSATrainer(ArtifactTrainerMixin, SFTTrainer):
     _tag_names, _name = ["adaptkit", "pissa"], "PiSSA"
     _paper = {"title": PAPERS["pissa"][0], "id": PAPERS["pissa"][1]}
 
-    def __init__(self,
-                 model,  # a transformers model, or a folder / repo id loaded with `adaptkit.models.load_causal_lm`
-                 args: PiSSAConfig | SFTConfig | None = None,  # training settings; default `PiSSAConfig("pissa-out")`
-                 *,
-                 peft_config: LoraConfig | None = None,  # default: `args.lora_config()` (or `pissa_config()` for an SFTConfig)
-                 base_model: str | None = None,  # Hub repo id of the base, for the card (found from `model` when a path/repo)
-                 base_revision: str | None = None,  # its commit
-                 hub_endpoint: str | None = None,  # where a repo id `model` is pulled from
-                 hub_token: str | None = None,  # token for that Hub
-                 **kwargs):  # the rest of `SFTTrainer`'s arguments (train_dataset, processing_class, ...)
+    def __init__(
+        self,
+        model,  # a transformers model, or a folder / repo id loaded with `adaptkit.models.load_causal_lm`
+        args: PiSSAConfig | SFTConfig | None = None,  # training settings; default `PiSSAConfig("pissa-out")`
+        train_dataset=None,  # the training rows, as `SFTTrainer` takes them (prompt/completion, messages, text)
+        *,
+        peft_config: LoraConfig | None = None,  # default: `args.lora_config()` (or `pissa_config()` for an SFTConfig)
+        base_model: str | None = None,  # Hub repo id of the base, for the card (found from `model` when a path/repo)
+        base_revision: str | None = None,  # its commit
+        hub_endpoint: str | None = None,  # where a repo id `model` is pulled from
+        hub_token: str | None = None,  # token for that Hub
+        **kwargs,  # the rest of `SFTTrainer`'s arguments (processing_class, eval_dataset, ...)
+    ):
         args = args or PiSSAConfig("pissa-out")
-        model, src = load_base(model, revision=base_revision, endpoint=hub_endpoint, token=hub_token)
-        self.base_model, self.base_revision = base_model or src.get("repo_id"), base_revision or src.get("revision")
-        self.base_fingerprint = fingerprint(model)  # of the untouched base, before init turns it into the residual
+        model = self._load_base(model, base_model, base_revision, hub_endpoint, hub_token)  # before init changes it
         self.init_dir = Path(args.output_dir) / "_pissa_init"
         self.pissa = peft_config or (args.lora_config() if isinstance(args, PiSSAConfig) else pissa_config())
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message="init_pissa replaced")  # the trainer owns the changed model
             model = init_pissa(model, self.pissa, init_dir=self.init_dir, seed=args.seed)
-        super().__init__(model=model, args=args, **kwargs)
+        super().__init__(model=model, args=args, train_dataset=train_dataset, **kwargs)
 
 # %% ../../nbs/pissa/02_trainer.ipynb #27cf5817
 @patch
 def artifact(self: PiSSATrainer) -> PiSSAAdapter:
     "The trained adapter as a `PiSSAAdapter` (converted to a plain LoRA when saved), with its base and settings."
     cfg, a = self.pissa, self.args
-    adapter = PiSSAAdapter(self.model, self.processing_class, init_dir=self.init_dir)
-    adapter.base_model, adapter.base_revision, adapter.base_fingerprint = self.base_model, self.base_revision, self.base_fingerprint
+    adapter = self._stamped(PiSSAAdapter(self.model, self.processing_class, init_dir=self.init_dir))
     targets = sorted(cfg.target_modules) if isinstance(cfg.target_modules, set) else cfg.target_modules
-    adapter.settings = {"pissa_rank": cfg.r, "pissa_alpha": cfg.lora_alpha, "lora_rank": 2 * cfg.r, "lora_alpha": 2 * cfg.lora_alpha,
-                        "init_lora_weights": cfg.init_lora_weights, "target_modules": targets, "learning_rate": a.learning_rate,
-                        "lr_scheduler_type": str(getattr(a.lr_scheduler_type, "value", a.lr_scheduler_type)),
-                        "warmup_steps": a.warmup_steps, "max_steps": a.max_steps, "num_train_epochs": a.num_train_epochs,
-                        "per_device_train_batch_size": a.per_device_train_batch_size, "seed": a.seed,
-                        "global_step": self.state.global_step}
+    adapter.settings = {
+        "pissa_rank": cfg.r,
+        "pissa_alpha": cfg.lora_alpha,
+        "lora_rank": 2 * cfg.r,
+        "lora_alpha": 2 * cfg.lora_alpha,
+        "init_lora_weights": cfg.init_lora_weights,
+        "target_modules": targets,
+        "learning_rate": a.learning_rate,
+        "lr_scheduler_type": str(getattr(a.lr_scheduler_type, "value", a.lr_scheduler_type)),
+        "warmup_steps": a.warmup_steps,
+        "max_steps": a.max_steps,
+        "num_train_epochs": a.num_train_epochs,
+        "per_device_train_batch_size": a.per_device_train_batch_size,
+        "seed": a.seed,
+        "global_step": self.state.global_step,
+    }
     return adapter

@@ -7,8 +7,6 @@ import os
 import sys
 from pathlib import Path
 
-import torch
-
 from adaptkit.aligner.trainer import AlignerConfig, AlignerTrainer
 from adaptkit.models import load_tokenizer
 

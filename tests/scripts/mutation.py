@@ -69,6 +69,7 @@ def run_module(name: str, spec: dict, max_children: int, timeout: float | None =
 def _docstring_only(key: str, file: str) -> bool:
     "Whether mutant `key` changes only its function's docstring, which nothing in adaptkit reads at run time."
     import ast
+
     import libcst as cst
     from mutmut.mutation.diff_apply import read_functions_from_index
     functions = read_functions_from_index(key, file)
@@ -96,8 +97,9 @@ def _fastest_tests_first():
 
 def _run_one(name: str, max_children: int):
     "In the child process: patch mutmut's config with the module's files and tests, make mutants, run the core ones."
-    import mutmut.__main__ as mm
     from fnmatch import fnmatch
+
+    import mutmut.__main__ as mm
     from mutmut.configuration import config
     from mutmut.mutation.data import SourceFileMutationData
     from mutmut.mutation.trampoline import set_mutant_under_test
@@ -131,6 +133,7 @@ def _changed_lines(diff: str) -> str:
 def collect(name: str, spec: dict, previous: dict) -> dict:
     "The counts and survivors of one module, from mutmut's .meta files; `why` kept from `previous` when unchanged."
     from fnmatch import fnmatch
+
     from mutmut.mutation.diff_apply import get_diff_for_mutant
     from mutmut.stats import status_by_exit_code
     globs = {f: mutant_glob(f) for f in spec["functions"]}
