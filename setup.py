@@ -35,7 +35,8 @@ setuptools.setup(
     + [f"Programming Language :: Python :: {v}" for v in py_versions[py_versions.index(min_python):]],
     packages=setuptools.find_packages(include=[cfg["lib_name"], f"{cfg['lib_name']}.*"]),
     include_package_data=True,
-    package_data={cfg["lib_name"]: ["templates/*.md", "cli_help.json"]},  # model-card templates, stored CLI help
+    # each method's card template beside its code, the plain checkpoint's in hub/, the stored CLI help
+    package_data={"": ["card.md", "checkpoint.md"], cfg["lib_name"]: ["cli_help.json"]},
     python_requires=f">={min_python}",
     install_requires=cfg["requirements"].split(),
     extras_require={"dev": cfg["dev_requirements"].split(), "vllm": cfg["optional_requirements"].split()},

@@ -79,7 +79,7 @@ _PUBLIC = {
         "train_discriminator",
         "filter_prompts",
     ],
-    "emr": ["emr_merge", "EMRBundle", "task_arithmetic", "ties_merge"],
+    "emr": ["emr_merge", "EMRBundle", "MergedModel", "task_arithmetic", "ties_merge"],
 }
 _WHERE = {name: module for module, names in _PUBLIC.items() for name in names}
 __all__ = sorted(_WHERE)

@@ -20,7 +20,8 @@ from .hub import pull, read_metadata, source_of, write_folder
 # %% auto #0
 __all__ = ['CHATML_TEMPLATE', 'SMOLLM2_REPO', 'load_causal_lm', 'load_tokenizer', 'load_base', 'load_adapter', 'tiny_tokenizer',
            'tiny_causal_lm', 'default_bf16', 'merged', 'generate_batched', 'encode_completion', 'completion_collator',
-           'BaseMismatchError', 'fingerprint', 'check_base', 'from_gguf', 'cache_dir', 'packaged_file', 'smollm2']
+           'BaseMismatchError', 'fingerprint', 'fingerprint_mismatch', 'check_base', 'from_gguf', 'cache_dir',
+           'packaged_file', 'smollm2']
 
 # %% ../nbs/03_models.ipynb #798be5b5
 def load_causal_lm(
@@ -267,6 +268,15 @@ def _model_name(model) -> str:
     name = getattr(getattr(model, "config", None), "name_or_path", "") or ""
     return repr(name) if name else f"an in-memory {type(model).__name__}"
 
+def fingerprint_mismatch(
+    want: dict,  # a recorded `fingerprint`
+    got: dict,  # the fingerprint of the same weights now
+    rtol: float = 1e-4,  # relative tolerance of each sum
+) -> str | None:
+    "The first weight whose sums differ between `want` and `got` (or that `got` lacks); None when they agree."
+    close = lambda a, b: all(math.isclose(x, y, rel_tol=rtol, abs_tol=1e-6) for x, y in zip(a, b))
+    return next((k for k in want if got.get(k) is None or not close(want[k], got[k])), None)
+
 def check_base(
     model,  # the base the artifact is about to be used with
     source: dict,  # the artifact's record: `base_model`, `base_revision`, `fingerprint`
@@ -280,16 +290,7 @@ def check_base(
     want = source.get("fingerprint")
     if not want: return
     got = fingerprint(model, names=list(want))
-    bad = next(
-        (
-            k
-            for k in want
-            if got[k] is None
-            or not all(math.isclose(a, b, rel_tol=rtol, abs_tol=1e-6) for a, b in zip(want[k], got[k]))
-        ),
-        None,
-    )
-    if bad is None: return
+    if (bad := fingerprint_mismatch(want, got, rtol)) is None: return
     recorded = source.get("base_model") or "a local base"
     if source.get("base_revision"): recorded += f"@{source['base_revision'][:12]}"
     why = "has no tensor" if got[bad] is None else "differs in"

@@ -64,7 +64,7 @@ def test_every_artifact_has_the_contracts_verbs_with_one_signature():
     classes = artifact_classes()
     names = {c.__name__ for c in classes}
     assert {"PiSSAAdapter", "Aligner", "AlignedPolicy", "ImmunisedModel", "Discriminator", "TransferredAdapter",
-            "EMRBundle"} <= names, names
+            "EMRBundle", "MergedModel"} <= names, names
     assert not verb_differences(classes), verb_differences(classes)
 
 

@@ -314,9 +314,9 @@ def replace_weights(folder, rel, tensors):
     "Write `tensors` as the bundle's file `rel` and record its new sha256 (the headers, not the hashes, must catch it)."
     from safetensors.torch import save_file
 
-    from adaptkit.emr.format import _sha256
+    from adaptkit.hub import sha256_file
     save_file(tensors, folder / rel)
-    edit_meta(folder, lambda m: m["files"].update({rel: _sha256(folder / rel)}))
+    edit_meta(folder, lambda m: m["files"].update({rel: sha256_file(folder / rel)}))
 
 
 @pytest.mark.parametrize("edit, message", [

@@ -10,7 +10,6 @@ import json
 import math
 import os
 import shutil
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -19,9 +18,9 @@ import torch
 from fastcore.basics import patch
 
 from ..artifacts import Artifact
-from .format import FORMAT, VERSION, BundleError, _check_results, _read_meta, _sha256, _weight_files
+from .format import FORMAT, VERSION, BundleError, _check_results, _read_meta, _weight_files
 from .inputs import _build_model
-from ..hub import pull, repo_link, write_folder, write_metadata
+from ..hub import pull, repo_link, sha256_file, write_folder, write_json, write_metadata
 from ..tensorfiles import DTYPES, ShardWriter, TensorFiles
 
 # %% auto #0
@@ -247,19 +246,13 @@ def _card_fields(self: EMRBundle) -> dict:
     _check_results("EMRBundle.results", self.results)
     return _card_parts(self.meta, _task_configs(self))
 
-def _write_record_file(folder: Path, meta: dict):
-    "Write `folder`'s emr.json atomically (a temporary file renamed over it)."
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".emr.json.")
-    with os.fdopen(fd, "w", encoding="utf-8") as f: f.write(json.dumps(meta, indent=1) + "\n")
-    os.replace(tmp, folder / "emr.json")
-
 def _record_in_copy(folder: Path, meta: dict, results: list[dict]) -> dict:
     "`meta` with `results`, written as the emr.json of `folder`, a bundle's copy (a version 1 bundle gets its sha256s)."
     meta = meta | {"results": results}
     if "files" not in meta:
-        meta |= {"version": VERSION, "files": {rel: _sha256(folder / rel) for rel in sorted(_weight_files(folder))}}
+        meta |= {"version": VERSION, "files": {rel: sha256_file(folder / rel) for rel in sorted(_weight_files(folder))}}
     (folder / "emr.json").unlink(missing_ok=True)  # a hard link to the source's emr.json: never written through
-    _write_record_file(folder, meta)
+    write_json(folder / "emr.json", meta, indent=1)
     return meta
 
 def _link_or_copy(src: str, dst: str):

@@ -5,7 +5,6 @@
 # %% ../../nbs/emr/02_format.ipynb #bbeb37ca
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import re
@@ -16,7 +15,7 @@ import numpy as np
 import torch
 
 from .inputs import _MERGEABLE, _check_task_name, _exclude_patterns
-from ..hub import is_repo_id, leftover_folders, write_metadata
+from ..hub import is_repo_id, leftover_folders, sha256_file, write_metadata
 from ..tensorfiles import DTYPES, TensorFiles
 
 # %% auto #0
@@ -60,10 +59,6 @@ def _base_reference(base) -> dict | None:
         {"prefix": base.prefix} if base.prefix else {}
     )
 
-def _sha256(path: Path) -> str:
-    "The hex sha256 of a file."
-    with open(path, "rb") as f: return hashlib.file_digest(f, "sha256").hexdigest()
-
 def _new_record(plan, base, tasks: dict, rescalers: list, rescale: str, exclude, reference: dict | None) -> dict:
     "emr.json's content for a fresh merge (without `files`)."
     return {"format": FORMAT, "version": VERSION, "method": "EMR-Merging (arXiv 2405.17461)", "rescale": rescale,
@@ -79,7 +74,7 @@ def _write_record(folder: Path, record: dict, base, tasks: dict, weight_sha256s:
     configs = {f"tasks/{t}/config.json": m.config for t, m in tasks.items() if m.config}
     if record["base"].get("path") == "base" and base.config: configs["base/config.json"] = base.config
     for rel, config in configs.items(): (folder / rel).write_text(json.dumps(config, indent=2) + "\n")
-    files = weight_sha256s | {rel: _sha256(folder / rel) for rel in configs}
+    files = weight_sha256s | {rel: sha256_file(folder / rel) for rel in configs}
     (folder / "emr.json").write_text(json.dumps(record | {"files": dict(sorted(files.items()))}, indent=1) + "\n")
     write_metadata(folder, emr={"format": FORMAT, "version": VERSION, "tasks": record["tasks"]})
 
@@ -193,7 +188,7 @@ def _verify_files(folder: Path, files: dict):
     if extra := sorted(on_disk - set(files)):
         raise BundleError(f"{folder / extra[0]}: not listed in emr.json's files")
     for rel, want in files.items():
-        if (got := _sha256(folder / rel)) != want:
+        if (got := sha256_file(folder / rel)) != want:
             raise BundleError(f"{folder / rel}: sha256 {got[:12]}... differs from emr.json's {want[:12]}...: "
                               "the file was altered or damaged")
 

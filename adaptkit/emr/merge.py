@@ -5,6 +5,7 @@
 # %% ../../nbs/emr/04_merge.ipynb #0748a6ef
 from __future__ import annotations
 
+import json
 import math
 import shutil
 import tempfile
@@ -12,15 +13,25 @@ import weakref
 from collections import deque
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from safetensors.torch import load_file, save_file
 from tqdm.auto import tqdm
 
+from ..artifacts import Artifact
 from .bundle import EMRBundle, _replace_folder
 from .format import _base_reference, _new_record, _write_record, pack_mask
-from .inputs import _build_model, _check_finite, _MergePlan, _ModelSource, _open_inputs, _plan_merge
+from adaptkit.emr.inputs import (
+    _build_model,
+    _check_finite,
+    _check_task_name,
+    _MergePlan,
+    _ModelSource,
+    _open_inputs,
+    _plan_merge,
+)
+from ..hub import write_metadata
 from ..tensorfiles import DTYPES, ShardWriter, StreamWriter, size_in_bytes
 
 # %% auto #0
@@ -274,12 +285,20 @@ def emr_merge(
     return bundle
 
 # %% ../../nbs/emr/04_merge.ipynb #91873265
-@dataclass
-class MergedModel:
+class MergedModel(Artifact):
     "One merged model (task arithmetic, TIES) plus each task's own unmerged tensors (heads) and config."
-    state_dict: dict  # merged tensor name -> tensor
-    heads: dict  # task -> {tensor name -> tensor} of its own tensors
-    configs: dict  # task -> its config dict (or the base's)
+    kind, commit_message, pipeline_tag = "merged-model", "Upload merged model with adaptkit", None
+
+    def __init__(
+        self,
+        state_dict: dict,  # merged tensor name -> tensor
+        heads: dict,  # task -> {tensor name -> tensor} of its own tensors
+        configs: dict,  # task -> its config dict (or the base's)
+    ):
+        self.state_dict, self.heads, self.configs = state_dict, heads, configs
+
+    @property
+    def tasks(self) -> list[str]: return list(self.heads)
 
     def task_state_dict(self, task: str) -> dict: return self.state_dict | self.heads[task]
 
@@ -287,6 +306,35 @@ class MergedModel:
         "The transformers model of `task`: the merged weights with the task's own head and config."
         dtype = dtype or next(iter(self.state_dict.values())).dtype
         return _build_model(self.configs[task], self.task_state_dict(task), dtype, f"task {task!r}", **kwargs)
+
+    def _write(self, folder: Path) -> None:
+        "`merged/model.safetensors`, and per task `tasks/<task>/own.safetensors` with its `config.json`."
+        contiguous = lambda sd: {k: v.contiguous() for k, v in sd.items()}
+        (folder / "merged").mkdir()
+        save_file(contiguous(self.state_dict), folder / "merged" / "model.safetensors")
+        for task, head in self.heads.items():
+            (d := folder / "tasks" / _check_task_name(task)).mkdir(parents=True)
+            save_file(contiguous(head), d / "own.safetensors")
+            if self.configs.get(task): (d / "config.json").write_text(json.dumps(self.configs[task], indent=2) + "\n")
+        write_metadata(folder, merged={"tasks": self.tasks})
+
+    @classmethod
+    def _read(cls, folder: Path, record: dict, **_) -> MergedModel:
+        "The merged model in `folder`, its task names checked before they become paths."
+        tasks = [_check_task_name(t) for t in (record.get("merged") or {}).get("tasks", [])]
+        config = lambda t: json.loads(p.read_text()) if (p := folder / "tasks" / t / "config.json").is_file() else None
+        heads = {t: load_file(folder / "tasks" / t / "own.safetensors") for t in tasks}
+        return cls(load_file(folder / "merged" / "model.safetensors"), heads, {t: config(t) for t in tasks})
+
+    def _card_fields(self) -> dict:
+        method = (self.settings or {}).get("method", "a merge")
+        names = ", ".join(f"`{t}`" for t in self.tasks)
+        summary = (f"One model merged with {method} from {len(self.tasks)} task models fine-tuned from one base "
+                   f"(tasks: {names}), plus each task's own unmerged tensors (heads). "
+                   "A baseline for EMR-Merging: load the model of one task.")
+        usage = ("from adaptkit.emr import MergedModel\n\nmerged = MergedModel.from_pretrained(REPO_ID)\n"
+                 f"model = merged.load_task_model({self.tasks[0]!r})" if self.tasks else "")
+        return {"summary": summary, "usage": usage}
 
 def _merge_into_one(pretrained, finetuned, exclude, endpoint, token, combine: Callable, progress: bool) -> MergedModel:
     "Merge the shared tensors with `combine(task_vectors) -> merged task vector`, tensor by tensor; keep the heads."
@@ -297,7 +345,9 @@ def _merge_into_one(pretrained, finetuned, exclude, endpoint, token, combine: Ca
         task_vectors = [_check_finite(m.delta(name, b.float()), name, f"task {t!r}") for t, m in tasks.items()]
         merged[name] = (b.float() + combine(task_vectors)).to(b.dtype)
     heads = {t: {n: m.tensor(n, lambda n=n: base.read(n)) for n in plan.own[t]} for t, m in tasks.items()}
-    return MergedModel(merged, heads, {t: m.config or base.config for t, m in tasks.items()})
+    out = MergedModel(merged, heads, {t: m.config or base.config for t, m in tasks.items()})
+    out.base_model, out.base_revision = base.origin.get("repo_id"), base.origin.get("revision")
+    return out
 
 def task_arithmetic(
     pretrained,  # the base (same kinds as `emr_merge`)
@@ -312,8 +362,10 @@ def task_arithmetic(
     "Task arithmetic: the base plus `scaling` times the sum of the task vectors (peft's `task_arithmetic`)."
     from peft.utils import merge_utils
     weights = torch.full((len(finetuned),), float(scaling))
-    return _merge_into_one(pretrained, finetuned, exclude, endpoint, token,
-                           lambda task_vectors: merge_utils.task_arithmetic(task_vectors, weights), progress)
+    out = _merge_into_one(pretrained, finetuned, exclude, endpoint, token,
+                          lambda task_vectors: merge_utils.task_arithmetic(task_vectors, weights), progress)
+    out.settings = {"method": "task arithmetic", "scaling": scaling, "tasks": out.tasks}
+    return out
 
 def ties_merge(
     pretrained,  # the base (same kinds as `emr_merge`)
@@ -329,5 +381,7 @@ def ties_merge(
     "TIES-Merging: trim, elect sign, disjoint mean, scaled (peft's `ties`)."
     from peft.utils import merge_utils
     weights = torch.full((len(finetuned),), float(scaling))
-    return _merge_into_one(pretrained, finetuned, exclude, endpoint, token,
-                           lambda task_vectors: merge_utils.ties(task_vectors, weights, density), progress)
+    out = _merge_into_one(pretrained, finetuned, exclude, endpoint, token,
+                          lambda task_vectors: merge_utils.ties(task_vectors, weights, density), progress)
+    out.settings = {"method": "TIES", "density": density, "scaling": scaling, "tasks": out.tasks}
+    return out

@@ -13,7 +13,7 @@ from huggingface_hub import EvalResult, ModelCard, ModelCardData
 from .client import is_repo_id
 
 # %% auto #0
-__all__ = ['PAPERS', 'repo_link', 'render_card']
+__all__ = ['PAPERS', 'markdown_table', 'repo_link', 'render_card']
 
 # %% ../../nbs/hub/02_cards.ipynb #5cb92ac4
 PAPERS = {
@@ -29,7 +29,11 @@ PAPERS = {
 
 
 # %% ../../nbs/hub/02_cards.ipynb #bbd778d9
-_TEMPLATES = Path(str(importlib.resources.files("adaptkit"))) / "templates"  # shipped as package data
+_PACKAGE = Path(str(importlib.resources.files("adaptkit")))
+
+def _template(method: str | None) -> Path:
+    "A method's card template, `card.md` in its package; `hub/checkpoint.md` for a plain checkpoint (package data)."
+    return _PACKAGE / method / "card.md" if method else _PACKAGE / "hub" / "checkpoint.md"
 
 def _eval_result(r: dict) -> EvalResult:
     "A `model-index` entry from a plain result dict (task, dataset, metric, value; optional split, names)."
@@ -37,8 +41,11 @@ def _eval_result(r: dict) -> EvalResult:
                       dataset_name=r.get("dataset_name", r["dataset"]), dataset_split=r.get("split"),
                       metric_type=r["metric"], metric_value=r["value"], metric_name=r.get("metric_name"))
 
-def _table(rows: list[list], header: list[str]) -> str:
-    "A markdown table."
+def markdown_table(
+    rows: list[list],  # the cells, row by row (any values, shown with `str`)
+    header: list[str],  # the column names
+) -> str:
+    "A markdown table, as cards show settings, results and stages."
     return "\n".join(["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
                      + ["| " + " | ".join(str(c) for c in row) + " |" for row in rows])
 
@@ -99,7 +106,7 @@ def render_card(
     base_line = ("Base model: " + ", ".join(repo_link(b, None, hub_url) for b in bases)
                  + (f" at revision `{base_revision}`." if base_revision else ".")) if bases else ""
     results_table = (
-        _table(
+        markdown_table(
             [
                 [
                     r["task"],
@@ -116,13 +123,13 @@ def render_card(
         else "No evaluation results were recorded for this artifact."
     )
     settings_table = (
-        _table([[f"`{k}`", f"`{v}`"] for k, v in (settings or {}).items()], ["setting", "value"])
+        markdown_table([[f"`{k}`", f"`{v}`"] for k, v in (settings or {}).items()], ["setting", "value"])
         if settings
         else "No settings were recorded."
     )
     return ModelCard.from_template(
         data,
-        template_path=str(_TEMPLATES / f"{method or 'checkpoint'}.md"),
+        template_path=str(_template(method)),
         model_name=model_name,
         summary=summary,
         made_with=_made_with(method),

@@ -23,9 +23,9 @@ from huggingface_hub.utils import HFValidationError, validate_repo_id
 _log = logging.getLogger(__name__)
 
 # %% auto #0
-__all__ = ['METADATA_FILE', 'is_repo_id', 'looks_like_path', 'read_metadata', 'write_metadata', 'sha256_file', 'file_checksums',
-           'verify_checksums', 'leftover_folders', 'write_folder', 'pull', 'source_of', 'PushConflictError',
-           'push_folder']
+__all__ = ['METADATA_FILE', 'is_repo_id', 'looks_like_path', 'read_metadata', 'write_json', 'write_metadata', 'sha256_file',
+           'file_checksums', 'verify_checksums', 'leftover_folders', 'write_folder', 'pull', 'source_of',
+           'PushConflictError', 'push_folder']
 
 # %% ../../nbs/hub/01_client.ipynb #6d2b5f6a
 _PATH_SUFFIXES = (".jsonl", ".json", ".csv", ".tsv", ".txt", ".parquet", ".arrow", ".safetensors", ".gguf", ".bin",
@@ -74,15 +74,27 @@ def read_metadata(
     path = Path(folder) / METADATA_FILE
     return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
 
+def write_json(
+    path: str | Path,  # the file to write (replaced)
+    data,  # anything `json.dumps` takes
+    **dumps_kwargs,  # `json.dumps` options (indent, sort_keys...)
+) -> None:
+    "Write `data` as JSON to `path` atomically: a temporary file beside it, renamed over it (a kill leaves old or new)."
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f: f.write(json.dumps(data, **dumps_kwargs) + "\n")
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True); raise
+
 def write_metadata(
     folder: str | Path,  # an artifact folder
     **updates,  # top-level keys to set
 ) -> dict:
     "Merge `updates` into `folder`'s `adaptkit.json`, written atomically; return the result."
     meta = {**read_metadata(folder), **updates}
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{METADATA_FILE}.")
-    with os.fdopen(fd, "w", encoding="utf-8") as f: f.write(json.dumps(meta, indent=2, sort_keys=True) + "\n")
-    os.replace(tmp, Path(folder) / METADATA_FILE)
+    write_json(Path(folder) / METADATA_FILE, meta, indent=2, sort_keys=True)
     return meta
 
 # %% ../../nbs/hub/01_client.ipynb #396ef37f

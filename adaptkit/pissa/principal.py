@@ -18,7 +18,7 @@ from peft.tuners.lora import LoraLayer
 from peft.utils.other import transpose
 
 from ..hub import is_repo_id, read_metadata, write_folder, write_metadata
-from ..models import fingerprint
+from ..models import fingerprint, fingerprint_mismatch
 
 # %% auto #0
 __all__ = ['NF4_LEVELS', 'pissa_config', 'principal_parts', 'init_pissa', 'save_pissa_as_lora', 'save_pissa_residual',
@@ -86,15 +86,6 @@ def _is_quantized(model) -> bool:
     if getattr(model, "is_quantized", False) or getattr(model, "hf_quantizer", None) is not None: return True
     return any(p.dtype not in (torch.float32, torch.float16, torch.bfloat16, torch.float64) for p in model.parameters())
 
-def _fingerprint(peft_model: PeftModel, n: int = 4) -> dict[str, list[float]]:
-    "Sum and sum of squares (float64) of the first `n` adapted base weights, a cheap fingerprint of the base."
-    out = {}
-    for name, mod in peft_model.base_model.model.named_modules():
-        if isinstance(mod, LoraLayer) and len(out) < n:
-            w = mod.get_base_layer().weight.detach().double()
-            out[name] = [w.sum().item(), w.square().sum().item()]
-    return out
-
 def _residual_weights(peft_model: PeftModel, n: int = 4) -> dict[str, list[float]]:
     "`models.fingerprint` of the first `n` adapted weights: the residuals after init, which differ from the base's."
     modules = peft_model.base_model.model.named_modules()
@@ -113,8 +104,8 @@ def _base_name(peft_model: PeftModel) -> str:
     return getattr(peft_model.get_base_model().config, "_name_or_path", "") or "an unnamed model"
 
 def _fingerprint_matches(saved: dict, current: dict, rtol: float = 1e-4) -> bool:
-    return saved.keys() == current.keys() and all(
-        math.isclose(a, b, rel_tol=rtol, abs_tol=1e-6) for k in saved for a, b in zip(saved[k], current[k]))
+    "Whether two fingerprints name the same weights with the same sums."
+    return saved.keys() == current.keys() and fingerprint_mismatch(saved, current, rtol) is None
 
 # %% ../../nbs/pissa/01_principal.ipynb #56df5255
 _CHUNK_ELEMENTS = 2**26  # weights decomposed in one batched call (256 MB in float32)
@@ -182,7 +173,7 @@ def init_pissa(
             "init_lora_weights": init,
             "seed": seed,
             "base": _base_name(peft_model),
-            "residual_fingerprint": _fingerprint(peft_model),
+            "residual_fingerprint": _residual_weights(peft_model),
             "base_fingerprint": base_fingerprint,
         },
         # the initial adapter goes on the residual model only: `models.load_adapter` refuses the untouched base
@@ -199,7 +190,7 @@ def _check_init_dir(peft_model: PeftModel, init_dir: Path) -> dict:
     if not (init_dir / "adapter_config.json").is_file() or meta.get("role") != "initial adapter":
         raise FileNotFoundError(f"{init_dir}: no initial PiSSA adapter here; conversion needs the folder that "
                                 "init_pissa(..., init_dir=...) wrote before training")
-    if not _fingerprint_matches(meta["residual_fingerprint"], _fingerprint(peft_model)):
+    if not _fingerprint_matches(meta["residual_fingerprint"], _residual_weights(peft_model)):
         raise ValueError(f"{init_dir} is the initial adapter of {meta.get('base', 'another model')}, not of this model "
                          f"({_base_name(peft_model)}): their residual weights differ; convert with the init_dir that "
                          "init_pissa wrote for this model")
@@ -243,7 +234,7 @@ def save_pissa_residual(
     _save_as_plain_lora_init(peft_model, out_dir / "pissa_adapter")
     init = peft_model.peft_config["default"].init_lora_weights
     write_metadata(out_dir / "pissa_adapter", pissa={"role": "residual adapter", "init_lora_weights": init,
-                                                     "residual_fingerprint": _fingerprint(peft_model)})
+                                                     "residual_fingerprint": _residual_weights(peft_model)})
     return out_dir
 
 def load_pissa_adapter(
@@ -255,7 +246,7 @@ def load_pissa_adapter(
     peft_model = PeftModel.from_pretrained(model, adapter_dir, **kwargs)
     meta = read_metadata(adapter_dir).get("pissa", {})
     if meta.get("role") == "residual adapter" and not _fingerprint_matches(
-        meta["residual_fingerprint"], _fingerprint(peft_model)
+        meta["residual_fingerprint"], _residual_weights(peft_model)
     ):
         raise ValueError(
             f"{adapter_dir} is a PiSSA adapter trained on a residual model (W - B0 A0), and this base is not "

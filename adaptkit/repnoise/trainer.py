@@ -18,7 +18,7 @@ from transformers import Trainer, TrainingArguments
 
 from ..artifacts import ArtifactTrainerMixin, ModelArtifact
 from ..data import HARMFUL_PAIRS, DataError, load_rows, validate_rows
-from ..hub import PAPERS, write_metadata
+from ..hub import PAPERS, markdown_table, write_metadata
 from ..models import completion_collator, default_bf16, encode_completion
 from .loss import LayerCapture, repnoise_loss
 
@@ -286,10 +286,7 @@ def _attack_table(report: Mapping | None) -> str:
         for name, by_lr in report.get("after", {}).items()
         for lr, m in by_lr.items()
     ]
-    head = ["model", "when", *keys]
-    return "\n".join(
-        ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)] + ["| " + " | ".join(r) + " |" for r in rows]
-    )
+    return markdown_table(rows, ["model", "when", *keys])
 
 class ImmunisedModel(ModelArtifact):
     "A causal LM immunised with RepNoise: a plain checkpoint, with its defence settings and attack report on the card."

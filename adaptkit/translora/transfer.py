@@ -19,7 +19,7 @@ from fastcore.basics import patch
 from trl import SFTTrainer
 
 from ..artifacts import AdapterArtifact, ArtifactTrainerMixin
-from ..hub import PAPERS, is_repo_id, pull, read_metadata, repo_link, source_of, write_metadata
+from ..hub import PAPERS, is_repo_id, markdown_table, pull, read_metadata, repo_link, source_of, write_metadata
 from adaptkit.models import (
     completion_collator,
     encode_completion,
@@ -184,7 +184,7 @@ def _card_fields(self: TransferredAdapter) -> dict:
     if self.answers.get("rows"):
         common = ", ".join(f"`{a}` {c}" for a, c in self.answers["most_common"])
         stages += [["teacher answers: distinct", self.answers["distinct"]], ["teacher answers: most common", common]]
-    table = "\n".join(["| stage | value |", "|---|---|"] + [f"| {k} | {v} |" for k, v in stages]) if stages else ""
+    table = markdown_table(stages, ["stage", "value"]) if stages else ""
     usage = (
         "from adaptkit.translora import TransferredAdapter\n\nadapter = TransferredAdapter.from_pretrained(REPO_ID)  "
         "# on its recorded base, checked\nmodel = adapter.model\n# or, with stock PEFT:\nfrom peft import "
