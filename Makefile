@@ -35,7 +35,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check adaptkit nbs tests benchmarks docs
 
 # The notebooks are the source: exporting must leave adaptkit/ unchanged, cleaning must leave nbs/ unchanged. (The
-# stored CLI help depends on upstream wording too: tests/test_cli.py checks it against adaptkit's source.)
+# stored CLI help depends on upstream wording too: tests/project/test_cli.py checks it against adaptkit's source.)
 check-nbs: $(STAMP)
 	@sum() { find "$$@" -type f \( -name '*.py' -o -name '*.ipynb' -o -name '*.json' \) -not -path '*/.ipynb_checkpoints/*' -print0 | sort -z | xargs -0 md5sum; }; \
 	before=$$(sum adaptkit); $(BIN)/nbdev_export; \
@@ -53,7 +53,7 @@ $(OLAH): requirements-olah.txt
 	@test -x .venv-olah/bin/python || $(PYTHON) -m venv .venv-olah
 	.venv-olah/bin/pip install -q -r requirements-olah.txt
 
-# The docs site (MkDocs, from nbs/, no Quarto) goes to _docs/; tests/test_docs.py opens it in Debian's headless Chromium.
+# The docs site (MkDocs, from nbs/, no Quarto) goes to _docs/; tests/project/test_docs.py opens it in Debian's headless Chromium.
 CHROMEDRIVER := /usr/bin/chromedriver
 $(CHROMEDRIVER):
 	@command -v chromium >/dev/null && test -x $@ || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium chromium-driver; }
@@ -97,4 +97,4 @@ test-oldest: $(OLDEST)
 	.venv-oldest/bin/pip install -q -c $(OLDEST) torch
 	.venv-oldest/bin/pip install -q -c $(OLDEST) -e ".[dev]"
 	.venv-oldest/bin/pip install -q --no-deps $(ASSETS)
-	.venv-oldest/bin/python -m pytest -q tests/ --ignore=tests/test_docs.py --ignore=tests/test_localhub_olah.py
+	.venv-oldest/bin/python -m pytest -q tests/ --ignore=tests/project/test_docs.py --ignore=tests/localhub/test_olah.py

@@ -1,4 +1,4 @@
-"""Trains a tiny aligner for a few steps; tests/test_multiprocess.py runs it under
+"""Trains a tiny aligner for a few steps; tests/project/test_multiprocess.py runs it under
 `accelerate launch --cpu --num_processes 2`.
 Each rank writes the SHA-256 of its final weights (and the world size it saw) to OUT/rank{N}.json."""
 import hashlib

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from safetensors.torch import load_file
 
-SCRIPT = Path(__file__).parent / "scripts" / "ddp_aligner.py"
+SCRIPT = Path(__file__).parents[1] / "scripts" / "ddp_aligner.py"
 
 
 def free_port() -> int:

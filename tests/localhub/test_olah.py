@@ -15,7 +15,7 @@ from huggingface_hub import HfApi, constants, hf_hub_download, snapshot_download
 from adaptkit.localhub.server import LocalHub
 from adaptkit.localhub.storage import GITATTRIBUTES
 
-OLAH = Path(__file__).resolve().parents[1] / ".venv-olah" / "bin" / "olah-cli"
+OLAH = Path(__file__).resolve().parents[2] / ".venv-olah" / "bin" / "olah-cli"
 pytestmark = pytest.mark.skipif(
     not OLAH.exists(),
     reason=f"olah is not installed at {OLAH} (python3 -m venv .venv-olah && .venv-olah/bin/pip install olah==0.5.4)",

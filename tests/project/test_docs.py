@@ -18,7 +18,7 @@ from urllib.parse import urldefrag, urlparse
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "tests" / "artifacts" / "docs"
 INSTALL_HINT = "`make docs` installs them (Debian: apt-get install -y chromium chromium-driver)"
 

@@ -17,7 +17,7 @@ from adaptkit.emr.merge import EMRBundle
 from adaptkit.hub import pull, push_folder
 from adaptkit.models import load_causal_lm
 
-RECIPES = Path(__file__).resolve().parents[1] / "recipes"
+RECIPES = Path(__file__).resolve().parents[2] / "recipes"
 TINY_TRAIN = ["--max_steps", "2", "--per_device_train_batch_size", "2", "--use_cpu", "true", "--disable_tqdm", "true",
               "--report_to", "none"]
 
@@ -459,3 +459,30 @@ def test_help_without_the_stored_file_builds_the_parser(monkeypatch, tmp_path, c
     assert capsys.readouterr().out == adaptkit.cli.help_text("hub serve")
     assert adaptkit.cli.write_help_texts(tmp_path / "h.json") == tmp_path / "h.json"
     assert json.loads((tmp_path / "h.json").read_text())["hub serve"]["text"] == adaptkit.cli.help_text("hub serve")
+
+
+@pytest.mark.parametrize("argv, code, stream, part", [
+    ([], 0, "out", "usage: adaptkit <command>"),
+    (["--help"], 0, "out", "commands:\n  pissa"),
+    (["bogus"], 2, "err", "usage: adaptkit <command>"),
+    (["hub"], 2, "err", "  hub serve"),
+])
+def test_cli_usage_for_no_or_an_unknown_command(capsys, argv, code, stream, part):
+    from adaptkit.cli import main
+    assert main(argv) == code
+    out, err = capsys.readouterr()
+    assert part in (out if stream == "out" else err) and not (err if stream == "out" else out)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--finetuned", "a"], "--finetuned 'a': expected task=folder_or_repo_id"),
+    (["--finetuned", "=x"], "--finetuned '=x': expected task=folder_or_repo_id"),
+    (["--finetuned", "a="], "--finetuned 'a=': expected task=folder_or_repo_id"),
+    (["--finetuned", "a=x", "a=y"], "--finetuned: task 'a' given twice"),
+    (["--finetuned", "a=x", "--push_to_hub", "true"], "--push_to_hub needs --hub_model_id (namespace/name)"),
+])
+def test_cli_emr_arguments_are_checked_before_any_work(capsys, tmp_path, args, message):
+    from adaptkit.cli import main
+    assert main(["emr", "--pretrained", str(tmp_path / "none"), "--output_dir", str(tmp_path / "out"), *args]) == 2
+    assert capsys.readouterr().err == f"adaptkit emr: error: {message}\n"
+    assert not (tmp_path / "out").exists()

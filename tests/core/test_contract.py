@@ -4,6 +4,7 @@ uploads adaptkit's card, and every adapter refuses a base it was not made on."""
 import inspect
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -270,3 +271,13 @@ def test_a_damaged_file_of_any_artifact_is_named_on_load(hub, base_repo, tiny_to
     raw = bytearray(weights.read_bytes()); raw[-1] ^= 1; weights.write_bytes(bytes(raw))
     with pytest.raises(ValueError, match=f"{weights}: sha256 .* differs from adaptkit.json's"):
         adaptkit.PiSSAAdapter.from_pretrained(folder, base=tiny_causal_lm(tiny_tok))
+
+
+def test_an_unknown_method_or_a_missing_base_is_named(tmp_path):
+    from adaptkit.artifacts import _load_base_for
+    from adaptkit.hub import render_card
+    with pytest.raises(ValueError, match=re.escape("unknown method 'lora'; expected one of aligner, pissa, repnoise, "
+                                                   "translora, emr")):
+        render_card("lora", model_name="x")
+    with pytest.raises(ValueError, match=re.escape("my adapter records no base model repo id: pass base=")):
+        _load_base_for({"source": {"fingerprint": "abc"}}, None, "my adapter")
