@@ -281,3 +281,42 @@ def test_an_unknown_method_or_a_missing_base_is_named(tmp_path):
         render_card("lora", model_name="x")
     with pytest.raises(ValueError, match=re.escape("my adapter records no base model repo id: pass base=")):
         _load_base_for({"source": {"fingerprint": "abc"}}, None, "my adapter")
+
+
+def test_the_trainer_base_is_stamped_with_the_repo_and_commit_it_was_pulled_at(hub, tiny_tok, tiny_model_dir):
+    "`_load_base` stamps the repo id, the commit pulled (only for that repo) and the fingerprint before training."
+    from adaptkit.artifacts import AdapterArtifact, ArtifactTrainerMixin, ModelArtifact
+    from adaptkit.models import fingerprint, load_causal_lm
+    first = push_folder(tiny_model_dir, "me/base", endpoint=hub.endpoint)
+    other = tiny_causal_lm(tiny_tok, seed=3)
+    other.save_pretrained(tiny_model_dir.parent / "other-weights")
+    tiny_tok.save_pretrained(tiny_model_dir.parent / "other-weights")
+    push_folder(tiny_model_dir.parent / "other-weights", "me/base", endpoint=hub.endpoint)  # main moves on
+    t = ArtifactTrainerMixin()
+    model = t._load_base("me/base", base_revision=first, endpoint=hub.endpoint)
+    assert (t.base_model, t.base_revision) == ("me/base", first)
+    assert t.base_fingerprint == fingerprint(load_causal_lm(tiny_model_dir)) == fingerprint(model)
+    t._load_base("me/base", endpoint=hub.endpoint)  # no revision given: the commit main had when pulled
+    assert t.base_revision == HfApi(endpoint=hub.endpoint).model_info("me/base").sha != first
+    t._load_base("me/base", base_model="team/named", endpoint=hub.endpoint)  # named by hand: no commit of another repo
+    assert (t.base_model, t.base_revision) == ("team/named", None)
+    t._load_base(other)  # a model object: nothing pulled
+    assert (t.base_model, t.base_revision, t.base_fingerprint) == (None, None, fingerprint(other))
+    adapter, full = t._stamped(AdapterArtifact(None)), t._stamped(ModelArtifact(None, None))
+    assert adapter.base_fingerprint == fingerprint(other) and full.base_fingerprint is None  # full models are changed
+
+
+def test_an_adapter_goes_on_its_recorded_base_at_its_recorded_commit(hub, tiny_tok, tiny_model_dir, tmp_path):
+    "`_load_base_for`: with no `base=`, the recorded repo at the recorded commit; with one, that base as given."
+    from adaptkit.artifacts import _load_base_for
+    from adaptkit.models import fingerprint, load_causal_lm
+    first = push_folder(tiny_model_dir, "me/base", endpoint=hub.endpoint)
+    moved = tmp_path / "moved"
+    tiny_causal_lm(tiny_tok, seed=5).save_pretrained(moved); tiny_tok.save_pretrained(moved)
+    latest = push_folder(moved, "me/base", endpoint=hub.endpoint)
+    record = {"source": {"base_model": "me/base", "base_revision": first}}
+    assert fingerprint(_load_base_for(record, None, "x", endpoint=hub.endpoint)) == fingerprint(
+        load_causal_lm(tiny_model_dir)
+    )
+    given = _load_base_for(record, "me/base", "x", endpoint=hub.endpoint)  # a base given by hand: its own main
+    assert fingerprint(given) == fingerprint(load_causal_lm(moved)) and latest != first

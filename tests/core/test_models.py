@@ -1,4 +1,5 @@
 """Model loading across the package boundary: the real SmolLM2 GGUF conversion, and tiny models through a folder."""
+import copy
 import json
 
 import pytest
@@ -13,6 +14,7 @@ from adaptkit.models import (
     load_tokenizer,
     packaged_file,
     smollm2,
+    tiny_causal_lm,
 )
 
 
@@ -152,3 +154,50 @@ def test_check_base_names_both_bases_and_the_tensor(tiny):
         check_base(model, source, "the adapter 'x'", ignore_base_mismatch=True)
     with pytest.raises(BaseMismatchError, match="has no tensor 'no.such.weight'"):
         check_base(model, {"fingerprint": {"no.such.weight": [1.0, 1.0]}}, "the adapter 'x'")
+
+
+def test_a_completion_row_trains_on_the_completion_and_eos_only(tiny_tok):
+    "`encode_completion`: prompt and completion tokenised apart, -100 on the prompt, EOS last, cut at max_length."
+    from adaptkit.models import encode_completion
+    p, c = (
+        tiny_tok("one plus", add_special_tokens=False)["input_ids"],
+        tiny_tok(" two", add_special_tokens=False)["input_ids"],
+    )
+    row = encode_completion(tiny_tok, "one plus", " two", max_length=64, row=3)
+    assert row == {
+        "input_ids": p + c + [tiny_tok.eos_token_id],
+        "labels": [-100] * len(p) + c + [tiny_tok.eos_token_id],
+    }
+    assert encode_completion(tiny_tok, "one plus", " two", 64, add_eos=False)["input_ids"] == p + c
+    cut = encode_completion(tiny_tok, "one plus", " two", max_length=len(p) + 1)
+    assert cut == {"input_ids": p + c[:1], "labels": [-100] * len(p) + c[:1]}
+    with pytest.raises(ValueError, match=f"row 3: the prompt takes {len(p)} tokens, leaving no room for the answer in "
+                                         f"max_length={len(p)}"):
+        encode_completion(tiny_tok, "one plus", " two", max_length=len(p), row=3)
+
+
+def test_completion_rows_are_right_padded_with_minus_100_labels_and_a_mask(tiny_tok):
+    from adaptkit.models import completion_collator, encode_completion
+    rows = [encode_completion(tiny_tok, "q", a, 64) | {"extra": 1} for a in (" a", " a longer answer")]
+    batch = completion_collator(tiny_tok)(rows)
+    n = [len(r["input_ids"]) for r in rows]
+    assert set(batch) == {"input_ids", "labels", "attention_mask"} and batch["input_ids"].shape == (2, max(n))
+    assert batch["attention_mask"].sum(1).tolist() == n and (batch["labels"][0, n[0]:] == -100).all()
+    assert (batch["input_ids"][0, n[0]:] == tiny_tok.pad_token_id).all()
+    no_pad = copy.deepcopy(tiny_tok); no_pad.pad_token = None
+    with pytest.raises(ValueError, match="the tokenizer has no pad token: set tokenizer.pad_token"):
+        completion_collator(no_pad)
+
+
+def test_a_base_a_fraction_of_a_percent_away_is_another_base(tiny_tok):
+    "`check_base` compares four weights' sums to 1e-4 relative: a base scaled by 1.001 is refused, its own accepted."
+    from adaptkit.models import BaseMismatchError, check_base, fingerprint
+    model = tiny_causal_lm(tiny_tok)
+    source = {"base_model": "team/base", "fingerprint": fingerprint(model)}
+    assert len(source["fingerprint"]) == 4
+    check_base(model, source, "the adapter 'a'")
+    near = copy.deepcopy(model)
+    with torch.no_grad():
+        for p in near.parameters(): p.mul_(1.001)
+    with pytest.raises(BaseMismatchError, match="the adapter 'a' was made on the base team/base, but the model given"):
+        check_base(near, source, "the adapter 'a'")

@@ -14,7 +14,7 @@ from transformers import AutoConfig, LlamaForSequenceClassification
 from transformers.utils import logging as hf_logging
 
 from adaptkit.emr import BundleError, EMRBundle, emr_merge
-from adaptkit.emr.inputs import _ARCHITECTURE_KEYS
+from adaptkit.emr.inputs import _ARCHITECTURE_KEYS  # the keys the compatibility check compares, each tested below
 from adaptkit.hub import push_folder
 from adaptkit.tensorfiles import SafetensorsHeaderError
 

@@ -16,7 +16,7 @@ from transformers import AutoConfig, GPT2LMHeadModel, LlamaForSequenceClassifica
 from transformers.utils import logging as hf_logging
 
 import adaptkit.emr.merge as emr
-from adaptkit.emr import EMRBundle, emr_merge, pack_mask, task_arithmetic, ties_merge, unpack_mask
+from adaptkit.emr import EMRBundle, MergedModel, emr_merge, pack_mask, task_arithmetic, ties_merge, unpack_mask
 from adaptkit.hub import push_folder
 from adaptkit.tensorfiles import SafetensorsHeaderError, TensorFiles
 
@@ -707,3 +707,32 @@ def test_a_task_with_no_masked_unified_mass_gets_rescaler_one_and_others_their_r
     sums.abs_task_vectors, sums.abs_masked_unified = torch.tensor([3.0, 5.0], dtype=torch.float64), torch.tensor(
         [0.0, 2.0], dtype=torch.float64)
     assert sums.values() == [1.0, 2.5]
+
+
+def test_a_float_base_tensor_a_task_holds_as_integers_is_refused_unless_kept_per_task(tmp_path):
+    "A task tensor the base holds as float but the task as int32 is named before any work; exclude= keeps it per task."
+    base = {"h": torch.randn(2, 3), "w": torch.randn(4, 3)}
+    good = {k: v + 0.1 for k, v in base.items()}
+    ints = {"h": base["h"] + 0.2, "w": torch.zeros(4, 3, dtype=torch.int32)}
+    message = (r"task 'b' \(an in-memory state dict\) holds 'w' as I32, the base as F32: it cannot be merged\. "
+               r"Convert that checkpoint to float, or keep the tensor per task with exclude=\['w'\]")
+    for exclude in (None, ["h"]):  # excluding another tensor does not hide this one
+        with pytest.raises(ValueError, match=message):
+            emr_merge(base, {"a": good, "b": ints}, exclude=exclude, out_dir=tmp_path / "x", progress=False)
+    assert not (tmp_path / "x").exists()
+    bundle = emr_merge(base, {"a": good, "b": ints}, exclude=["w"], out_dir=tmp_path / "y", progress=False)
+    assert bundle.task_state_dict("b")["w"].dtype == torch.int32 and bundle.tasks == ["a", "b"]
+
+
+def test_task_arithmetic_and_ties_results_are_artifacts_with_their_settings(tmp_path):
+    "The baselines' merged models record how they were merged, with the papers' defaults, and load back whole."
+    torch.manual_seed(0)
+    base = {"w": torch.randn(4, 3)}
+    tasks = {t: {"w": base["w"] + torch.randn(4, 3)} for t in ("a", "b")}
+    assert task_arithmetic(base, tasks, progress=False).settings == {
+        "method": "task arithmetic", "scaling": 0.3, "tasks": ["a", "b"]}
+    ties = ties_merge(base, tasks, progress=False)
+    assert ties.settings == {"method": "TIES", "density": 0.2, "scaling": 1.0, "tasks": ["a", "b"]}
+    again = MergedModel.from_pretrained(ties.save_pretrained(tmp_path / "ties"))
+    assert (again.settings, again.tasks) == (ties.settings, ["a", "b"])
+    assert torch.equal(again.task_state_dict("a")["w"], ties.task_state_dict("a")["w"])

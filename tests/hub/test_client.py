@@ -17,6 +17,8 @@ import adaptkit.hub.client
 from adaptkit.data import QAC, DataError, load_rows
 from adaptkit.hub import PushConflictError, is_repo_id, pull, push_folder, read_metadata, source_of, write_folder
 from adaptkit.hub import render_card as model_card
+
+# private on purpose: what a push uploads (the symlink rule) and what of the record goes up are the contracts tested
 from adaptkit.hub.client import _folder_files, _metadata_upload
 from adaptkit.localhub.server import LocalHub
 from adaptkit.models import load_adapter, load_causal_lm, load_tokenizer
@@ -630,3 +632,45 @@ def test_pull_checks_access_to_the_revision_it_was_asked_for(request_log):
     with pytest.raises(HfHubHTTPError, match=re.escape(f"404 Not Found' for url '{url}")):
         pull("team/x", revision="v1", endpoint=endpoint, repo_type="dataset")
     assert log[0] == "GET /api/datasets/team/x/revision/v1"
+
+
+def test_an_artifacts_record_lists_its_own_files_and_names_a_changed_one(tmp_path):
+    "`file_checksums` skips the card, the record, hidden and `_*` files and `checkpoint-*` folders; `verify_checksums`."
+    from adaptkit.hub import file_checksums, sha256_file, verify_checksums
+    d = tmp_path / "art"
+    for rel, data in {"w.bin": b"abc", "sub/x.json": b"{}", "README.md": b"card", "adaptkit.json": b"{}",
+                      ".cache/a": b"1", "_init/b": b"2", "sub/_private": b"3", "checkpoint-2/c": b"4",
+                      "checkpoint-notes.txt": b"5"}.items():
+        (d / rel).parent.mkdir(parents=True, exist_ok=True); (d / rel).write_bytes(data)
+    files = file_checksums(d)
+    assert files == {
+        "checkpoint-notes.txt": sha256_file(d / "checkpoint-notes.txt"),
+        "sub/x.json": sha256_file(d / "sub/x.json"),
+        "w.bin": "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad",
+    }
+    verify_checksums(d, files)
+    (d / "w.bin").write_bytes(b"abd")
+    with pytest.raises(
+        ValueError,
+        match=re.escape(
+            f"{d / 'w.bin'}: sha256 a52d159f262b... differs from adaptkit.json's "
+            "ba7816bf8f01...: the file was altered or damaged"
+        ),
+    ):
+        verify_checksums(d, files)
+    with pytest.raises(ValueError, match=re.escape(f"{d / 'gone.bin'}: listed in adaptkit.json, missing")):
+        verify_checksums(d, {"gone.bin": "0" * 64})
+    for outside in ("../x", "/etc/passwd", "sub/../../x"):
+        with pytest.raises(ValueError, match=re.escape(f"file {outside!r} is not inside the artifact folder")):
+            verify_checksums(d, {outside: "0" * 64})
+
+
+def test_json_is_written_whole_or_not_at_all(tmp_path):
+    "`write_json` replaces a file atomically: a value that cannot be written leaves the old file and no temporary one."
+    from adaptkit.hub import write_json
+    path = tmp_path / "r.json"
+    write_json(path, {"b": 1, "a": [1, 2]}, indent=2, sort_keys=True)
+    assert path.read_text() == '{\n  "a": [\n    1,\n    2\n  ],\n  "b": 1\n}\n'
+    with pytest.raises(TypeError):
+        write_json(path, {"a": object()})
+    assert json.loads(path.read_text()) == {"a": [1, 2], "b": 1} and [p.name for p in tmp_path.iterdir()] == ["r.json"]

@@ -14,6 +14,9 @@ from peft import LoraConfig, PeftModel
 from adaptkit.hub import pull, push_folder, read_metadata
 from adaptkit.models import load_causal_lm, load_tokenizer, tiny_causal_lm
 from adaptkit.pissa import PiSSAConfig, PiSSATrainer
+
+# `_fingerprint_matches` (the init check's tolerance) and `_principal` (QPiSSA's principal part) are tested as the
+# private helpers they are: their contract is what the public conversion and QPiSSA error rely on
 from adaptkit.pissa.principal import (
     NF4_LEVELS,
     _fingerprint_matches,
@@ -493,3 +496,72 @@ def test_default_init_splits_each_weight_into_its_principal_part_and_the_residua
     assert torch.allclose(layer.get_base_layer().weight + BA, before, atol=1e-5)
     record = json.loads((tmp_path / "init" / "adaptkit.json").read_text())["pissa"]
     assert (record["init_lora_weights"], record["seed"]) == ("pissa", 3)
+
+
+def test_the_shared_lora_and_the_initial_adapter_record_the_base_each_goes_on(tiny_tok, tmp_path):
+    "The plain LoRA records the untouched base, the initial adapter the residual model: each refuses the other base."
+    from adaptkit.models import BaseMismatchError, fingerprint, load_adapter
+    base = tiny_causal_lm(tiny_tok)
+    base.config._name_or_path = "team/base"  # as a model loaded from the Hub names itself
+    pm = _init(base, pissa_config(4), tmp_path / "init")
+    lora = save_pissa_as_lora(pm, tmp_path / "lora", init_dir=tmp_path / "init")
+    source = read_metadata(lora)["source"]
+    assert source == {
+        "base_model": "team/base",
+        "base_revision": None,
+        "fingerprint": fingerprint(tiny_causal_lm(tiny_tok)),
+    }
+    with pytest.raises(BaseMismatchError, match="differs in"):
+        load_adapter(tiny_causal_lm(tiny_tok, seed=7), lora)  # same shapes, other weights
+    with pytest.raises(BaseMismatchError, match="differs in"):
+        load_adapter(tiny_causal_lm(tiny_tok), tmp_path / "init")  # the initial adapter needs the residual model
+    load_adapter(tiny_causal_lm(tiny_tok), lora)  # the untouched base: accepted
+    initial = read_metadata(tmp_path / "init")
+    assert initial["source"]["fingerprint"] == initial["pissa"]["residual_fingerprint"]
+    assert initial["pissa"]["base_fingerprint"] == source["fingerprint"]
+
+
+def test_the_smallest_and_largest_ranks_and_one_iteration_are_accepted():
+    "The bounds of the rank and iteration checks are inclusive: r = 1, r = the smaller side, niter = 1."
+    assert pissa_config(1).r == 1 and pissa_config(4, niter=1).init_lora_weights == "pissa_niter_1"
+    w = torch.randn(6, 4)
+    for r in (1, 4):
+        U, S, Vh = principal_parts(w, r)
+        assert S.shape == (r,) and torch.allclose(S, torch.linalg.svdvals(w)[:r], atol=1e-5)
+    principal_parts(w, 2, niter=1)
+
+
+def test_the_krylov_path_is_seeded_and_recovers_the_exact_parts_of_a_wide_low_rank_matrix():
+    "Past 4·r·niter columns the Krylov path runs: its start block comes from `generator`, the same seed the same parts."
+    g = torch.Generator().manual_seed(0)
+    w = torch.randn(96, 3, generator=g) @ torch.randn(3, 80, generator=g)  # rank 3, 80 >= 4 * 2 * 8 columns
+    parts = [principal_parts(w, 2, generator=torch.Generator().manual_seed(s)) for s in (1, 1, 2)]
+    assert all(torch.equal(a, b) for a, b in zip(parts[0], parts[1]))  # the same seed, bit for bit
+    assert not all(torch.equal(a, b) for a, b in zip(parts[0], parts[2]))  # another seed, another start block
+    assert torch.allclose(parts[0][1], torch.linalg.svdvals(w)[:2], rtol=1e-4)
+
+
+def test_an_adapter_folder_without_the_init_record_is_not_taken_for_the_initial_adapter(tiny_tok, tmp_path):
+    "A LoRA folder that `init_pissa` did not write (no `pissa` record) is refused by name before conversion."
+    import shutil
+
+    from adaptkit.hub import write_json
+    pm = _init(tiny_causal_lm(tiny_tok), pissa_config(4), tmp_path / "init")
+    shutil.copytree(tmp_path / "init", tmp_path / "plain")
+    write_json(tmp_path / "plain" / "adaptkit.json", {"source": read_metadata(tmp_path / "init")["source"]})
+    with pytest.raises(FileNotFoundError, match=re.escape(f"{tmp_path / 'plain'}: no initial PiSSA adapter here")):
+        save_pissa_as_lora(pm, tmp_path / "lora", init_dir=tmp_path / "plain")
+    assert not (tmp_path / "lora").exists()
+
+
+def test_init_records_its_seed_and_residual_and_keeps_the_pissa_init_on_the_model(tiny_tok, tmp_path):
+    "Unseeded, init uses seed 0; an unnamed base is recorded as no repo id; the model's config still says PiSSA."
+    from adaptkit.models import fingerprint
+    pm = _init(tiny_causal_lm(tiny_tok), pissa_config(4), tmp_path / "init")
+    record = read_metadata(tmp_path / "init")
+    assert record["pissa"]["seed"] == 0 and pm.peft_config["default"].init_lora_weights == "pissa"
+    assert record["source"] == {"base_model": None, "base_revision": None,
+                                "fingerprint": record["pissa"]["residual_fingerprint"]}
+    lora = save_pissa_as_lora(pm, tmp_path / "lora", init_dir=tmp_path / "init")
+    assert read_metadata(lora)["source"] == {"base_model": None, "base_revision": None,
+                                             "fingerprint": fingerprint(tiny_causal_lm(tiny_tok))}

@@ -121,3 +121,17 @@ def test_no_layers_by_tokens_by_vocab_tensor_is_kept(tiny_tok):
     harmless_logits = batch["harmless_input_ids"].numel() * len(tiny_tok)  # the harmless forward's own logits
     readout = [s for s in sizes if s != harmless_logits]
     assert max(readout) < answer_tokens * len(tiny_tok)
+
+
+def test_one_layers_readout_at_the_last_layer_is_the_models_own_loss(tiny_tok):
+    "`layer_ce` on the last layer's output, read through the final norm and head, is the model's next-token loss."
+    from adaptkit.repnoise.loss import layer_ce
+    model, batch = tiny_causal_lm(tiny_tok, num_layers=3), _batch(tiny_tok)
+    labels, norm, head = batch["harmful_labels"], *readout(model)
+    with torch.no_grad():
+        own = model(input_ids=batch["harmful_input_ids"], attention_mask=batch["harmful_attention_mask"], labels=labels)
+        last = _hidden(model, batch, [-1])[0]
+        assert torch.allclose(layer_ce(last, labels, norm, head), own.loss, atol=1e-5)
+        assert torch.allclose(layer_ce(last, labels, norm, head), _plain([last], labels, norm, head), atol=1e-5)
+        first = _hidden(model, batch, [0])[0]
+        assert not torch.allclose(layer_ce(first, labels, norm, head), own.loss, atol=1e-3)  # another layer reads else

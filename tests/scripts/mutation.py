@@ -97,6 +97,13 @@ def _fastest_tests_first():
 
 def _run_one(name: str, max_children: int):
     "In the child process: patch mutmut's config with the module's files and tests, make mutants, run the core ones."
+    # mutmut forks a worker per mutant from this process after it has run the tests once. torch's OpenMP thread pool
+    # does not survive a fork: a worker that reaches a parallel region waits on a futex until its timeout, which made
+    # PiSSA's pass ~4 s a mutant with half of them "timeouts". One thread everywhere keeps every worker fork-safe.
+    os.environ.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
+    import torch
+    torch.set_num_threads(1)
+    torch.set_num_threads = lambda n: None  # test modules ask for 2 threads; under forked workers they keep 1
     from fnmatch import fnmatch
 
     import mutmut.__main__ as mm

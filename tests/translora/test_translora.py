@@ -511,3 +511,52 @@ def test_model_helpers_refuse_bad_inputs(tmp_path):
         from_gguf(tmp_path / "model.bin", tmp_path / "out")
     with pytest.raises(ModuleNotFoundError, match="no \\*.gguf from the package 'no-such-asset-package'"):
         packaged_file("no-such-asset-package", "*.gguf")
+
+
+def test_the_teacher_answers_are_summarised_and_one_dominant_answer_is_warned_of(caplog):
+    "`answer_distribution` counts answers with whitespace folded; over half the rows on one answer is logged."
+    from adaptkit.translora.transfer import _warn_if_one_answer, answer_distribution
+    rows = [{"completion": c} for c in [" business ", "business", "tech\n", "business", "sports"]]
+    assert answer_distribution(rows, top=2) == {"rows": 5, "distinct": 3, "top_share": 0.6,
+                                                "most_common": [["business", 3], ["tech", 1]]}
+    assert len(answer_distribution(rows)["most_common"]) == 3  # ten listed at most
+    assert answer_distribution([]) == {"rows": 0, "distinct": 0, "top_share": 0.0, "most_common": []}
+    with caplog.at_level("WARNING", logger="adaptkit.translora"):
+        assert _warn_if_one_answer(answer_distribution(rows)) is True
+    assert "teacher: 60% of the 5 distilled rows have one answer ('business')" in caplog.text
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="adaptkit.translora"):
+        assert _warn_if_one_answer(answer_distribution([{"completion": c} for c in "abab"])) is False  # 50%: not over
+        assert _warn_if_one_answer(answer_distribution([{"completion": "same"}] * 3)) is False  # nothing to compare
+    assert caplog.text == ""
+
+
+def test_the_seeds_shared_prefix_and_suffix_are_cut_at_whitespace():
+    "`prompt_affixes`: what every seed shares at each end, cut back to whitespace so no word is split."
+    from adaptkit.translora.config import prompt_affixes
+    seeds = [f"Question: what is {a} plus {b}?\nAnswer:" for a, b in [(1, 2), (13, 4), (5, 16)]]
+    assert prompt_affixes(seeds) == ("Question: what is ", "\nAnswer:")  # the suffix starts at its first whitespace
+    assert prompt_affixes(["Review: good film. Label:", "Review: bad food. Label:"]) == ("Review: ", " Label:")
+    assert prompt_affixes(["same words", "same words"]) == ("same ", "")  # the last word stays the middle
+    assert prompt_affixes(["alpha", "beta"]) == ("", "")
+
+
+def test_a_stage_config_moves_to_the_folder_it_is_given_and_is_otherwise_kept():
+    from adaptkit.translora.config import stage_config
+    dist = DistillationConfig("mine", max_steps=3)
+    assert stage_config(dist, DistillationConfig) is dist and stage_config(dist, DistillationConfig, "mine") is dist
+    moved = stage_config(dist, DistillationConfig, "elsewhere")
+    assert (moved.output_dir, moved.max_steps, dist.output_dir) == ("elsewhere", 3, "mine")
+    assert stage_config(None, DistillationConfig, "x").output_dir == "x"
+    assert stage_config(SynthesisConfig(num_synthetic=7), SynthesisConfig, "ignored").num_synthetic == 7
+
+
+def test_the_filter_keeps_prompts_at_the_threshold_and_accepts_the_bounds():
+    class Fixed(Discriminator):
+        def score(self, texts, batch_size=16): return [0.5, 0.25, 1.0][:len(texts)]
+    disc = Fixed(None, None)
+    assert filter_prompts(disc, ["a", "b", "c"], 0.5).kept == ["a", "c"]  # a score equal to the threshold is kept
+    assert filter_prompts(disc, ["a", "b", "c"], 1.0).kept == ["c"] and filter_prompts(disc, ["a"], 0.0).kept == ["a"]
+    assert filter_prompts(disc, ["a", "b", "c"], 0.5).threshold == 0.5
+    with pytest.raises(ValueError, match=r"threshold must be in \[0, 1\], got 1.5"):
+        filter_prompts(disc, ["a"], 1.5)
