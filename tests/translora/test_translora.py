@@ -560,3 +560,16 @@ def test_the_filter_keeps_prompts_at_the_threshold_and_accepts_the_bounds():
     assert filter_prompts(disc, ["a", "b", "c"], 0.5).threshold == 0.5
     with pytest.raises(ValueError, match=r"threshold must be in \[0, 1\], got 1.5"):
         filter_prompts(disc, ["a"], 1.5)
+
+
+def test_the_fewshot_prompt_and_the_seed_and_answer_limits():
+    "The few-shot prompt follows the config's templates; five seeds suffice; ten answers are listed; two can warn."
+    from adaptkit.translora.config import load_seeds
+    from adaptkit.translora.synthesis import fewshot_prompt
+    from adaptkit.translora.transfer import _warn_if_one_answer, answer_distribution
+    cfg = SynthesisConfig(synthesis_template="Inputs:\n{examples}END", example_template="<{prompt}>\n")
+    assert fewshot_prompt(["x", "y"], cfg) == "Inputs:\n<x>\n<y>\nEND"
+    assert fewshot_prompt(["x"]).endswith("### Input\nx\n\n### Input\n")  # the default templates
+    assert load_seeds([f"seed {i}" for i in range(5)]) == [f"seed {i}" for i in range(5)]
+    assert len(answer_distribution([{"completion": str(i)} for i in range(12)])["most_common"]) == 10
+    assert _warn_if_one_answer(answer_distribution([{"completion": c} for c in "aab"])) is True  # 2 distinct, 67%
