@@ -6,10 +6,11 @@
 __all__ = []
 
 # %% ../../nbs/emr/00_emr.ipynb #46944bce
-from . import bundle, format, inputs, merge
+from . import bundle, format, inputs, merge, route
 from .bundle import *
 from .format import *
 from .inputs import *
 from .merge import *
+from .route import *
 
-__all__ = [*inputs.__all__, *format.__all__, *bundle.__all__, *merge.__all__]
+__all__ = [*inputs.__all__, *format.__all__, *bundle.__all__, *merge.__all__, *route.__all__]

@@ -10,7 +10,7 @@ import json
 import math
 import os
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +20,7 @@ from fastcore.basics import patch
 from ..artifacts import Artifact
 from .format import FORMAT, VERSION, BundleError, _check_results, _read_meta, _weight_files
 from .inputs import _build_model
+from .route import MIN_EXAMPLES, ROUTER_FILE, RoutedModel, Router, _check_method, _texts, pooled_features
 from ..hub import pull, repo_link, sha256_file, write_folder, write_json, write_metadata
 from ..tensorfiles import DTYPES, ShardWriter, TensorFiles
 
@@ -49,7 +50,39 @@ def _bundle_settings(meta: dict) -> dict:
                 "format": f"{FORMAT} v{meta['version']}"}
     if (prefix := meta["base"].get("prefix")):
         settings["base tensors read as"] = f"{prefix}<name> (the tasks' names for the bare base's tensors)"
+    if (r := meta.get("router")):
+        n = sorted(set(r["examples"].values()))
+        settings["router"] = (f"{r['method']}, {n[0] if len(n) == 1 else f'{n[0]}-{n[-1]}'} examples per task, "
+                              f"layer {r['feature']['layer']} mean-pooled, {r['feature']['max_length']} tokens")
     return settings
+
+_ROUTER_HOW = {
+    "prototype": "the nearest task prototype by cosine (each prototype the normalised mean of the L2-normalised "
+                 "features of the task's examples)",
+    "linear": "a logistic-regression head on the L2-normalised features (L-BFGS, L2 penalty {l2})",
+}
+
+def _routing_text(router: dict | None) -> str:
+    "The card's routing section, from emr.json's `router` entry (None: the bundle has no router)."
+    if not router:
+        return ("No router is stored: the task of each input must be named (`bundle.load_task_model(task)`). "
+                "`bundle.fit_router({task: [texts]}, tokenizer)` fits one from a few labelled examples per task; it "
+                "is saved with the bundle.")
+    f, held = router["feature"], router.get("held_out") or {}
+    counts = ", ".join(f"`{t}` {n}" for t, n in router["examples"].items())
+    measured = (
+        f"Routing accuracy on {sum(held['examples'].values())} held-out examples: **{held['accuracy']:.3f}** "
+        f"(per task: {', '.join(f'`{t}` {a:.3f}' for t, a in held['per_task'].items())})."
+        if held.get("accuracy") is not None
+        else "Its routing accuracy was not measured (no held-out examples were given)."
+    )
+    return (f"A router stored in the bundle (`{ROUTER_FILE}`) picks the task of an input given without one: "
+            f"{_ROUTER_HOW[router['method']].format(l2=router.get('l2'))}, fitted on labelled examples per task "
+            f"({counts}). Its features are the unified model's hidden states (base + unified task vector, no mask, "
+            f"no rescaler) at layer {f['layer']}, mean-pooled over at most {f['max_length']} tokens: routing costs "
+            f"one forward pass of that model, then the chosen task's model runs. {measured} A wrongly routed input "
+            "is answered by another task's model (FREE-Merging, arXiv 2411.16815, measures EMR under an imperfect "
+            "router).")
 
 def _card_parts(meta: dict, configs: dict) -> dict:
     "The bundle card's summary, usage, settings and pipeline tag, from emr.json's record and the tasks' configs."
@@ -62,14 +95,20 @@ def _card_parts(meta: dict, configs: dict) -> dict:
     numel = sum(math.prod(s["shape"]) for s in meta["tensors"].values())
     summary = (f"An EMR-Merging bundle of {len(tasks)} task models fine-tuned from one base: one unified task vector "
                f"({numel:,} parameters), and per task a 1-bit mask, a rescaler and its own unmerged tensors (heads). "
-               "The task must be known at inference: load the model of one task.\n\n"
+               + ("A stored router picks the task of an input given without one (see Routing)." if meta.get("router")
+                  else "The task must be known at inference: load the model of one task.")
+               + "\n\n"
                "| task | kind | source | rescaler | own tensors |\n|---|---|---|---|---|\n" + "\n".join(rows))
     kinds = {next((v for k, v in _PIPELINES.items() if a.endswith(k)), None)
              for c in configs.values() if c for a in c.get("architectures") or []}
     usage = ("from adaptkit.emr import EMRBundle\n\nbundle = EMRBundle.from_pretrained(REPO_ID)\n"
              f"model = bundle.load_task_model({tasks[0]!r})  # or bundle.task_state_dict({tasks[0]!r})")
+    if meta.get("router"):
+        usage += ("\n\n# the task unknown: route each text, then run its task's model\n"
+                  "routed = bundle.load_routed_model(tokenizer)  # the tasks' tokenizer\n"
+                  "routed.predict(texts)  # [(task, class), ...]; bundle.route(texts, tokenizer) gives the tasks")
     return {"summary": summary, "usage": usage, "settings": _bundle_settings(meta),
-            "pipeline_tag": kinds.pop() if len(kinds) == 1 else None}
+            "routing": _routing_text(meta.get("router")), "pipeline_tag": kinds.pop() if len(kinds) == 1 else None}
 
 # %% ../../nbs/emr/03_bundle.ipynb #d99a7c92
 class EMRBundle(Artifact):
@@ -92,6 +131,11 @@ class EMRBundle(Artifact):
         self.base_revision = base.get("revision") or origin.get("revision")
         self.results: list[dict] = [dict(r) for r in self.meta.get("results", [])]  # measured results for the card
         self.settings = _bundle_settings(self.meta)
+        # the task router (`fit_router`), checked when opened; saved and pushed with the bundle
+        self.router: Router | None = (
+            Router.load(self.folder, self.meta["router"], self.tasks, verify) if "router" in self.meta else None
+        )
+        self._unified = None  # the unified model the router's features come from, loaded on first use
 
     @property
     def tasks(self) -> list[str]: return list(self.meta["tasks"])
@@ -160,13 +204,20 @@ class _LazyTensor:
             raise
 
 # %% ../../nbs/emr/03_bundle.ipynb #d247232d
+def _all_ones(shape: list) -> torch.Tensor:
+    "The packed mask that keeps every parameter of a tensor of `shape`."
+    return torch.full((math.ceil(math.prod(shape) / 8),), 255, dtype=torch.uint8)
+
 @patch
-def _task_tensors(self: EMRBundle, task: str) -> dict[str, _LazyTensor]:
-    "Tensor name -> tensor of `task`'s model, computed when read: merged tensors expanded, the task's own ones read."
+def _task_tensors(self: EMRBundle, task: str, unified_only: bool = False) -> dict[str, _LazyTensor]:
+    """Tensor name -> tensor of `task`'s model, computed when read: merged tensors expanded, the task's own ones read.
+    With `unified_only`, the merged tensors are base + unified (every mask bit set, rescaler 1): the unified model."""
     base, unified = self._base_files(), TensorFiles.of_folder(self.folder / "unified")
     masks = TensorFiles([self.folder / "tasks" / self._task(task) / "mask.safetensors"])
     own, rescaler = TensorFiles([self.folder / "tasks" / task / "own.safetensors"]), self.meta["rescalers"][task]
-    def merged(name): return lambda: _expand(base.read(name), unified.read(name), masks.read(name), rescaler)
+    if unified_only: rescaler = 1.0
+    mask = (lambda name: _all_ones(self.meta["tensors"][name]["shape"])) if unified_only else masks.read
+    def merged(name): return lambda: _expand(base.read(name), unified.read(name), mask(name), rescaler)
     tensors = {n: merged(n) for n in self.meta["tensors"]} | {n: (lambda n=n: own.read(n)) for n in own.specs}
     return {n: _LazyTensor(compute, f"tensor {n!r} of task {task!r}") for n, compute in tensors.items()}
 
@@ -190,8 +241,9 @@ def task_config(
 
 @patch
 def _fingerprint(self: EMRBundle) -> str:
-    "16 hex digits of emr.json's record without its results: they change when the weights, rescalers or base change."
-    record = {k: v for k, v in self.meta.items() if k != "results"}
+    """16 hex digits of emr.json's record without its results and router: they change when the weights, rescalers or
+    base change."""
+    record = {k: v for k, v in self.meta.items() if k not in ("results", "router")}
     return hashlib.sha256(json.dumps(record, sort_keys=True).encode()).hexdigest()[:16]
 
 @patch
@@ -242,9 +294,15 @@ def _task_configs(bundle: EMRBundle) -> dict:
 
 @patch
 def _card_fields(self: EMRBundle) -> dict:
-    "The card's summary, usage, settings and pipeline tag (`bundle.results` checked first)."
+    "The card's summary, usage, settings, routing and pipeline tag (`bundle.results` checked first)."
     _check_results("EMRBundle.results", self.results)
-    return _card_parts(self.meta, _task_configs(self))
+    return _card_parts(self._meta_with_router(), _task_configs(self))
+
+@patch
+def _meta_with_router(self: EMRBundle) -> dict:
+    "emr.json's record with `bundle.router` as it is now (fitted, replaced or removed since the bundle was opened)."
+    meta = {k: v for k, v in self.meta.items() if k != "router"}
+    return meta | ({"router": self.router.record()} if self.router is not None else {})
 
 def _record_in_copy(folder: Path, meta: dict, results: list[dict]) -> dict:
     "`meta` with `results`, written as the emr.json of `folder`, a bundle's copy (a version 1 bundle gets its sha256s)."
@@ -264,11 +322,18 @@ def _link_or_copy(src: str, dst: str):
 # %% ../../nbs/emr/03_bundle.ipynb #5bcce08f
 @patch
 def _write(self: EMRBundle, folder: Path) -> None:
-    "The bundle's files into `folder` (hard links where possible), emr.json written anew with `bundle.results`."
+    """The bundle's files into `folder` (hard links where possible), emr.json written anew with `bundle.results` and
+    `bundle.router` (its file written anew)."""
     results = _check_results("EMRBundle.results", self.results)
+    if self.router is not None and self.router.tasks != self.tasks:
+        raise ValueError(f"the router routes to tasks {self.router.tasks}, the bundle {self.folder} has {self.tasks}: "
+                         "fit it on this bundle (bundle.fit_router)")
     shutil.copytree(self.folder, folder, dirs_exist_ok=True, copy_function=_link_or_copy,
-                    ignore=shutil.ignore_patterns(".*", "README.md", "adaptkit.json"))
-    meta = _record_in_copy(folder, self.meta, results)
+                    ignore=shutil.ignore_patterns(".*", "README.md", "adaptkit.json", ROUTER_FILE))
+    meta = {k: v for k, v in self.meta.items() if k != "router"}
+    if self.router is not None: meta["router"] = self.router.save(folder)
+    meta = _record_in_copy(folder, meta, results)
+    self.settings = _bundle_settings(meta)  # the record written next shows the router saved
     write_metadata(folder, emr={"format": FORMAT, "version": meta["version"], "tasks": meta["tasks"]})
 
 @patch(cls_method=True)
@@ -280,3 +345,116 @@ def _read(cls: EMRBundle, folder: Path, record: dict, *, endpoint=None, token=No
 def _accepts(cls: EMRBundle, record: dict) -> bool:
     "A record of this kind, or the `emr` entry alone that bundles had before the common record."
     return record.get("artifact") == cls.kind or "emr" in record
+
+# %% ../../nbs/emr/03_bundle.ipynb #1ed3c9f0
+@patch
+def load_unified_model(
+    self: EMRBundle,
+    task: str | None = None,  # whose own tensors (head) and config complete it; default the first task
+    *,
+    dtype: torch.dtype | None = None,  # weights' dtype; default: the base's
+    **kwargs,  # passed to the architecture's `from_pretrained`
+):
+    "The unified model alone: base + unified task vector (no mask, no rescaler), with `task`'s own tensors and config."
+    task = self._task(self.tasks[0] if task is None else task)
+    dtype = dtype or DTYPES[next(iter(self.meta["tensors"].values()))["dtype"]]
+    return _build_model(self.task_config(task), self._task_tensors(task, unified_only=True), dtype,
+                        f"the unified model (task {task!r}'s own tensors)", **kwargs)
+
+@patch
+def router_features(
+    self: EMRBundle,
+    texts: Sequence[str],  # the inputs
+    tokenizer,  # the tasks' tokenizer
+    *,
+    layer: int | None = None,  # hidden states to pool; default the router's layer (-1 without a router)
+    max_length: int | None = None,  # tokens per text; default the router's (128 without a router)
+    batch_size: int = 32,  # texts per forward pass
+) -> torch.Tensor:
+    "The router's features of `texts`: the unified model's hidden states at `layer`, mean-pooled over each text."
+    feature = self.router.feature if self.router is not None else {}
+    if self._unified is None: self._unified = self.load_unified_model()
+    return pooled_features(self._unified, texts, tokenizer, batch_size=batch_size,
+                           layer=feature.get("layer", -1) if layer is None else layer,
+                           max_length=feature.get("max_length", 128) if max_length is None else max_length)
+
+def _check_examples(bundle: EMRBundle, examples, what: str, least: int) -> dict[str, list[str]]:
+    "Task -> texts, checked before any model runs: tasks of the bundle (all of them when `least`), `least` texts each."
+    if not isinstance(examples, Mapping):
+        raise TypeError(f"{what} must map task names to lists of texts, got {type(examples).__name__}")
+    if (unknown := [t for t in examples if t not in bundle.tasks]):
+        raise KeyError(f"{what}: no task {unknown[0]!r} in the bundle {bundle.folder}; its tasks: "
+                       f"{', '.join(bundle.tasks)}")
+    if least and (missing := [t for t in bundle.tasks if t not in examples]):
+        raise ValueError(f"{what}: no examples of task {missing[0]!r}; the router must know every task of the bundle "
+                         f"({', '.join(bundle.tasks)})")
+    texts = {t: _texts(examples[t], f"{what}[{t!r}]") for t in bundle.tasks if t in examples}
+    if least and (few := next((t for t, x in texts.items() if len(x) < least), None)):
+        raise ValueError(f"{what}[{few!r}]: {len(texts[few])} example(s); a router needs at least {least} per task")
+    return texts
+
+@patch
+def fit_router(
+    self: EMRBundle,
+    examples: Mapping[str, Sequence[str]],  # task -> labelled texts of it: every task, at least MIN_EXAMPLES each
+    tokenizer,  # the tasks' tokenizer
+    *,
+    method: str = "prototype",  # "prototype" (nearest task prototype by cosine) or "linear" (logistic regression)
+    held_out: Mapping[str, Sequence[str]] | None = None,  # task -> texts not in `examples`: routing accuracy, recorded
+    layer: int = -1,  # the unified model's hidden states to pool (0: the embeddings', -1: the last layer's)
+    max_length: int = 128,  # tokens per text
+    l2: float = 1.0,  # the linear head's L2 penalty (scikit-learn's 1/C); not used by "prototype"
+    batch_size: int = 32,  # texts per forward pass
+) -> Router:
+    "Fit `bundle.router` on labelled texts per task; it is saved with the bundle (`save_pretrained`, `push_to_hub`)."
+    _check_method(method, l2)
+    texts = _check_examples(self, examples, "examples", MIN_EXAMPLES)
+    held = _check_examples(self, held_out or {}, "held_out", 0)
+    for t, xs in held.items():
+        if (seen := next((x for x in xs if x in set(texts[t])), None)) is not None:
+            raise ValueError(f"held_out[{t!r}] repeats an example the router is fitted on: {seen[:60]!r}")
+    def features(xs): return self.router_features(xs, tokenizer, layer=layer, max_length=max_length,
+                                                  batch_size=batch_size)
+    feature = {"model": "unified", "layer": layer, "pooling": "mean", "normalize": "l2", "max_length": max_length}
+    router = Router.fit({t: features(xs) for t, xs in texts.items()}, method=method, l2=l2,
+                        settings={"feature": feature})
+    router.settings["held_out"] = router.accuracy({t: features(xs) for t, xs in held.items()}) if held else None
+    self.router = router
+    return router
+
+@patch
+def _require_router(self: EMRBundle) -> Router:
+    "The bundle's router, or an error saying how to fit one."
+    if self.router is None:
+        raise ValueError(f"the EMR bundle {self.folder} has no router, so it cannot pick the task of an input: name "
+                         "the task (bundle.load_task_model(task)), or fit a router on a few labelled texts per task "
+                         "(bundle.fit_router({task: [texts]}, tokenizer)) and save the bundle to keep it")
+    return self.router
+
+@patch
+def route(
+    self: EMRBundle,
+    texts: Sequence[str],  # the inputs
+    tokenizer,  # the tasks' tokenizer
+    *,
+    batch_size: int = 32,  # texts per forward pass
+) -> list[str]:
+    "The task the bundle's router picks for each text (one forward pass of the unified model)."
+    router = self._require_router()
+    return router.predict(self.router_features(texts, tokenizer, batch_size=batch_size))
+
+@patch
+def load_routed_model(
+    self: EMRBundle,
+    tokenizer,  # the tasks' tokenizer
+    *,
+    dtype: torch.dtype | None = None,  # the task models' dtype; default the base's
+    cache_dir: str | Path | None = None,  # write each task's model there once, then memory-map it
+    max_loaded: int | None = None,  # task models kept in memory (the least recently used dropped); None: all
+    batch_size: int = 32,  # texts per forward pass
+    **kwargs,  # passed to each task model's `from_pretrained`
+) -> RoutedModel:
+    "The task models behind the router: `routed(texts)` routes each text and runs its task's model."
+    self._require_router()
+    return RoutedModel(self, tokenizer, dtype=dtype, cache_dir=cache_dir, max_loaded=max_loaded,
+                       batch_size=batch_size, **kwargs)

@@ -1,0 +1,207 @@
+"""EMR when the task is unknown (issue 27 item 1): the bundle's router, checked against features and prototypes computed
+independently from the bundle's files; stored with the bundle through save/load and a LocalHub push/pull, a tampered
+router file refused; routed inference equal to running the routed task's model; errors before any model runs."""
+import json
+
+import pytest
+import torch
+import torch.nn.functional as F
+from huggingface_hub import HfApi
+from safetensors.torch import load_file
+from transformers import AutoConfig, LlamaForSequenceClassification
+from transformers.utils import logging as hf_logging
+
+from adaptkit.emr import BundleError, EMRBundle, emr_merge
+from adaptkit.emr.route import ROUTER_FILE, RoutedModel, Router
+from adaptkit.hub import sha256_file
+from adaptkit.models import tiny_tokenizer
+
+hf_logging.disable_progress_bar()
+TOK = tiny_tokenizer()
+EXAMPLES = {"words": ["the cat", "the cat sat", "a cat"], "digits": ["1 2", "1 2 1", "2 1"]}
+HELD = {"words": ["the cat the", "a cat sat"], "digits": ["2 2 1", "1 1"]}
+LAYER = 0  # the embeddings: words and digits share no token, so a tiny random model separates them for sure
+
+
+def classifier(num_labels, seed):
+    cfg = AutoConfig.for_model("llama", vocab_size=TOK.vocab_size, hidden_size=16, intermediate_size=32,
+                               num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1, num_labels=num_labels,
+                               pad_token_id=TOK.pad_token_id, architectures=["LlamaForSequenceClassification"])
+    torch.manual_seed(seed)
+    return LlamaForSequenceClassification(cfg)
+
+
+def bundle_of(tmp_path, name="bundle"):
+    "A bundle of two tiny Llama classifiers (3 and 2 classes) fine-tuned (perturbed) from one base."
+    base = classifier(2, 0)
+    tasks = {}
+    for i, t in enumerate(["words", "digits"]):
+        m = classifier(3 - i, i + 1)
+        m.load_state_dict({k: v + 0.01 * torch.randn_like(v) for k, v in base.state_dict().items()
+                           if k != "score.weight"}, strict=False)
+        tasks[t] = m
+    return emr_merge(base, tasks, out_dir=tmp_path / name, progress=False)
+
+
+def unified_by_hand(bundle, task):
+    "The unified model from the bundle's files: base + unified for the merged tensors, the task's own head."
+    base, unified = load_file(bundle.folder / "base" / "model.safetensors"), load_file(
+        bundle.folder / "unified" / "model.safetensors")
+    sd = {n: base[n] + unified[n] for n in unified} | load_file(bundle.folder / "tasks" / task / "own.safetensors")
+    model = classifier(3 if task == "words" else 2, 99)
+    model.load_state_dict(sd, strict=True)
+    return model.eval()
+
+
+@torch.no_grad()
+def features_by_hand(model, texts, layer=-1):
+    "Each text alone (no padding): the mean over its tokens of the decoder's hidden states at `layer`."
+    return torch.stack([model.model(**TOK([t], return_tensors="pt"), output_hidden_states=True).hidden_states[layer][0]
+                        .mean(0) for t in texts])
+
+
+def test_prototypes_and_routes_match_an_independent_computation(tmp_path):
+    bundle = bundle_of(tmp_path)
+    model = unified_by_hand(bundle, "words")
+    got = bundle.load_unified_model("words").state_dict()
+    assert set(got) == set(model.state_dict()) and all(torch.equal(got[n], v) for n, v in model.state_dict().items())
+    router = bundle.fit_router(EXAMPLES, TOK, layer=LAYER, max_length=16, batch_size=2)  # padded batches of two
+    want = torch.stack([F.normalize(F.normalize(features_by_hand(model, EXAMPLES[t], LAYER), dim=-1).mean(0), dim=0)
+                        for t in ("words", "digits")])
+    assert router.tasks == ["words", "digits"] and torch.allclose(router.tensors["prototypes"], want, atol=1e-5)
+    texts = HELD["words"] + HELD["digits"]
+    cosines = F.normalize(features_by_hand(model, texts, LAYER), dim=-1) @ want.T
+    by_hand = [["words", "digits"][i] for i in cosines.argmax(-1).tolist()]
+    assert by_hand == ["words", "words", "digits", "digits"]  # a separable case, by the hand computation
+    assert bundle.route(texts, TOK) == by_hand
+    assert torch.allclose(router.scores(bundle.router_features(texts, TOK)), cosines, atol=1e-5)
+    assert router.settings["feature"] == {"model": "unified", "layer": LAYER, "pooling": "mean", "normalize": "l2",
+                                          "max_length": 16}
+
+
+def test_the_router_travels_with_the_bundle_through_save_and_a_local_hub(hub, tmp_path):
+    bundle = bundle_of(tmp_path)
+    fingerprint = bundle._fingerprint()
+    router = bundle.fit_router(EXAMPLES, TOK, method="linear", held_out=HELD, layer=LAYER, max_length=16)
+    assert router.settings["held_out"] == {"accuracy": 1.0, "per_task": {"words": 1.0, "digits": 1.0},
+                                           "examples": {"words": 2, "digits": 2}}
+    assert not (bundle.folder / ROUTER_FILE).exists()  # in memory until saved, like `bundle.results`
+    saved = bundle.save_pretrained(tmp_path / "saved")
+    entry = json.loads((saved / "emr.json").read_text())["router"]
+    assert entry["sha256"] == sha256_file(saved / ROUTER_FILE) == json.loads(
+        (saved / "adaptkit.json").read_text())["files"][ROUTER_FILE]
+    assert json.loads((saved / "adaptkit.json").read_text())["settings"]["router"] == (
+        f"linear, 3 examples per task, layer {LAYER} mean-pooled, 16 tokens")
+    texts = HELD["words"] + HELD["digits"]
+    for again in (EMRBundle(saved), EMRBundle.from_pretrained(saved)):
+        assert (again.router.method, again.router.tasks, again.router.settings) == ("linear", router.tasks,
+                                                                                     router.settings)
+        assert all(torch.equal(again.router.tensors[k], v) for k, v in router.tensors.items())
+        assert again.route(texts, TOK) == bundle.route(texts, TOK) == ["words"] * 2 + ["digits"] * 2
+        assert again._fingerprint() == fingerprint  # cached task models stay valid
+    commit = EMRBundle(saved).push_to_hub("team/emr-routed", endpoint=hub.endpoint)
+    pulled = EMRBundle.from_pretrained("team/emr-routed", revision=commit, endpoint=hub.endpoint)
+    assert pulled.router.settings == router.settings and pulled.route(texts, TOK) == ["words"] * 2 + ["digits"] * 2
+    card = HfApi(endpoint=hub.endpoint).model_info("team/emr-routed").card_data
+    assert card.pipeline_tag == "text-classification"
+    readme = (pulled.folder / "README.md").read_text()
+    assert "a logistic-regression head" in readme and "Routing accuracy on 4 held-out examples: **1.000**" in readme
+    # a new router is written anew: the saved bundle's file (hard-linked into the copy) is never written through
+    before = (saved / ROUTER_FILE).read_bytes()
+    again = EMRBundle(saved)
+    again.fit_router(EXAMPLES, TOK, layer=LAYER, max_length=16)
+    resaved = again.save_pretrained(tmp_path / "resaved")
+    assert (saved / ROUTER_FILE).read_bytes() == before and EMRBundle(resaved).router.method == "prototype"
+    again.router = None  # removed: saved without it
+    bare = again.save_pretrained(tmp_path / "bare")
+    assert not (bare / ROUTER_FILE).exists() and "router" not in json.loads((bare / "emr.json").read_text())
+    assert EMRBundle.from_pretrained(bare).router is None and "No router is stored" in (bare / "README.md").read_text()
+
+
+def flip_last_byte(path):
+    raw = bytearray(path.read_bytes())
+    raw[-1] ^= 0x10
+    path.write_bytes(bytes(raw))
+
+
+def test_a_tampered_router_file_is_refused(hub, tmp_path):
+    bundle = bundle_of(tmp_path)
+    bundle.fit_router(EXAMPLES, TOK, layer=LAYER, max_length=16)
+    saved = bundle.save_pretrained(tmp_path / "saved")
+    bundle.push_to_hub("team/emr-routed", endpoint=hub.endpoint)
+    flip_last_byte(saved / ROUTER_FILE)
+    with pytest.raises(BundleError, match=r"saved/router.safetensors: sha256 .* differs from emr.json's router entry"):
+        EMRBundle(saved)
+    with pytest.raises(ValueError, match=r"saved/router.safetensors: sha256 .* differs from adaptkit.json's"):
+        EMRBundle.from_pretrained(saved)
+    pulled = EMRBundle.from_pretrained("team/emr-routed", endpoint=hub.endpoint)
+    flip_last_byte((pulled.folder / ROUTER_FILE).resolve())  # the cache's blob
+    with pytest.raises(ValueError, match=r"router.safetensors: sha256 .* differs from adaptkit.json's"):
+        EMRBundle.from_pretrained("team/emr-routed", endpoint=hub.endpoint)
+    # emr.json's entry is checked too, field by field
+    fresh = bundle.save_pretrained(tmp_path / "fresh")
+    meta = json.loads((fresh / "emr.json").read_text())
+    meta["router"]["tasks"] = ["digits", "words"]
+    (fresh / "emr.json").write_text(json.dumps(meta))
+    with pytest.raises(BundleError, match=r"fresh/emr.json: field 'router.tasks' must be the bundle's tasks "
+                                          r"\['words', 'digits'\], in order, got \[\"digits\", \"words\"\]"):
+        EMRBundle(fresh, verify=False)
+    (fresh / ROUTER_FILE).unlink()
+    meta["router"]["tasks"] = ["words", "digits"]
+    (fresh / "emr.json").write_text(json.dumps(meta))
+    with pytest.raises(BundleError, match=r"fresh/router.safetensors: named by emr.json's router entry, missing"):
+        EMRBundle(fresh, verify=False)
+
+
+def test_errors_name_what_is_wrong_before_any_model_runs(tmp_path):
+    bundle = bundle_of(tmp_path)
+    for call in (lambda: bundle.route(["the cat"], TOK), lambda: bundle.load_routed_model(TOK)):
+        with pytest.raises(ValueError, match=rf"the EMR bundle {bundle.folder} has no router.*bundle.fit_router"):
+            call()
+    with pytest.raises(KeyError, match=rf"examples: no task 'dates' in the bundle {bundle.folder}; its tasks: words"):
+        bundle.fit_router(EXAMPLES | {"dates": ["1 May", "2 June"]}, TOK)
+    with pytest.raises(ValueError, match=r"examples: no examples of task 'digits'; the router must know every task"):
+        bundle.fit_router({"words": EXAMPLES["words"]}, TOK)
+    with pytest.raises(ValueError, match=r"examples\['digits'\]: 1 example\(s\); a router needs at least 2 per task"):
+        bundle.fit_router(EXAMPLES | {"digits": ["1 2"]}, TOK)
+    with pytest.raises(TypeError, match=r"examples\['words'\]: item 1 is None, expected a non-empty string"):
+        bundle.fit_router(EXAMPLES | {"words": ["the cat", None]}, TOK)
+    with pytest.raises(KeyError, match=r"held_out: no task 'dates'"):
+        bundle.fit_router(EXAMPLES, TOK, held_out={"dates": ["3 May"]})
+    with pytest.raises(ValueError, match=r"held_out\['words'\] repeats an example the router is fitted on: 'a cat'"):
+        bundle.fit_router(EXAMPLES, TOK, held_out={"words": ["a cat"]})
+    with pytest.raises(ValueError, match=r"router method 'knn': expected one of 'prototype', 'linear'"):
+        bundle.fit_router(EXAMPLES, TOK, method="knn")
+    with pytest.raises(ValueError, match=r"l2 must be a positive number, got -1"):
+        bundle.fit_router(EXAMPLES, TOK, method="linear", l2=-1)
+    assert bundle._unified is None and bundle.router is None  # nothing was loaded or fitted
+    with pytest.raises(ValueError, match=r"layer 3 out of range: the model has 3 hidden states"):
+        bundle.fit_router(EXAMPLES, TOK, layer=3)
+    other = Router("prototype", ["a", "b"], {"prototypes": torch.eye(2, 16)})
+    bundle.router = other
+    with pytest.raises(ValueError, match=r"the router routes to tasks \['a', 'b'\], the bundle .* has \['words', "
+                                         r"'digits'\]: fit it on this bundle"):
+        bundle.save_pretrained(tmp_path / "saved")
+    assert not (tmp_path / "saved").exists()
+
+
+def test_routed_inference_runs_each_text_through_its_task_model(tmp_path):
+    bundle = bundle_of(tmp_path)
+    bundle.fit_router(EXAMPLES, TOK, layer=LAYER, max_length=16)
+    texts = ["1 1", "the cat the", "2 2 1", "cat sat"]
+    routed = bundle.load_routed_model(TOK, max_loaded=1, cache_dir=tmp_path / "cache", batch_size=1)
+    assert isinstance(routed, RoutedModel)
+    outputs = routed(texts)
+    assert [o.task for o in outputs] == ["digits", "words", "digits", "words"]
+    models = {t: bundle.load_task_model(t).eval() for t in bundle.tasks}  # independently loaded, no cache
+    with torch.no_grad():
+        for text, o in zip(texts, outputs):
+            want = models[o.task](**TOK([text], return_tensors="pt")).logits[0]
+            assert o.logits.shape == (3 if o.task == "words" else 2,) and torch.allclose(o.logits, want, atol=1e-5)
+    assert list(routed.models) == ["words"]  # one kept: the least recently used dropped
+    assert sorted(p.name.split("-")[0] for p in (tmp_path / "cache").iterdir()) == ["digits", "words"]
+    assert routed.predict(texts) == [(o.task, int(o.logits.argmax())) for o in outputs]
+    forced = routed.forward(texts, tasks=["words"] * 4)  # the task known: no routing
+    assert [o.task for o in forced] == ["words"] * 4 and torch.allclose(forced[1].logits, outputs[1].logits, atol=1e-5)
+    with pytest.raises(ValueError, match="3 tasks for 4 texts"):
+        routed.forward(texts, tasks=["words"] * 3)
