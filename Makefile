@@ -16,6 +16,8 @@ export PIP_DISABLE_PIP_VERSION_CHECK := 1
 .PHONY: demo test check-nbs lint nbtest pytest readme docs bench clean-venv mutation lock lock-oldest test-oldest help-texts
 # olah (a third-party Hub mirror) pins versions that conflict with ours: it gets its own venv, used by one conformance test
 OLAH := .venv-olah/bin/olah-cli
+# mergekit (LGPL, never imported by adaptkit) pins its own set too: its own venv, for tests/emr/test_methods.py
+MERGEKIT := .venv-mergekit/bin/mergekit-yaml
 
 # torch first, from the lock (the CPU build on local disk), so nothing pulls a CUDA build
 $(STAMP): setup.py settings.ini Makefile $(LOCK)
@@ -53,6 +55,12 @@ $(OLAH): requirements-olah.txt
 	@test -x .venv-olah/bin/python || $(PYTHON) -m venv .venv-olah
 	.venv-olah/bin/pip install -q -r requirements-olah.txt
 
+# torch first, from the lock (the CPU build on local disk), then mergekit's pins
+$(MERGEKIT): requirements-mergekit.txt
+	@test -x .venv-mergekit/bin/python || $(PYTHON) -m venv .venv-mergekit
+	.venv-mergekit/bin/pip install -q -c $(LOCK) torch
+	.venv-mergekit/bin/pip install -q -r requirements-mergekit.txt
+
 # The docs site (MkDocs, from nbs/, no Quarto) goes to _docs/; tests/project/test_docs.py opens it in Debian's headless Chromium.
 CHROMEDRIVER := /usr/bin/chromedriver
 $(CHROMEDRIVER):
@@ -61,7 +69,7 @@ $(CHROMEDRIVER):
 docs: $(STAMP) $(CHROMEDRIVER)
 	$(BIN)/python docs/build.py
 
-pytest: $(STAMP) $(OLAH) $(CHROMEDRIVER)
+pytest: $(STAMP) $(OLAH) $(MERGEKIT) $(CHROMEDRIVER)
 	$(BIN)/python -m pytest tests/
 
 readme: $(STAMP)
@@ -76,7 +84,7 @@ mutation: $(STAMP)
 	$(if $(shell command -v flock),flock /tmp/adaptkit-cpu.lock) $(BIN)/python tests/scripts/mutation.py
 
 clean-venv:
-	rm -rf $(VENV) .venv-olah .venv-oldest
+	rm -rf $(VENV) .venv-olah .venv-mergekit .venv-oldest
 
 # `adaptkit <command> --help` prints these stored texts while their key (versions, source digests) holds.
 help-texts: $(STAMP)

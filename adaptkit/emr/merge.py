@@ -31,11 +31,12 @@ from adaptkit.emr.inputs import (
     _open_inputs,
     _plan_merge,
 )
+from .methods import MERGE_METHODS, merge_tensor, read_merge_config, tensor_generator, tensor_parameters
 from ..hub import write_metadata
 from ..tensorfiles import DTYPES, ShardWriter, StreamWriter, size_in_bytes
 
 # %% auto #0
-__all__ = ['emr_elect', 'emr_merge', 'MergedModel', 'task_arithmetic', 'ties_merge']
+__all__ = ['emr_elect', 'emr_merge', 'MergedModel', 'merge_models', 'task_arithmetic', 'ties_merge', 'merge_from_config']
 
 # %% ../../nbs/emr/04_merge.ipynb #45ef653f
 def _elect_in_place(task_vectors: torch.Tensor, sign: torch.Tensor, mask_values: torch.Tensor) -> tuple:
@@ -286,7 +287,7 @@ def emr_merge(
 
 # %% ../../nbs/emr/04_merge.ipynb #91873265
 class MergedModel(Artifact):
-    "One merged model (task arithmetic, TIES) plus each task's own unmerged tensors (heads) and config."
+    "One merged model (task arithmetic, TIES, DARE...) plus each task's own unmerged tensors (heads) and config."
     kind, commit_message, pipeline_tag = "merged-model", "Upload merged model with adaptkit", None
 
     def __init__(
@@ -328,6 +329,7 @@ class MergedModel(Artifact):
 
     def _card_fields(self) -> dict:
         method = (self.settings or {}).get("method", "a merge")
+        method = MERGE_METHODS[method].title if method in MERGE_METHODS else method
         names = ", ".join(f"`{t}`" for t in self.tasks)
         summary = (f"One model merged with {method} from {len(self.tasks)} task models fine-tuned from one base "
                    f"(tasks: {names}), plus each task's own unmerged tensors (heads). "
@@ -336,17 +338,89 @@ class MergedModel(Artifact):
                  f"model = merged.load_task_model({self.tasks[0]!r})" if self.tasks else "")
         return {"summary": summary, "usage": usage}
 
-def _merge_into_one(pretrained, finetuned, exclude, endpoint, token, combine: Callable, progress: bool) -> MergedModel:
-    "Merge the shared tensors with `combine(task_vectors) -> merged task vector`, tensor by tensor; keep the heads."
+
+# %% ../../nbs/emr/04_merge.ipynb #66ba9799
+def _merge_into_one(pretrained, finetuned, exclude, endpoint, token, combine_for: Callable, dtype, progress: bool,
+                    desc: str = "merging") -> MergedModel:
+    """Merge the shared tensors one at a time with `combine_for(tensor names)`: a per-tensor function
+    `(name, base, task vectors) -> merged tensor`, made (its parameters checked) before any tensor is read."""
     base, tasks = _open_inputs(pretrained, finetuned, endpoint, token)
     plan, merged = _plan_merge(base, tasks, exclude), {}
-    for name in tqdm(plan.merged, desc="merging", unit="tensor", disable=not progress):
+    combine = combine_for(plan.merged)
+    for name in tqdm(plan.merged, desc=desc, unit="tensor", disable=not progress):
         b = _check_finite(base.read(name), name, "the base")
-        task_vectors = [_check_finite(m.delta(name, b.float()), name, f"task {t!r}") for t, m in tasks.items()]
-        merged[name] = (b.float() + combine(task_vectors)).to(b.dtype)
-    heads = {t: {n: m.tensor(n, lambda n=n: base.read(n)) for n in plan.own[t]} for t, m in tasks.items()}
+        b32 = b.float()
+        task_vectors = torch.stack([_check_finite(m.delta(name, b32), name, f"task {t!r}") for t, m in tasks.items()])
+        merged[name] = combine(name, b32, task_vectors).to(dtype or b.dtype)
+    cast = lambda h: h.to(dtype) if dtype is not None and h.is_floating_point() else h
+    heads = {t: {n: cast(m.tensor(n, lambda n=n: base.read(n))) for n in plan.own[t]} for t, m in tasks.items()}
     out = MergedModel(merged, heads, {t: m.config or base.config for t, m in tasks.items()})
     out.base_model, out.base_revision = base.origin.get("repo_id"), base.origin.get("revision")
+    return out
+
+def _per_task(value, tasks: list, param: str) -> dict:
+    "A per-model parameter as task -> setting: one setting for every task, or a mapping naming some of them."
+    if value is None or (isinstance(value, Mapping) and not value): return {}
+    if isinstance(value, Mapping) and not set(value) <= {"filter", "value"}:
+        if (unknown := [t for t in value if t not in tasks]):
+            raise ValueError(f"{param}: no task named {unknown[0]!r} (tasks: {', '.join(tasks)})")
+        return dict(value)
+    return {t: value for t in tasks}
+
+def _compact(per_task: dict):
+    "A per-task setting for the record: one number when every task has the same one."
+    values = list(per_task.values())
+    same = len(per_task) > 0 and all(v == values[0] for v in values) and isinstance(values[0], (int, float))
+    return values[0] if same else per_task
+
+def merge_models(
+    pretrained,  # the base (same kinds as `emr_merge`)
+    finetuned: Mapping,  # task name -> fine-tuned model or LoRA adapter
+    *,
+    method: str = "task_arithmetic",  # a key of `MERGE_METHODS` (mergekit's names), e.g. "ties", "dare_ties"
+    weight=None,  # each task vector's weight: a number, {filter, value} conditions, or task -> either (default 1)
+    density=None,  # pruning methods: the fraction of each task vector kept, given as `weight` is (default 1)
+    gamma=None,  # breadcrumbs: the fraction of largest magnitudes dropped, given as `weight` is (default 0.01)
+    scaling: float = 1.0,  # λ: the merged task vector's factor (mergekit's `lambda`)
+    normalize: bool | None = None,  # divide by the summed weights (None: the method's default, as mergekit's)
+    rescale: bool = True,  # DARE: divide the kept entries by the density
+    seed: int = 0,  # DARE: each task's mask of each tensor is drawn from (seed, task, tensor name)
+    dtype: str | torch.dtype | None = None,  # the merged model's dtype (None: each tensor keeps the base's)
+    exclude=None,  # tensors kept per task, as in `emr_merge`
+    endpoint: str | None = None,  # Hub endpoint for repo ids
+    token: str | None = None,  # Hub token; never logged
+    progress: bool = True,  # show a progress bar
+) -> MergedModel:
+    "Merge models fine-tuned from one base into one model with a method users know, one tensor at a time."
+    if method not in MERGE_METHODS:
+        raise ValueError(f"method {method!r}: adaptkit has {', '.join(MERGE_METHODS)} (and emr_merge)")
+    m, tasks = MERGE_METHODS[method], list(finetuned)
+    given = {"weight": weight, "density": density, "gamma": gamma}
+    if (unused := [p for p, v in given.items() if v is not None and p not in m.model_parameters]):
+        raise ValueError(f"{unused[0]}: {method} does not use it (it reads {', '.join(m.model_parameters)})")
+    if method == "linear" and scaling != 1: raise ValueError("scaling: linear has no λ (mergekit's neither)")
+    settings = {p: _per_task(given[p], tasks, p) for p in m.model_parameters}
+    settings["weight"] = {t: 1.0 for t in tasks} | settings["weight"]
+    normalize = m.normalize if normalize is None else normalize
+    dtype = getattr(torch, dtype.removeprefix("torch."), dtype) if isinstance(dtype, str) else dtype
+    if dtype is not None and not (isinstance(dtype, torch.dtype) and dtype.is_floating_point):
+        raise ValueError(f"dtype: a float dtype, got {dtype!r}")
+
+    def combine_for(names: list):
+        params = tensor_parameters(m, settings, tasks, names)  # every parameter checked before any tensor is read
+        def combine(name, base, task_vectors):
+            p = params[name]
+            generators = [tensor_generator(seed, t, name) for t in tasks] if m.prune == "random" else None
+            return merge_tensor(base, task_vectors, m, p["weight"], p.get("density"), p.get("gamma"),
+                                normalize=normalize, scaling=scaling, rescale=rescale, generators=generators)
+        return combine
+
+    out = _merge_into_one(pretrained, finetuned, exclude, endpoint, token, combine_for, dtype, progress, method)
+    out.settings = {"method": method, **{p: _compact(v) for p, v in settings.items() if v}}
+    out.settings |= {"scaling": scaling, "normalize": normalize} if method != "linear" else {"normalize": normalize}
+    if m.prune == "random": out.settings |= {"rescale": rescale, "seed": seed}
+    if dtype is not None: out.settings["dtype"] = str(dtype).removeprefix("torch.")
+    out.settings["tasks"] = out.tasks
     return out
 
 def task_arithmetic(
@@ -359,13 +433,9 @@ def task_arithmetic(
     token: str | None = None,  # Hub token; never logged
     progress: bool = True,  # show a progress bar
 ) -> MergedModel:
-    "Task arithmetic: the base plus `scaling` times the sum of the task vectors (peft's `task_arithmetic`)."
-    from peft.utils import merge_utils
-    weights = torch.full((len(finetuned),), float(scaling))
-    out = _merge_into_one(pretrained, finetuned, exclude, endpoint, token,
-                          lambda task_vectors: merge_utils.task_arithmetic(task_vectors, weights), progress)
-    out.settings = {"method": "task arithmetic", "scaling": scaling, "tasks": out.tasks}
-    return out
+    "Task arithmetic: the base plus `scaling` times the sum of the task vectors (`merge_models` with its defaults)."
+    return merge_models(pretrained, finetuned, method="task_arithmetic", scaling=scaling, exclude=exclude,
+                        endpoint=endpoint, token=token, progress=progress)
 
 def ties_merge(
     pretrained,  # the base (same kinds as `emr_merge`)
@@ -378,10 +448,39 @@ def ties_merge(
     token: str | None = None,  # Hub token; never logged
     progress: bool = True,  # show a progress bar
 ) -> MergedModel:
-    "TIES-Merging: trim, elect sign, disjoint mean, scaled (peft's `ties`)."
-    from peft.utils import merge_utils
-    weights = torch.full((len(finetuned),), float(scaling))
-    out = _merge_into_one(pretrained, finetuned, exclude, endpoint, token,
-                          lambda task_vectors: merge_utils.ties(task_vectors, weights, density), progress)
-    out.settings = {"method": "TIES", "density": density, "scaling": scaling, "tasks": out.tasks}
+    "TIES-Merging: trim, elect sign, disjoint mean, scaled (`merge_models` with the TIES paper's defaults)."
+    return merge_models(pretrained, finetuned, method="ties", density=density, scaling=scaling, exclude=exclude,
+                        endpoint=endpoint, token=token, progress=progress)
+
+# %% ../../nbs/emr/04_merge.ipynb #2df88425
+def _public_config(source: dict) -> dict:
+    "The configuration for the record and card: a local model path reduced to its folder's name, as a bundle names it."
+    name = lambda ref: Path(ref).expanduser().name if isinstance(ref, str) and Path(ref).expanduser().exists() else ref
+    out = dict(source)
+    if "base_model" in out: out["base_model"] = name(out["base_model"])
+    out["models"] = [{**e, "model": name(e["model"])} if isinstance(e, Mapping) else name(e) for e in out["models"]]
+    return out
+
+def merge_from_config(
+    config: str | Path | Mapping,  # a mergekit-style YAML file, or the same configuration as a dict
+    out_dir: str | Path | None = None,  # the result's folder, replaced if it exists (None: not saved; emr: temporary)
+    *,
+    exclude=None,  # tensors kept per task, as in `emr_merge` (globs or regexes; same-shaped heads)
+    seed: int = 0,  # DARE's seed (mergekit-yaml's --random-seed)
+    endpoint: str | None = None,  # Hub endpoint for repo ids
+    token: str | None = None,  # Hub token for private repos; never logged
+    progress: bool = True,  # show a progress bar
+) -> MergedModel | EMRBundle:
+    "Run a mergekit-style merge configuration on the streaming engine: a `MergedModel`, or an `EMRBundle` for emr."
+    cfg = read_merge_config(config)  # the whole configuration checked before any model is opened
+    if cfg.method == "emr":
+        return emr_merge(cfg.base, cfg.models, exclude=exclude, rescale=cfg.parameters.get("rescale", "tensor_mean"),
+                         out_dir=out_dir, endpoint=endpoint, token=token, progress=progress)
+    shared = cfg.parameters
+    given = {p: v for p, v in cfg.settings.items() if v}
+    out = merge_models(cfg.base, cfg.models, method=cfg.method, **given, scaling=shared.get("lambda", 1.0),
+                       normalize=shared.get("normalize"), rescale=shared.get("rescale", True), seed=seed,
+                       dtype=cfg.dtype, exclude=exclude, endpoint=endpoint, token=token, progress=progress)
+    out.settings["config"] = _public_config(cfg.source)
+    if out_dir is not None: out.save_pretrained(out_dir)
     return out

@@ -730,9 +730,10 @@ def test_task_arithmetic_and_ties_results_are_artifacts_with_their_settings(tmp_
     base = {"w": torch.randn(4, 3)}
     tasks = {t: {"w": base["w"] + torch.randn(4, 3)} for t in ("a", "b")}
     assert task_arithmetic(base, tasks, progress=False).settings == {
-        "method": "task arithmetic", "scaling": 0.3, "tasks": ["a", "b"]}
+        "method": "task_arithmetic", "weight": 1.0, "scaling": 0.3, "normalize": False, "tasks": ["a", "b"]}
     ties = ties_merge(base, tasks, progress=False)
-    assert ties.settings == {"method": "TIES", "density": 0.2, "scaling": 1.0, "tasks": ["a", "b"]}
+    assert ties.settings == {"method": "ties", "weight": 1.0, "density": 0.2, "scaling": 1.0, "normalize": True,
+                             "tasks": ["a", "b"]}
     again = MergedModel.from_pretrained(ties.save_pretrained(tmp_path / "ties"))
     assert (again.settings, again.tasks) == (ties.settings, ["a", "b"])
     assert torch.equal(again.task_state_dict("a")["w"], ties.task_state_dict("a")["w"])
