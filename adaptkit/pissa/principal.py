@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import math
+import re
 import shutil
 import tempfile
 import warnings
@@ -15,14 +16,17 @@ from pathlib import Path
 import torch
 from peft import LoraConfig, PeftModel, get_peft_model
 from peft.tuners.lora import LoraLayer
-from peft.utils.other import transpose
+from peft.utils import SAFETENSORS_WEIGHTS_NAME
+from peft.utils.other import get_pattern_key, transpose
+from safetensors.torch import load_file, save_file
 
 from ..hub import is_repo_id, read_metadata, write_folder, write_metadata
 from ..models import fingerprint, fingerprint_mismatch
 
 # %% auto #0
-__all__ = ['NF4_LEVELS', 'pissa_config', 'principal_parts', 'init_pissa', 'save_pissa_as_lora', 'save_pissa_residual',
-           'load_pissa_adapter', 'nf4_roundtrip', 'qpissa_error', 'quantization_error']
+__all__ = ['NF4_LEVELS', 'pissa_config', 'principal_parts', 'bf16_residual_error', 'init_pissa', 'truncate_lora',
+           'save_pissa_as_lora', 'save_pissa_residual', 'load_pissa_adapter', 'nf4_roundtrip', 'qpissa_round_errors',
+           'qpissa_error', 'quantization_error']
 
 # %% ../../nbs/pissa/01_principal.ipynb #9c24dc3c
 def pissa_config(
@@ -109,11 +113,35 @@ def _fingerprint_matches(saved: dict, current: dict, rtol: float = 1e-4) -> bool
 
 # %% ../../nbs/pissa/01_principal.ipynb #56df5255
 _CHUNK_ELEMENTS = 2**26  # weights decomposed in one batched call (256 MB in float32)
+_KRYLOV_NITER = 8  # block Krylov iterations of adaptkit's default init
 
-def _matrix_layers(peft_model: PeftModel) -> list[LoraLayer]:
-    "The LoRA layers of the default adapter whose base weight is one matrix (linear layers, GPT-2's Conv1D)."
-    return [m for m in peft_model.base_model.model.modules() if isinstance(m, LoraLayer) and "default" in m.lora_A
-            and isinstance(m.lora_A["default"], torch.nn.Linear) and m.get_base_layer().weight.dim() == 2]
+def _matrix_layers(peft_model: PeftModel) -> dict[str, LoraLayer]:
+    "The default adapter's LoRA layers whose base weight is one matrix (linear, GPT-2's Conv1D), by name in the model."
+    return {n: m for n, m in peft_model.base_model.model.named_modules() if isinstance(m, LoraLayer)
+            and "default" in m.lora_A and isinstance(m.lora_A["default"], torch.nn.Linear)
+            and m.get_base_layer().weight.dim() == 2}
+
+def _rel(diff: torch.Tensor, ref: torch.Tensor) -> float:
+    "‖diff‖_F / ‖ref‖_F (0 when both are zero)."
+    d, r = diff.norm().item(), ref.norm().item()
+    return d / r if r > 0 else (0.0 if d == 0 else math.inf)
+
+def bf16_residual_error(
+    w: torch.Tensor,  # the original weight (out, in), compared in float32
+    B: torch.Tensor,  # the adapter's B (out, r)
+    A: torch.Tensor,  # the adapter's A (r, in)
+    scaling: float = 1.0,  # the adapter's scaling (lora_alpha / r)
+) -> float:
+    "`‖W - (W_res + s B A)‖_F / ‖W‖_F` with the residual `W_res = W - s B A` computed in float32, stored in bfloat16."
+    w = w.detach().float()
+    part = scaling * B.detach().float() @ A.detach().float()
+    return _rel(w - ((w - part).to(torch.bfloat16).float() + part), w)
+
+def _init_errors(layer: LoraLayer, w: torch.Tensor) -> tuple[float, float]:
+    "Relative errors of `W_res + scaling B A` against the original `w`: as initialised, and with a bf16 residual."
+    s, B, A = layer.scaling["default"], layer.lora_B["default"].weight, layer.lora_A["default"].weight
+    res = transpose(layer.get_base_layer().weight.detach(), layer.fan_in_fan_out).float()
+    return _rel(w - (res + s * B.detach().float() @ A.detach().float()), w), bf16_residual_error(w, B, A, s)
 
 def _set_principal(layer: LoraLayer, w: torch.Tensor, U: torch.Tensor, S: torch.Tensor, Vh: torch.Tensor) -> None:
     "Put the principal part in `layer`'s adapter, the residual `W - scaling B A` in its base, like peft's pissa_init."
@@ -125,32 +153,67 @@ def _set_principal(layer: LoraLayer, w: torch.Tensor, U: torch.Tensor, S: torch.
     residual = w - scale * lora_B.float() @ lora_A.float()  # from the adapter as stored: W_res + scaling B A = W
     base.weight.data = transpose(residual.to(base.weight.dtype), layer.fan_in_fan_out)
 
-def _init_principal(peft_model: PeftModel, seed: int, niter: int | None = 8) -> None:
-    "Initialise every adapted matrix from its principal part, decomposing same-shape weights together."
+def _init_principal(peft_model: PeftModel, seed: int, niter: int | None = _KRYLOV_NITER) -> dict:
+    "Initialise every adapted matrix from its principal part (same-shape weights together); name -> errors."
     groups: dict = {}
-    for layer in _matrix_layers(peft_model):
+    for name, layer in _matrix_layers(peft_model).items():
         w = transpose(layer.get_base_layer().weight.detach(), layer.fan_in_fan_out)
-        groups.setdefault((tuple(w.shape), w.device, layer.r["default"]), []).append(layer)
-    generator = {}
+        groups.setdefault((tuple(w.shape), w.device, layer.r["default"]), []).append((name, layer))
+    generator, errors = {}, {}
     for (shape, device, r), layers in groups.items():
         gen = generator.setdefault(device, torch.Generator(device).manual_seed(seed))
-        for start in range(0, len(layers), max(1, _CHUNK_ELEMENTS // math.prod(shape))):
-            chunk = layers[start:start + max(1, _CHUNK_ELEMENTS // math.prod(shape))]
-            w = torch.stack([transpose(m.get_base_layer().weight.detach(), m.fan_in_fan_out).float() for m in chunk])
+        step = max(1, _CHUNK_ELEMENTS // math.prod(shape))
+        for start in range(0, len(layers), step):
+            chunk = layers[start:start + step]
+            w = torch.stack([transpose(m.get_base_layer().weight.detach(), m.fan_in_fan_out).float() for _, m in chunk])
             U, S, Vh = principal_parts(w, r, niter=niter, generator=gen)
-            for k, layer in enumerate(chunk): _set_principal(layer, w[k], U[k], S[k], Vh[k])
+            for k, (name, layer) in enumerate(chunk):
+                _set_principal(layer, w[k], U[k], S[k], Vh[k])
+                errors[name] = _init_errors(layer, w[k])
+    return errors
+
+def _init_randomised(peft_model: PeftModel, init: str, seed: int) -> dict:
+    "peft's own `pissa_niter_N` init (`LoraLayer.pissa_init`), layer by layer after seeding; name -> errors."
+    torch.manual_seed(seed)
+    errors = {}
+    for name, layer in _matrix_layers(peft_model).items():
+        w = transpose(layer.get_base_layer().weight.detach(), layer.fan_in_fan_out).float().clone()
+        layer.pissa_init("default", init)
+        errors[name] = _init_errors(layer, w)
+    return errors
+
+def _init_record(peft_model: PeftModel, init: str, seed: int, errors: dict) -> dict:
+    "How the adapter was initialised: method, seed, iterations, dtypes and the measured residual errors."
+    layers = _matrix_layers(peft_model).values()
+    niter = _KRYLOV_NITER if init == "pissa" else int(init.rsplit("_", 1)[-1])
+    method = (f"adaptkit principal_parts (seeded block Krylov, {niter} iterations; exact SVD when the smaller side is "
+              f"under 4 r niter)" if init == "pissa" else
+              f"peft pissa_niter_{niter} (torch.svd_lowrank, q = r, {niter} subspace iterations; seeded by adaptkit)")
+    dtypes = lambda ts: ",".join(sorted({str(t.dtype).removeprefix("torch.") for t in ts}))
+    worst = max(errors, key=lambda n: errors[n][1], default=None)
+    return {"init_method": method, "niter": niter, "seed": seed,
+            "dtype": dtypes(m.get_base_layer().weight for m in layers),
+            "adapter_dtype": dtypes(m.lora_A["default"].weight for m in layers),
+            "residual_error_max": max((e[0] for e in errors.values()), default=0.0),
+            "bf16_residual_error_max": errors[worst][1] if worst else 0.0, "bf16_residual_error_layer": worst,
+            "bf16_residual_error": {n: e[1] for n, e in errors.items()}}
+
+_INIT_FIELDS = ("init_lora_weights", "init_method", "niter", "seed", "dtype", "adapter_dtype", "residual_error_max",
+                "bf16_residual_error_max", "bf16_residual_error_layer")  # copied onto the shared LoRA's record
 
 def init_pissa(
     model,  # a full-precision transformers model (float32/bf16/fp16); its target weights become residuals
     config: LoraConfig,  # from `pissa_config`
     *,
     init_dir: str | Path,  # where the initial adapter is saved (needed by `save_pissa_as_lora`)
-    seed: int = 0,  # seeds the randomised SVD: the same seed gives the same adapter
+    seed: int = 0,  # seeds the randomised SVD (both inits): the same seed gives the same adapter
 ) -> PeftModel:
-    "Wrap `model` with a PiSSA adapter and save the initial adapter to `init_dir`."
+    "Wrap `model` with a PiSSA adapter and save the initial adapter, with how it was made, to `init_dir`."
     init = config.init_lora_weights
     if not str(init).startswith("pissa"):
         raise ValueError(f"config.init_lora_weights is {init!r}; use pissa_config() for a PiSSA adapter")
+    if init != "pissa" and not re.fullmatch(r"pissa_niter_[1-9]\d*", init):
+        raise ValueError(f"config.init_lora_weights is {init!r}: expected 'pissa' or 'pissa_niter_N' (N >= 1)")
     if _is_quantized(model):
         raise TypeError(
             "PiSSA cannot be initialised on quantized weights: load the model in float32/bf16, run init_pissa, "
@@ -160,18 +223,17 @@ def init_pissa(
     base_fingerprint = fingerprint(model)  # of the untouched base, which the shared plain LoRA goes on
     with torch.random.fork_rng():  # the caller's random state stays as it was too
         torch.manual_seed(seed)
-        if init == "pissa": config.init_lora_weights = True  # cheap placeholder weights, replaced below
+        config.init_lora_weights = True  # cheap placeholder weights, replaced layer by layer below
         peft_model = get_peft_model(model, config)
-        if init == "pissa":
-            peft_model.peft_config["default"].init_lora_weights = "pissa"
-            _init_principal(peft_model, seed)
+        peft_model.peft_config["default"].init_lora_weights = init
+        errors = _init_principal(peft_model, seed) if init == "pissa" else _init_randomised(peft_model, init, seed)
     _save_as_plain_lora_init(peft_model, init_dir)
     write_metadata(
         init_dir,
         pissa={
             "role": "initial adapter",
             "init_lora_weights": init,
-            "seed": seed,
+            **_init_record(peft_model, init, seed, errors),
             "base": _base_name(peft_model),
             "residual_fingerprint": _residual_weights(peft_model),
             "base_fingerprint": base_fingerprint,
@@ -196,30 +258,94 @@ def _check_init_dir(peft_model: PeftModel, init_dir: Path) -> dict:
                          "init_pissa wrote for this model")
     return meta
 
-def _write_plain_lora(peft_model: PeftModel, folder: Path, init_dir: Path) -> None:
-    "Write `peft_model`'s PiSSA adapter into `folder` as a plain LoRA (rank and alpha doubled) for the untouched base."
+def _check_rank(
+    peft_model: PeftModel,  # a PiSSA model from `init_pissa`
+    rank: str | int,  # "exact" (2r, lossless) or the rank k of a truncated SVD of each layer's trained change
+) -> None:
+    "Refuse a conversion `rank` that is neither 'exact' nor an integer from 1 to every layer's 2r and smaller side."
+    if rank == "exact": return
+    if isinstance(rank, bool) or not isinstance(rank, int) or rank < 1:
+        raise ValueError(f"rank must be 'exact' or a positive integer, got {rank!r}")
+    for name, layer in _matrix_layers(peft_model).items():
+        r, (out, inp) = layer.r["default"], (layer.lora_B["default"].out_features, layer.lora_A["default"].in_features)
+        if rank > min(2 * r, out, inp):
+            raise ValueError(f"rank={rank} is above what the trained change of {name} has ({out}x{inp}, PiSSA rank "
+                             f"{r}: at most rank {min(2 * r, out, inp)}); rank='exact' is lossless at rank {2 * r}")
+
+def truncate_lora(
+    B: torch.Tensor,  # (out, q) left factor
+    A: torch.Tensor,  # (q, in) right factor
+    k: int,  # rank to keep, at most q and the smaller side
+) -> tuple[torch.Tensor, torch.Tensor]:
+    "Rank-`k` factors of `B @ A` by its truncated SVD: `(U_k S_k^½, S_k^½ V_kᵀ)` in float64, from the factors alone."
+    Qb, Rb = torch.linalg.qr(B.detach().double())  # B A = Qb (Rb Raᵀ) Qaᵀ: only the small core needs an SVD
+    Qa, Ra = torch.linalg.qr(A.detach().double().T)
+    U, S, Vh = torch.linalg.svd(Rb @ Ra.T)
+    if not 1 <= k <= S.numel(): raise ValueError(f"k must be between 1 and {S.numel()} for these factors, got {k}")
+    root = S[:k].sqrt()
+    return (Qb @ U[:, :k]) * root, root[:, None] * (Vh[:k] @ Qa.T)
+
+def _lora_scaling(cfg: LoraConfig, name: str) -> float:
+    "The scaling peft gives the layer `name` under `cfg` (rank and alpha patterns, rsLoRA), as `LoraModel` does."
+    r = cfg.rank_pattern.get(get_pattern_key(cfg.rank_pattern.keys(), name), cfg.r)
+    alpha = cfg.alpha_pattern.get(get_pattern_key(cfg.alpha_pattern.keys(), name), cfg.lora_alpha)
+    return alpha / math.sqrt(r) if cfg.use_rslora else alpha / r
+
+def _convert(peft_model: PeftModel, folder: Path, init_dir: Path, rank: str | int) -> dict[str, float]:
+    """Truncate the exact plain LoRA in `folder` to `rank` (unless "exact"), then measure each layer's relative error
+    against the trained change `s (B A - B0 A0)` from the live adapter and the initial one; name -> error."""
+    path = folder / SAFETENSORS_WEIGHTS_NAME
+    state, initial = load_file(path), load_file(init_dir / SAFETENSORS_WEIGHTS_NAME)
+    cfg, layers = LoraConfig.from_pretrained(str(folder)), _matrix_layers(peft_model)
+    key = lambda name, ab: f"base_model.model.{name}.lora_{ab}.weight"
+    if rank != "exact":
+        for name in layers:
+            b, a = key(name, "B"), key(name, "A")
+            Bk, Ak = truncate_lora(_lora_scaling(cfg, name) * state[b].double(), state[a], rank)
+            state[b], state[a] = Bk.to(state[b].dtype).contiguous(), Ak.to(state[a].dtype).contiguous()
+        cfg.r, cfg.lora_alpha, cfg.use_rslora, cfg.rank_pattern, cfg.alpha_pattern = rank, rank, False, {}, {}
+        cfg.save_pretrained(str(folder))
+        save_file(state, path, metadata={"format": "pt"})
+    errors = {}
+    for name, layer in layers.items():
+        B, A = (getattr(layer, f"lora_{x}")["default"].weight.detach().cpu().double() for x in "BA")
+        delta = layer.scaling["default"] * (B @ A - initial[key(name, "B")].double() @ initial[key(name, "A")].double())
+        written = _lora_scaling(cfg, name) * state[key(name, "B")].double() @ state[key(name, "A")].double()
+        # a layer that did not change (untrained) is measured against the scale of its adapter's own product
+        errors[name] = _rel(delta - written, delta if delta.any() else layer.scaling["default"] * B @ A)
+    return errors
+
+def _write_plain_lora(peft_model: PeftModel, folder: Path, init_dir: Path, rank: str | int = "exact") -> dict:
+    "Write `peft_model`'s PiSSA adapter into `folder` as a plain LoRA for the untouched base; its conversion record."
     meta = _check_init_dir(peft_model, Path(init_dir))
     # peft rewrites the initial adapter's config while converting: it gets a private copy, removed afterwards
     private = Path(tempfile.mkdtemp(prefix="_pissa_conversion-", dir=folder)) / "init"
     shutil.copytree(init_dir, private)
     try: peft_model.save_pretrained(folder, path_initial_model_for_weight_conversion=str(private))
     finally: shutil.rmtree(private.parent, ignore_errors=True)
-    cfg, base = peft_model.peft_config["default"], meta.get("base")
-    write_metadata(folder, pissa={"role": "plain lora", "pissa_rank": cfg.r, "lora_rank": 2 * cfg.r,
-                                  "init_lora_weights": meta["init_lora_weights"]},
-                   # the untouched base it goes on, as `models.load_adapter` checks it
-                   source={"base_model": base if base and is_repo_id(base) else None, "base_revision": None,
-                           "fingerprint": meta.get("base_fingerprint")})
+    errors = _convert(peft_model, folder, Path(init_dir), rank)
+    cfg, base = LoraConfig.from_pretrained(str(folder)), meta.get("base")
+    record = {"role": "plain lora", "pissa_rank": peft_model.peft_config["default"].r, "lora_rank": cfg.r,
+              "lora_alpha": cfg.lora_alpha, "rank": rank, "init_lora_weights": meta["init_lora_weights"],
+              "conversion_error_max": max(errors.values(), default=0.0),
+              "conversion_error_mean": sum(errors.values()) / max(1, len(errors)), "conversion_error": errors,
+              "init": {k: meta[k] for k in _INIT_FIELDS if k in meta}}
+    # the untouched base it goes on, as `models.load_adapter` checks it
+    write_metadata(folder, pissa=record, source={"base_model": base if base and is_repo_id(base) else None,
+                                                 "base_revision": None, "fingerprint": meta.get("base_fingerprint")})
+    return record
 
 def save_pissa_as_lora(
     peft_model: PeftModel,  # a PiSSA model from `init_pissa` (trained or not)
     out_dir: str | Path,  # where the plain LoRA goes (replaced if it exists)
     *,
     init_dir: str | Path,  # the initial adapter saved by `init_pissa`
+    rank: str | int = "exact",  # "exact": rank 2r, alpha doubled, lossless; k: truncated SVD, error measured
 ) -> Path:
-    "Save `peft_model`'s PiSSA adapter as a plain LoRA (rank and alpha doubled) that loads on the untouched base."
+    "Save `peft_model`'s PiSSA adapter as a plain LoRA for the untouched base (exact, or truncated to `rank`)."
     _check_init_dir(peft_model, Path(init_dir))  # before anything is written
-    return write_folder(out_dir, lambda tmp: _write_plain_lora(peft_model, tmp, Path(init_dir)))
+    _check_rank(peft_model, rank)
+    return write_folder(out_dir, lambda tmp: _write_plain_lora(peft_model, tmp, Path(init_dir), rank))
 
 # %% ../../nbs/pissa/01_principal.ipynb #40b9ac8f
 def save_pissa_residual(
@@ -285,6 +411,27 @@ def _principal(w: torch.Tensor, r: int, niter: int | None):
         Vh = V.T
     return U * S.sqrt(), S.sqrt()[:, None] * Vh
 
+def _qpissa_rounds(w: torch.Tensor, r: int, iters: int, niter: int | None):
+    "Each round of iterative QPiSSA: `(B, A, nf4(W - B A))`, the adapter re-fit to what quantizing the residual lost."
+    if iters < 1: raise ValueError(f"iters must be at least 1 (1: plain QPiSSA), got {iters}")
+    target = w
+    for _ in range(iters):
+        B, A = _principal(target, r, niter)
+        q = nf4_roundtrip(w - B @ A)
+        yield B, A, q
+        target = w - q
+
+def qpissa_round_errors(
+    w: torch.Tensor,  # a weight matrix
+    r: int = 64,  # adapter rank
+    *,
+    iters: int = 5,  # SVD rounds (the official `--iter`; 1: plain QPiSSA)
+    niter: int | None = None,  # randomised SVD iterations; None: exact SVD
+) -> list[float]:
+    "`‖W - (nf4(W_res) + B A)‖_F / ‖W‖_F` after each round of iterative QPiSSA (`[0]`: plain QPiSSA)."
+    w = w.detach().float()
+    return [_rel(w - (q + B @ A), w) for B, A, q in _qpissa_rounds(w, r, iters, niter)]
+
 def qpissa_error(
     w: torch.Tensor,  # a weight matrix
     r: int = 64,  # adapter rank
@@ -294,11 +441,9 @@ def qpissa_error(
 ) -> dict[str, float]:
     "Nuclear-norm NF4 quantization error of QLoRA (`W`) and of QPiSSA (`W_res` + adapter) for one matrix."
     w = w.detach().float()
-    B, A = _principal(w, r, niter)
-    for _ in range(iters - 1):  # re-fit the adapter to what quantizing the residual loses
-        B, A = _principal(w - nf4_roundtrip(w - B @ A), r, niter)
+    *_, (B, A, q) = _qpissa_rounds(w, r, iters, niter)
     qlora = torch.linalg.matrix_norm(w - nf4_roundtrip(w), ord="nuc").item()
-    qpissa = torch.linalg.matrix_norm(w - (nf4_roundtrip(w - B @ A) + B @ A), ord="nuc").item()
+    qpissa = torch.linalg.matrix_norm(w - (q + B @ A), ord="nuc").item()
     return {"qlora": qlora, "qpissa": qpissa, "reduction": 1 - qpissa / qlora}
 
 # %% ../../nbs/pissa/01_principal.ipynb #96bccd2a

@@ -10,7 +10,8 @@ from pathlib import Path
 
 from peft import LoraConfig, PeftModel
 
-from .principal import _write_plain_lora, init_pissa, pissa_config
+from ..hub import markdown_table, write_metadata
+from .principal import _check_rank, _write_plain_lora, init_pissa, pissa_config
 
 # %% auto #0
 __all__ = ['PISSA_RECIPE', 'PiSSAConfig', 'PiSSAAdapter', 'PiSSATrainer']
@@ -24,6 +25,15 @@ from trl import SFTConfig, SFTTrainer
 from ..artifacts import AdapterArtifact, ArtifactTrainerMixin
 from ..hub import PAPERS
 from ..models import default_bf16
+
+
+def _lora_rank(value, r: int) -> str | int:
+    "'exact', or the integer rank `value` names (an int or a string of digits), checked to be between 1 and 2 `r`."
+    if value == "exact": return value
+    k = int(value) if isinstance(value, str) and value.isdigit() else value
+    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= 2 * r:
+        raise ValueError(f"pissa_lora_rank must be 'exact' or an integer from 1 to 2 pissa_r = {2 * r}, got {value!r}")
+    return k
 
 
 @dataclass
@@ -40,6 +50,11 @@ class PiSSAConfig(SFTConfig):
     pissa_target_modules: list[str] | str = field(
         default="all-linear", metadata={"help": "Linear layers that get the adapter."}
     )
+    pissa_lora_rank: str = field(
+        default="exact",
+        metadata={"help": "Rank of the shared plain LoRA: 'exact' (2r, alpha doubled, lossless) or an integer k <= 2r "
+                          "(truncated SVD of each layer's trained change; the measured error goes on the card)."},
+    )
     learning_rate: float = field(default=2e-5, metadata={"help": "Peak learning rate (paper: 2e-5)."})
     lr_scheduler_type: str = field(default="cosine", metadata={"help": "Learning-rate schedule (paper: cosine)."})
     warmup_steps: float = field(
@@ -51,6 +66,7 @@ class PiSSAConfig(SFTConfig):
     def __post_init__(self):
         if self.bf16 is None: self.bf16 = default_bf16()
         if self.pissa_r < 1: raise ValueError(f"pissa_r must be at least 1, got {self.pissa_r}")
+        self.pissa_lora_rank = _lora_rank(self.pissa_lora_rank, self.pissa_r)
         super().__post_init__()
 
     def lora_config(self) -> LoraConfig:
@@ -62,39 +78,86 @@ PISSA_RECIPE = {"learning_rate": 2e-5, "lr_scheduler_type": "cosine", "warmup_st
                 "bf16": default_bf16(), "report_to": "none"}  # PiSSAConfig's defaults, for the CLI's recipe
 
 # %% ../../nbs/pissa/02_trainer.ipynb #fe637f87
+def _conversion_text(c: dict) -> str:
+    "The card's paragraph on how the PiSSA adapter became a plain LoRA, from its conversion record."
+    if not c: return "No conversion record was kept with this adapter."
+    n, worst, mean = len(c.get("conversion_error") or {}), c.get("conversion_error_max"), c.get("conversion_error_mean")
+    if c.get("rank", "exact") == "exact":
+        return (f"Exact: the trained change `s (B A - B0 A0)` is written as `[B, -B0] [A; A0]`, a LoRA of rank 2r = "
+                f"{c.get('lora_rank')} with alpha doubled to {c.get('lora_alpha')}, so the scaling alpha / r is "
+                f"unchanged. Measured relative error of the change as written, over {n} layers: max {worst:.2e} "
+                "(float rounding).")
+    return (f"Truncated to rank {c['rank']}: each layer's trained change `ΔW = s (B A - B0 A0)` (rank up to "
+            f"2r = {2 * c.get('pissa_rank', 0)}) is replaced by its best rank-{c['rank']} approximation, the truncated "
+            "SVD `B = U_k S_k^½`, `A = S_k^½ V_kᵀ`, with alpha = rank (scaling 1). Measured relative error "
+            f"`‖ΔW - B A‖_F / ‖ΔW‖_F` over {n} layers: **max {worst:.3g}, mean {mean:.3g}** (per layer in "
+            "`adaptkit.json`). The adapter approximates the trained model; `rank=\"exact\"` reproduces it.")
+
+def _init_table(c: dict) -> str:
+    "The card's table of how the PiSSA adapter was initialised, from the initial adapter's record."
+    i = (c or {}).get("init") or {}
+    if not i: return "No initialisation record was kept with this adapter."
+    e = lambda k: f"{i[k]:.2e}" if isinstance(i.get(k), float) else "not recorded"
+    rows = [["init (`init_lora_weights`)", f"`{i.get('init_lora_weights')}`: {i.get('init_method', '')}"],
+            ["seed", i.get("seed")], ["iterations (`niter`)", i.get("niter")],
+            ["base weight dtype", i.get("dtype")], ["adapter dtype", i.get("adapter_dtype")],
+            ["largest residual error as initialised, `‖W - (W_res + s B A)‖ / ‖W‖`", e("residual_error_max")],
+            ["largest residual error with a bf16 residual", f"{e('bf16_residual_error_max')} "
+                                                             f"(`{i.get('bf16_residual_error_layer')}`)"]]
+    return markdown_table(rows, ["", "value"])
+
 class PiSSAAdapter(AdapterArtifact):
-    "A PiSSA adapter shared as a plain LoRA (rank and alpha doubled) that loads on the untouched base."
+    "A PiSSA adapter shared as a plain LoRA (exact: rank and alpha doubled; or truncated) for the untouched base."
     kind, method, commit_message = "pissa-lora", "pissa", "PiSSA adapter as a plain LoRA"
 
     def __init__(self,
                  model: PeftModel,  # a PiSSA model from `init_pissa` (converted on save), or a loaded plain LoRA
                  tokenizer=None,  # its tokenizer
-                 init_dir: str | Path | None = None):  # the initial adapter of a PiSSA model (None: already plain)
+                 init_dir: str | Path | None = None,  # the initial adapter of a PiSSA model (None: already plain)
+                 rank: str | int = "exact"):  # the conversion: "exact" (2r, lossless) or k (truncated SVD)
         super().__init__(model, tokenizer)
         self.init_dir = None if init_dir is None else Path(init_dir)
+        self.rank = rank
+        self.conversion: dict | None = None  # the conversion record (`pissa` in adaptkit.json), once written or read
 
     def _write(self, folder: Path) -> None:
-        if self.init_dir is None: self.model.save_pretrained(folder)
-        else: _write_plain_lora(self.model, folder, self.init_dir)
+        if self.init_dir is not None: self.conversion = _write_plain_lora(self.model, folder, self.init_dir, self.rank)
+        else:
+            self.model.save_pretrained(folder)
+            if self.conversion: write_metadata(folder, pissa=self.conversion)
         if self.tokenizer is not None: self.tokenizer.save_pretrained(folder)
 
+    @classmethod
+    def _from_parts(cls, model, tokenizer, record: dict):
+        adapter = cls(model, tokenizer)
+        adapter.conversion = record.get("pissa")
+        adapter.rank = (adapter.conversion or {}).get("rank", "exact")
+        return adapter
+
     def _card_fields(self) -> dict:
-        s = self.settings or {}
-        r, alpha = s.get("pissa_rank", "r"), s.get("pissa_alpha", "alpha")
-        summary = (
-            f"A LoRA adapter trained with PiSSA (rank {r}, alpha {alpha}, init `{s.get('init_lora_weights')}`) and "
-            f"converted to a plain LoRA of **rank {s.get('lora_rank')} and alpha {s.get('lora_alpha')}** that loads on "
-            "the untouched base model. The doubling is expected: the trained change is "
-            "`B A - B0 A0 = [B, -B0] [A; A0]`, so the scaling (alpha / r) is unchanged and the outputs equal the "
-            "trained PiSSA model's."
-        )
+        s, c = self.settings or {}, self.conversion or {}
+        r, alpha = s.get("pissa_rank", c.get("pissa_rank", "r")), s.get("pissa_alpha", "alpha")
+        lora_r, lora_alpha = c.get("lora_rank", s.get("lora_rank")), c.get("lora_alpha", s.get("lora_alpha"))
+        head = f"A LoRA adapter trained with PiSSA (rank {r}, alpha {alpha}, init `{s.get('init_lora_weights')}`) and "
+        if self.rank == "exact":
+            summary = head + (
+                f"converted to a plain LoRA of **rank {lora_r} and alpha {lora_alpha}** that loads on the untouched "
+                "base model. The doubling is expected: the trained change is `B A - B0 A0 = [B, -B0] [A; A0]`, so the "
+                "scaling (alpha / r) is unchanged and the outputs equal the trained PiSSA model's.")
+        else:
+            err = (f"relative error of the change: max {c['conversion_error_max']:.3g}, mean "
+                   f"{c['conversion_error_mean']:.3g}" if "conversion_error_max" in c else "error measured when saved")
+            summary = head + (
+                f"converted to a plain LoRA of **rank {lora_r or self.rank} (alpha {lora_alpha or self.rank}, scaling "
+                "1)** that loads on the untouched base model: the truncated SVD of each layer's trained change, which "
+                f"approximates the trained model ({err}).")
         base, rev = self.base_model or "BASE_MODEL", f", revision={self.base_revision!r}" if self.base_revision else ""
         usage = (f"from transformers import AutoModelForCausalLM\nfrom peft import PeftModel\n\n"
                  f"base = AutoModelForCausalLM.from_pretrained({base!r}{rev})\n"
                  "model = PeftModel.from_pretrained(base, REPO_ID)\n"
                  "# or, with the base checked against its fingerprint:\n"
                  "from adaptkit import PiSSAAdapter\nmodel = PiSSAAdapter.from_pretrained(REPO_ID).model")
-        return {"summary": summary, "usage": usage}
+        return {"summary": summary, "usage": usage, "conversion": _conversion_text(c), "initialisation": _init_table(c)}
 
 # %% ../../nbs/pissa/02_trainer.ipynb #21b8c48c
 class PiSSATrainer(ArtifactTrainerMixin, SFTTrainer):
@@ -119,23 +182,26 @@ class PiSSATrainer(ArtifactTrainerMixin, SFTTrainer):
         model = self._load_base(model, base_model, base_revision, hub_endpoint, hub_token)  # before init changes it
         self.init_dir = Path(args.output_dir) / "_pissa_init"
         self.pissa = peft_config or (args.lora_config() if isinstance(args, PiSSAConfig) else pissa_config())
+        self.lora_rank = getattr(args, "pissa_lora_rank", "exact")  # how the adapter is shared
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message="init_pissa replaced")  # the trainer owns the changed model
             model = init_pissa(model, self.pissa, init_dir=self.init_dir, seed=args.seed)
+        _check_rank(model, self.lora_rank)  # a rank no layer can take is refused before training
         super().__init__(model=model, args=args, train_dataset=train_dataset, **kwargs)
 
 # %% ../../nbs/pissa/02_trainer.ipynb #27cf5817
 @patch
 def artifact(self: PiSSATrainer) -> PiSSAAdapter:
     "The trained adapter as a `PiSSAAdapter` (converted to a plain LoRA when saved), with its base and settings."
-    cfg, a = self.pissa, self.args
-    adapter = self._stamped(PiSSAAdapter(self.model, self.processing_class, init_dir=self.init_dir))
+    cfg, a, k = self.pissa, self.args, self.lora_rank
+    adapter = self._stamped(PiSSAAdapter(self.model, self.processing_class, init_dir=self.init_dir, rank=k))
     targets = sorted(cfg.target_modules) if isinstance(cfg.target_modules, set) else cfg.target_modules
     adapter.settings = {
         "pissa_rank": cfg.r,
         "pissa_alpha": cfg.lora_alpha,
-        "lora_rank": 2 * cfg.r,
-        "lora_alpha": 2 * cfg.lora_alpha,
+        "lora_rank": 2 * cfg.r if k == "exact" else k,
+        "lora_alpha": 2 * cfg.lora_alpha if k == "exact" else k,
+        "lora_conversion": "exact" if k == "exact" else f"truncated SVD to rank {k}",
         "init_lora_weights": cfg.init_lora_weights,
         "target_modules": targets,
         "learning_rate": a.learning_rate,
