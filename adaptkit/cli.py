@@ -18,8 +18,9 @@ from typing import Callable
 # %% auto #0
 __all__ = ['COMMANDS', 'HELP_COLUMNS', 'HELP_PACKAGES', 'HubArguments', 'PushArguments', 'Command', 'command', 'ModelArguments',
            'run_pissa', 'run_aligner', 'run_repnoise', 'TransLoRAArguments', 'run_translora', 'EMRArguments', 'run_emr',
-           'ServeArguments', 'TransferArguments', 'run_serve', 'run_push', 'run_pull', 'parser_for', 'help_text',
-           'help_key', 'write_help_texts', 'stored_help', 'command_help', 'main']
+           'MergeArguments', 'run_merge', 'ServeArguments', 'ExportArguments', 'ImportArguments', 'TransferArguments',
+           'run_serve', 'run_push', 'run_pull', 'run_export', 'run_import', 'parser_for', 'help_text', 'help_key',
+           'write_help_texts', 'stored_help', 'command_help', 'main']
 
 # %% ../nbs/20_cli.ipynb #0f5214e0
 @dataclass
@@ -52,6 +53,7 @@ class Command:
     run: Callable  # called with the parsed dataclasses
     help: str  # one line for `adaptkit --help`
     defaults: Callable[[], dict] | None = None  # recipe defaults, below a --config file and flags
+    positional: str | None = None  # a field also given as the first argument (`adaptkit hub import FILE`)
 
 COMMANDS: dict[str, Command] = {}
 
@@ -60,10 +62,11 @@ def command(
     dataclasses: Callable[[], list],  # returns the command's dataclasses
     help: str,  # its one-line help
     defaults: Callable[[], dict] | None = None,  # returns its recipe defaults
+    positional: str | None = None,  # a field that may come first without its flag
 ):
     "Register the decorated function as `adaptkit <name>`."
     def register(run):
-        COMMANDS[name] = Command(name, dataclasses, run, help, defaults)
+        COMMANDS[name] = Command(name, dataclasses, run, help, defaults, positional)
         return run
     return register
 
@@ -323,6 +326,40 @@ def run_emr(
     )
     return _report(push, commit, bundle=bundle.folder, tasks=bundle.tasks, rescalers=bundle.rescalers)
 
+# %% ../nbs/20_cli.ipynb #8ff6c764
+@dataclass
+class MergeArguments:
+    "What `adaptkit merge` merges: a mergekit-style YAML and where the result goes."
+    merge_config: str = field(
+        default=None, metadata={"help": "A mergekit-style YAML (merge_method, base_model, models, parameters); also "
+                                        "accepted as the first argument, as mergekit-yaml takes it."}
+    )
+    output_dir: str = field(
+        default="merged", metadata={"help": "Where the merged model or EMR bundle is written (replaced if it exists)."}
+    )
+    exclude: list[str] | None = field(
+        default=None, metadata={"help": "Globs of tensors kept per task, not merged (e.g. 'classifier.*')."}
+    )
+    seed: int = field(default=0, metadata={"help": "DARE's seed (mergekit-yaml's --random-seed)."})
+
+@command("merge", lambda: [MergeArguments, PushArguments],
+         "run a mergekit-style YAML (linear, TIES, DARE, breadcrumbs, emr, ...) and save/push the result",
+         positional="merge_config")
+def run_merge(
+    args: MergeArguments,  # the configuration and where the result goes
+    push_args: PushArguments,  # where inputs come from and the result goes
+) -> dict:
+    "Merge the models of `merge_config` into `--output_dir`: a merged model, or an EMR bundle for `merge_method: emr`."
+    _need(args, "merge_config")
+    from adaptkit.emr.merge import merge_from_config
+    push = _push_target(push_args, push_args)
+    out = merge_from_config(args.merge_config, args.output_dir, exclude=args.exclude, seed=args.seed,
+                            endpoint=push_args.hub_endpoint, token=push_args.hub_token)
+    commit = push and out.push_to_hub(push["repo_id"], endpoint=push["endpoint"], token=push["token"],
+                                      private=push["private"], revision=push["revision"])
+    return _report(push, commit, output_dir=args.output_dir, method=out.settings.get("method", "emr"),
+                   tasks=list(out.tasks))
+
 # %% ../nbs/20_cli.ipynb #f8e11633
 @dataclass
 class ServeArguments:
@@ -341,6 +378,45 @@ class ServeArguments:
         default_factory=list,
         metadata={"help": "Host names served besides the bound address and loopback names (others get 421)."},
     )
+    upstream: str | None = field(
+        default=None,
+        metadata={"help": "Mirror this Hub (e.g. https://huggingface.co): serve what is held, fetch what is not "
+                          "once (pinned by commit, verified) and keep it."},
+    )
+    upstream_token_file: str | None = field(
+        default=None,
+        metadata={"help": "Read the upstream's token from this file (default: huggingface_hub's login, $HF_TOKEN)."},
+    )
+    offline: bool = field(
+        default=False, metadata={"help": "Serve only what is held; never contact the upstream (404 for the rest)."}
+    )
+    refresh: float = field(
+        default=60.0,
+        metadata={"help": "Mirror: seconds a branch or tag resolved upstream is trusted before it is asked again "
+                          "(0: every request)."},
+    )
+    log: str | None = field(
+        default=None, metadata={"help": "Log one line per request to this file, or '-' for stderr (default: off)."}
+    )
+
+@dataclass
+class ExportArguments:
+    "What `adaptkit hub export` writes."
+    root: str = field(metadata={"help": "The hub's root folder (its server may be running: the export only reads)."})
+    repo: list[str] = field(
+        default_factory=list,
+        metadata={"help": "Repos to export: namespace/name[@revision] (default main; datasets/namespace/name for a "
+                          "dataset), several after one --repo."},
+    )
+    output: str = field(default=None, metadata={"help": "The tar file to write.", "aliases": ["-o"]})
+
+@dataclass
+class ImportArguments:
+    "What `adaptkit hub import` loads."
+    file: str = field(default=None, metadata={"help": "The export file (also accepted as the first argument)."})
+    root: str = field(
+        default=None, metadata={"help": "The receiving hub's root folder (stop its server first)."}
+    )
 
 @dataclass
 class TransferArguments(HubArguments):
@@ -358,14 +434,16 @@ class TransferArguments(HubArguments):
     private: bool = field(default=False, metadata={"help": "push: create the repo private."})
     commit_message: str | None = field(default=None, metadata={"help": "push: the commit message."})
 
-@command("hub serve", lambda: [ServeArguments], "serve a Hub-protocol server (LocalHub) on loopback")
+@command("hub serve", lambda: [ServeArguments],
+         "serve a Hub-protocol server (LocalHub) on loopback, or a team mirror of a Hub")
 def run_serve(
     args: ServeArguments,  # where and how to serve
 ) -> int:
     "Serve a LocalHub until interrupted."
     from adaptkit.localhub.server import serve
     serve(Path(args.root), host=args.host, port=args.port, lfs=args.lfs, token=args.token, token_file=args.token_file,
-          allowed_hosts=tuple(args.allowed_hosts))
+          allowed_hosts=tuple(args.allowed_hosts), upstream=args.upstream,
+          upstream_token_file=args.upstream_token_file, offline=args.offline, refresh=args.refresh, log=args.log)
     return 0
 
 def _need(args, *names):
@@ -402,6 +480,26 @@ def run_pull(
         args.repo_id, revision=args.revision, endpoint=args.hub_endpoint, token=args.token, repo_type=args.repo_type
     )
     return _report({"repo_id": args.repo_id}, source_of(folder).get("revision"), folder=folder)
+
+@command("hub export", lambda: [ExportArguments],
+         "write chosen repos at chosen revisions, with their files, to one file (for an air-gapped hub)")
+def run_export(
+    args: ExportArguments,  # the hub's root, the repos and the file
+) -> dict:
+    "Export `--repo`s from the hub at `--root` to `--output`."
+    _need(args, "root", "repo", "output")
+    from adaptkit.localhub.mirror import export_repos
+    return _report(None, **export_repos(Path(args.root), args.repo, Path(args.output)))
+
+@command("hub import", lambda: [ImportArguments], "load a `hub export` file into a hub's root, checked, all or nothing",
+         positional="file")
+def run_import(
+    args: ImportArguments,  # the export file and the receiving root
+) -> dict:
+    "Import `--file` into the hub at `--root`."
+    _need(args, "file", "root")
+    from adaptkit.localhub.mirror import import_repos
+    return _report(None, **import_repos(Path(args.file), Path(args.root)))
 
 # %% ../nbs/20_cli.ipynb #3e401fdd
 def parser_for(
@@ -564,6 +662,7 @@ def main(
         print(_usage(), file=sys.stdout if not argv or argv[0] in ("-h", "--help") else sys.stderr)
         return 0 if not argv or argv[0] in ("-h", "--help") else 2
     cmd, rest = COMMANDS[words], argv[len(words.split()):]
+    if cmd.positional and rest and not rest[0].startswith("-"): rest = [f"--{cmd.positional}", *rest]
     if rest in (["-h"], ["--help"]):
         print(command_help(words), end="")
         return 0

@@ -12,12 +12,14 @@ import secrets
 import signal
 import socket
 import stat
+import sys
 import threading
 import time
 from collections import Counter
 from pathlib import Path
 
 from .http import LOOPBACK_NAMES, HubHandler, HubServer, HubServer6
+from .mirror import MirrorStore
 from .storage import RepoStore
 
 # %% ../../nbs/localhub/04_server.ipynb #4b46d625
@@ -36,6 +38,14 @@ def read_token_file(
     return token[0].strip()
 
 # %% ../../nbs/localhub/04_server.ipynb #7939b617
+def _open_log(
+    log,  # None (no log), "-" (stderr), a path (appended to) or an open text file
+) -> tuple:
+    "(the request log to write to, whether LocalHub opened it and must close it)."
+    if log is None or hasattr(log, "write"): return log, False
+    if str(log) == "-": return sys.stderr, False
+    return open(log, "a", encoding="utf-8", buffering=1), True
+
 class LocalHub:
     "A Hugging Face Hub-protocol server on loopback, storing repos under `root`; use as a context manager."
     def __init__(self,
@@ -47,20 +57,35 @@ class LocalHub:
                  token: str | None = None,  # if set, writes, private repos and gated files need this bearer token
                  token_file=None,  # or read the token from this file (not visible in the process list)
                  timeout: float = 60.0,  # seconds a socket may stay silent (headers or body) before it is closed
-                 allowed_hosts=()):  # Host names served besides the bound address and loopback names
+                 allowed_hosts=(),  # Host names served besides the bound address and loopback names
+                 upstream: str | None = None,  # mirror this Hub: fetch what is not held from it, once, and keep it
+                 upstream_token: str | bool | None = None,  # token for the upstream (None: huggingface_hub's login)
+                 offline: bool = False,  # a mirror that serves only what it holds (never contacts the upstream)
+                 refresh: float = 60.0,  # mirror: seconds a branch or tag resolved upstream is trusted
+                 log=None):  # request log: a path, "-" for stderr, or an open text file; None: off
         self.root, self.host, self.lfs, self._port, self.timeout = Path(root), host, lfs, port, timeout
         self.token = token if token is not None or token_file is None else read_token_file(token_file)
         self.allowed_hosts = {h.lower() for h in (host.strip("[]"), *allowed_hosts)} | set(LOOPBACK_NAMES)
+        self.upstream, self.upstream_token, self.offline, self.refresh = upstream, upstream_token, offline, refresh
+        self.log, self._own_log = log, False
         self.server, self.thread, self.counts = None, None, Counter()
+
+    def _store(self) -> RepoStore:
+        "The hub's store: a `MirrorStore` for a mirror (an `upstream`, or `offline`), else a `RepoStore`."
+        if self.upstream is None and not self.offline: return RepoStore(self.root)
+        return MirrorStore(self.root, self.upstream, token=self.upstream_token, offline=self.offline,
+                           refresh=self.refresh, protected=self.token is not None)
 
     def _bind(self) -> HubServer:
         "Open the store and create the HTTP server, bound but not serving yet."
-        store = RepoStore(self.root)
+        store = self._store()
         try: s = (HubServer6 if ":" in self.host else HubServer)((self.host, self._port), HubHandler)
         except BaseException: store.close(); raise
         s.store, s.lfs, s.token, s.counts, s.counts_lock = store, self.lfs, self.token, self.counts, threading.Lock()
         s.cards, s.conns, s.secret, s.socket_timeout = {}, set(), secrets.token_bytes(32), self.timeout
         s.allowed_hosts = self.allowed_hosts
+        try: s.request_log, self._own_log = _open_log(self.log)
+        except BaseException: s.server_close(); store.close(); raise
         return s
 
 # %% ../../nbs/localhub/04_server.ipynb #a06db463
@@ -80,19 +105,29 @@ def _stop(self: LocalHub) -> None:
     for conn in list(self.server.conns):
         try: conn.shutdown(socket.SHUT_RDWR)
         except OSError: pass
-    self.thread.join(5); self.server.store.close(); self.server, self.thread = None, None
+    self.thread.join(5); self.server.store.close()
+    if self._own_log: self.server.request_log.close()
+    self.server, self.thread, self._own_log = None, None, False
 
 LocalHub.start, LocalHub.stop = _start, _stop
 LocalHub.port = property(lambda self: self.server.server_address[1] if self.server else self._port)
 LocalHub.endpoint = property(lambda self: f"http://{f'[{self.host}]' if ':' in self.host else self.host}:{self.port}")
 LocalHub.__enter__, LocalHub.__exit__ = lambda self: self.start(), lambda self, *exc: self.stop()
 LocalHub.__repr__ = lambda self: (f"LocalHub({str(self.root)!r}, endpoint={self.endpoint!r}, lfs={self.lfs}, "
-                                  f"token={'set' if self.token else None})")
+                                  f"token={'set' if self.token else None}"
+                                  + (f", upstream={self.upstream!r}" if self.upstream else "")
+                                  + (", offline=True" if self.offline else "") + ")")
 
 # %% ../../nbs/localhub/04_server.ipynb #54974d10
 def _interrupt(signum, frame):
     "A signal handler that stops the foreground server the way Ctrl-C does."
     raise KeyboardInterrupt
+
+def _describe(hub: LocalHub) -> str:
+    "The start line's account of what the hub mirrors, if anything."
+    if hub.offline: return "; offline mirror: serves only what it holds"
+    if hub.upstream: return f"; mirror of {hub.upstream} (branches and tags re-checked every {hub.refresh:g} s)"
+    return ""
 
 def serve(
     root,  # folder holding the hub's blobs and repos
@@ -103,16 +138,25 @@ def serve(
     token: str | None = None,  # writes and private repos need this bearer token (default: $ADAPTKIT_HUB_TOKEN)
     token_file=None,  # or read the token from this file
     allowed_hosts=(),  # Host names served besides the bound address and loopback names
+    upstream: str | None = None,  # mirror this Hub (fetch once what is not held, keep it)
+    upstream_token_file=None,  # read the upstream's token from this file (default: huggingface_hub's login)
+    offline: bool = False,  # serve only what is held, never contacting the upstream
+    refresh: float = 60.0,  # mirror: seconds a branch or tag resolved upstream is trusted
+    log=None,  # request log: a path, or "-" for stderr; None: off
 ) -> None:
     "Run a `LocalHub` in the foreground until interrupted (Ctrl-C, or SIGTERM from a process manager)."
     main = threading.current_thread() is threading.main_thread()
-    sigterm = signal.signal(signal.SIGTERM, _interrupt) if main else None  # SIGTERM stops it as cleanly as Ctrl-C
     if token is None and token_file is None: token = os.environ.get("ADAPTKIT_HUB_TOKEN") or None
+    upstream_token = read_token_file(upstream_token_file) if upstream_token_file else None
     hub = LocalHub(root, host=host, port=port, lfs=lfs, token=token, token_file=token_file,
-                   allowed_hosts=allowed_hosts).start()
-    print(f"LocalHub serving {hub.root} at {hub.endpoint} (lfs={'on' if lfs else 'off'}, "
-          f"{'token required to write' if hub.token else 'open: no token needed'}); Ctrl-C stops it", flush=True)
+                   allowed_hosts=allowed_hosts, upstream=upstream, upstream_token=upstream_token, offline=offline,
+                   refresh=refresh, log=log)
+    sigterm = signal.signal(signal.SIGTERM, _interrupt) if main else None  # SIGTERM stops it as cleanly as Ctrl-C
     try:
+        hub.start()
+        print(f"LocalHub serving {hub.root} at {hub.endpoint} (lfs={'on' if lfs else 'off'}, "
+              f"{'token required to write' if hub.token else 'open: no token needed'}){_describe(hub)}; "
+              "Ctrl-C stops it", flush=True)
         while True: time.sleep(3600)
     except KeyboardInterrupt: pass
     finally:

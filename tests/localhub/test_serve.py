@@ -88,3 +88,94 @@ def test_stock_client_round_trip_against_adaptkit_hub_serve(tmp_path, token_file
     finally:
         proc.send_signal(signal.SIGINT)
         assert proc.wait(timeout=60) == 0
+
+
+def _launch(args: list) -> tuple[subprocess.Popen, str, list]:
+    "Start `adaptkit hub serve --port 0 ARGS` and return the process, its endpoint and its start line."
+    env = {**os.environ, "HF_HUB_DISABLE_TELEMETRY": "1"}
+    proc = subprocess.Popen([sys.executable, "-m", "adaptkit.cli", "hub", "serve", "--port", "0", *args],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    watchdog = threading.Timer(120, proc.kill)
+    watchdog.start()
+    lines = []
+    try:
+        for line in proc.stdout:
+            lines.append(line)
+            if m := re.match(r"LocalHub serving .* at (http://127\.0\.0\.1:\d+) ", line): return proc, m[1], line
+    finally:
+        watchdog.cancel()
+    raise AssertionError(f"adaptkit hub serve exited with {proc.wait()} before serving:\n{''.join(lines)}")
+
+
+def _stop(proc: subprocess.Popen) -> str:
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(timeout=60) == 0
+    return proc.stdout.read()
+
+
+def test_hub_serve_upstream_mirrors_then_offline_serves_what_it_kept(tmp_path, token_file):
+    from huggingface_hub import hf_hub_download
+    from huggingface_hub.errors import RepositoryNotFoundError
+
+    from adaptkit.localhub.server import LocalHub
+    mirror_root, log = tmp_path / "mirror", tmp_path / "requests.log"
+    with LocalHub(tmp_path / "upstream", token=TOKEN) as up:  # the mirror reads the upstream's token from a file
+        api = HfApi(endpoint=up.endpoint, token=TOKEN)
+        api.create_repo("team/m", private=True)
+        sha = api.upload_file(path_or_fileobj=b"hello", path_in_repo="a.txt", repo_id="team/m").oid
+        proc, endpoint, start = _launch(["--root", str(mirror_root), "--upstream", up.endpoint, "--upstream_token_file",
+                                         str(token_file), "--token_file", str(token_file), "--log", str(log)])
+        try:
+            assert f"to write); mirror of {up.endpoint} (branches and tags re-checked every 60 s)" in start
+            got = Path(hf_hub_download("team/m", "a.txt", endpoint=endpoint, token=TOKEN, cache_dir=tmp_path / "c1"))
+            assert got.read_bytes() == b"hello" and got.parent.name == sha
+        finally:
+            rest = _stop(proc)
+        assert "Traceback" not in rest and log.is_file()  # the log is opened (appended to) when the server starts
+    proc, endpoint, start = _launch(["--root", str(mirror_root), "--offline", "--token_file", str(token_file)])
+    try:
+        assert "offline mirror: serves only what it holds" in start
+        got = Path(hf_hub_download("team/m", "a.txt", endpoint=endpoint, token=TOKEN, cache_dir=tmp_path / "c2"))
+        assert got.read_bytes() == b"hello" and got.parent.name == sha
+        with pytest.raises(RepositoryNotFoundError, match="team/other is not mirrored here"):
+            HfApi(endpoint=endpoint, token=TOKEN).model_info("team/other")
+    finally:
+        _stop(proc)
+
+
+def test_local_hub_log_opens_the_request_log_it_is_given(tmp_path):
+    import io
+
+    from adaptkit.localhub.server import LocalHub
+    with LocalHub(tmp_path / "a", log=tmp_path / "r.log") as hub:
+        f = hub.server.request_log
+        assert Path(f.name) == tmp_path / "r.log" and f.mode == "a" and not f.closed
+    assert f.closed  # LocalHub opened it, so LocalHub closes it
+    given = io.StringIO()
+    with LocalHub(tmp_path / "a", log=given) as hub: assert hub.server.request_log is given
+    with LocalHub(tmp_path / "a", log="-") as hub: assert hub.server.request_log is sys.stderr
+    with LocalHub(tmp_path / "a") as hub: assert hub.server.request_log is None
+    assert not given.closed and not sys.stderr.closed
+
+
+def _http_source() -> str:
+    import adaptkit.localhub.http as http
+    return Path(http.__file__).read_text()
+
+
+@pytest.mark.skipif("request_log" not in _http_source(), reason="HubServer writes no request log yet (issue 26, 10)")
+def test_request_log_has_one_line_per_request_and_never_the_token(tmp_path, capfd):
+    from huggingface_hub.errors import RepositoryNotFoundError
+
+    from adaptkit.localhub.server import LocalHub
+    log = tmp_path / "requests.log"
+    with LocalHub(tmp_path / "hub", token=TOKEN, log=log) as hub:
+        api = HfApi(endpoint=hub.endpoint, token=TOKEN)
+        api.create_repo("me/logged")
+        with pytest.raises(RepositoryNotFoundError): api.model_info("me/missing")
+    lines = log.read_text().splitlines()
+    assert len(lines) == 2 and TOKEN not in log.read_text()
+    assert all(w in lines[0] for w in ("POST", "/api/repos/create", "200"))
+    assert all(w in lines[1] for w in ("GET", "/api/models/me/missing", "404"))
+    with LocalHub(tmp_path / "hub", log="-") as hub: HfApi(endpoint=hub.endpoint).repo_exists("me/logged")
+    assert "/api/models/me/logged" in capfd.readouterr().err

@@ -486,3 +486,43 @@ def test_cli_emr_arguments_are_checked_before_any_work(capsys, tmp_path, args, m
     assert main(["emr", "--pretrained", str(tmp_path / "none"), "--output_dir", str(tmp_path / "out"), *args]) == 2
     assert capsys.readouterr().err == f"adaptkit emr: error: {message}\n"
     assert not (tmp_path / "out").exists()
+
+
+def test_cli_merge_runs_a_mergekit_yaml_given_first_as_mergekit_yaml_takes_it(hub, tmp_path, capsys):
+    "`adaptkit merge merge.yml --output_dir out` (the file first, as `mergekit-yaml` takes it), then a push."
+    from adaptkit.emr.merge import MergedModel, merge_from_config
+    from adaptkit.models import tiny_causal_lm
+    base = tiny_causal_lm(num_layers=1)
+    base.save_pretrained(tmp_path / "base")
+    for i in range(2):
+        g = torch.Generator().manual_seed(i + 1)
+        m = tiny_causal_lm(num_layers=1)
+        m.load_state_dict({k: v + 0.02 * torch.randn(v.shape, generator=g) for k, v in base.state_dict().items()})
+        m.save_pretrained(tmp_path / f"ft{i}")
+    cfg = {"merge_method": "dare_ties", "base_model": str(tmp_path / "base"),
+           "models": [{"model": str(tmp_path / f"ft{i}"), "parameters": {"weight": 1.0, "density": 0.5}}
+                      for i in range(2)], "parameters": {"normalize": True}}
+    (tmp_path / "merge.yml").write_text(yaml.safe_dump(cfg))
+    out = run(["merge", tmp_path / "merge.yml", "--output_dir", tmp_path / "out", "--seed", "3", "--hub_endpoint",
+               hub.endpoint, "--push_to_hub", "true", "--hub_model_id", "me/merged"], capsys)
+    assert (out["method"], out["tasks"], out["repo_id"]) == ("dare_ties", ["ft0", "ft1"], "me/merged")
+    got = MergedModel.from_pretrained(tmp_path / "out")
+    want = merge_from_config(tmp_path / "merge.yml", seed=3, progress=False)
+    pulled = MergedModel.from_pretrained("me/merged", endpoint=hub.endpoint)
+    for name, t in want.state_dict.items():
+        assert torch.equal(got.state_dict[name], t) and torch.equal(pulled.state_dict[name], t), name
+    assert main(["merge", str(tmp_path / "merge.yml"), "--output_dir", str(tmp_path / "o2"), "--seed", "4"]) == 0
+    other = MergedModel.from_pretrained(tmp_path / "o2")
+    assert any(not torch.equal(other.state_dict[n], t) for n, t in want.state_dict.items())  # the seed is used
+
+
+def test_cli_merge_names_an_unsupported_mergekit_field_before_any_work(tmp_path, capsys):
+    (tmp_path / "merge.yml").write_text(yaml.safe_dump(
+        {"merge_method": "ties", "base_model": "/nowhere", "tokenizer_source": "union",
+         "models": [{"model": "/a", "parameters": {"weight": 1}}, {"model": "/b", "parameters": {"weight": 1}}]}))
+    assert main(["merge", str(tmp_path / "merge.yml"), "--output_dir", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("adaptkit merge: error:") and "tokenizer_source" in err
+    assert not (tmp_path / "out").exists()
+    assert main(["merge", "--output_dir", str(tmp_path / "out")]) == 2
+    assert "missing --merge_config" in capsys.readouterr().err
