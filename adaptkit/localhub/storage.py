@@ -60,15 +60,22 @@ def check_repo_id(
                             "A-Z a-z 0-9 . _ - (no '--' or '..', not starting or ending with '-' or '.')")
     return repo_id
 
+_DRIVE = re.compile(r"[A-Za-z]:")
+
 def check_path(
     path: str,  # a file path inside a repo
 ) -> str:
-    "Return `path` if it is a safe relative POSIX path inside a repo; raise a 400 `HubError` otherwise."
-    segs = path.split("/") if isinstance(path, str) else [""]
-    if (not isinstance(path, str) or not 0 < len(path) <= 1000 or "\\" in path or any(ord(c) < 32 for c in path)
-            or any(s in ("", ".", "..", ".git") for s in segs)):
-        raise HubError(400, f"Invalid path {str(path)[:200]!r}: use a relative path with '/' separators and no '.', "
-                            "'..', empty or '.git' segments, backslashes or control characters")
+    "Return `path` if it is a safe relative path inside a repo; a 422 `HubError` if it climbs out, a 400 if malformed."
+    if not isinstance(path, str) or not 0 < len(path) <= 1000 or any(ord(c) < 32 for c in path):
+        raise HubError(400, f"Invalid path {str(path)[:200]!r}: use a relative path of 1-1000 characters, without "
+                            "control characters")
+    segs, parts = path.split("/"), re.split(r"[/\\]", path)  # parts: as a Windows client splits it
+    if ".." in parts or any(s.startswith("\\") or _DRIVE.match(s) for s in segs):
+        raise HubError(422, f"Invalid path {path[:200]!r}: it would leave the repo's folder on a client (a '..' part, "
+                            "with '/' or '\\', a segment starting with a backslash or a drive letter)")
+    if any(s in ("", ".") for s in segs) or any(p.lower().rstrip(". ") == ".git" for p in parts):
+        raise HubError(400, f"Invalid path {path[:200]!r}: use a relative path with '/' separators and no '.', "
+                            "empty or '.git' segments")
     return path
 
 _REF = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._/-]{0,199}")
@@ -271,9 +278,19 @@ def _write_json(path: Path, obj) -> None:
     except BaseException:
         tmp.unlink(missing_ok=True); raise
 
-def _read_json(path: Path):
-    try: return json.loads(path.read_text(encoding="utf-8"))
+def _read_json(path: Path, what: str, keys: tuple = ()) -> dict | None:
+    "The JSON object in `path` (`what` it holds, for messages), None if there is no such file; a 500 if it is damaged."
+    try: raw = path.read_bytes()
     except (FileNotFoundError, NotADirectoryError): return None
+    try: obj = json.loads(raw)
+    except (ValueError, RecursionError) as e: why = f"not valid JSON ({str(e)[:100]})"
+    else:
+        missing = [k for k in keys if k not in obj] if isinstance(obj, dict) else None
+        if missing == []: return obj
+        why = "not a JSON object" if missing is None else f"missing {', '.join(missing)}"
+    _log.error("LocalHub store damaged: %s is %s (%s cannot be served; other repos are)", path, why, what)
+    raise HubError(500, f"LocalHub cannot serve {what}: its file {path} is damaged ({why}); restore it from a "
+                        "backup. Other repos are served as usual.")
 
 def _new_commit(parents: list, files: dict, title: str, message: str) -> dict:
     "A commit record; its id hashes its content, parents, time and a nonce, so it is unique."
@@ -284,7 +301,8 @@ def _new_commit(parents: list, files: dict, title: str, message: str) -> dict:
 def _apply(files: dict, op: str, path: str, entry: dict | None) -> None:
     "Apply one commit operation (`add`, `delete`, `delete_folder`) to a file table in place."
     if op == "add": files[path] = entry; return
-    doomed = [p for p in files if p == path] if op == "delete" else [p for p in files if p.startswith(path + "/")]
+    if op == "delete" and path in files: del files[path]; return
+    doomed = [p for p in files if p.startswith(path + "/")]  # `delete` of a folder's name deletes it, as on the Hub
     if not doomed:
         raise HubError(404, f"A file with this name doesn't exist: {path}" if op == "delete" else f"No folder {path}",
                        "EntryNotFound")
@@ -320,20 +338,23 @@ class RepoStore:
     def dir(self, typ: str, repo_id: str) -> Path: return self.root / "repos" / typ / check_repo_id(repo_id).lower()
     def repo(self, typ: str, repo_id: str) -> dict | None:
         "The repo's record (`repo.json`), found case-insensitively; None if there is none."
-        meta = _read_json(self.dir(typ, repo_id) / "repo.json")
+        meta = _read_json(self.dir(typ, repo_id) / "repo.json", f"the {typ} repo {repo_id}", ("id", "type", "refs"))
         return meta if meta is None else {"gated": False, "tags": {}, **meta}  # records written before tags existed
     def load(self, typ: str, repo_id: str, sha: str) -> dict | None:
         if not re.fullmatch(r"[0-9a-f]{40}", sha): return None
-        return _read_json(self.dir(typ, repo_id) / "commits" / f"{sha}.json")
+        return _read_json(self.dir(typ, repo_id) / "commits" / f"{sha}.json", f"commit {sha} of the {typ} repo "
+                          f"{repo_id}", ("id", "parents", "files"))
 
     def lock(self, typ: str, repo_id: str) -> threading.Lock:
         "The lock that serialises changes to one repo."
         with self.names: return self._locks.setdefault((typ, repo_id.lower()), threading.Lock())
 
     def repos(self, typ: str):
-        "Every repo record of type `typ`."
+        "Every repo record of type `typ` (a damaged one is logged and left out, so the others are still listed)."
         for p in sorted((self.root / "repos" / typ).glob("*/*/repo.json")):
-            if (meta := _read_json(p)) is not None: yield meta
+            try: meta = _read_json(p, f"the {typ} repo {p.parent.parent.name}/{p.parent.name}", ("id", "type", "refs"))
+            except HubError: continue
+            if meta is not None: yield {"gated": False, "tags": {}, **meta}
 
     def _save(self, meta: dict) -> None: _write_json(self.dir(meta["type"], meta["id"]) / "repo.json", meta)
 
@@ -404,13 +425,20 @@ RepoStore.create, RepoStore.delete, RepoStore.move, RepoStore.update_settings = 
 
 # %% ../../nbs/localhub/01_storage.ipynb #b4bb29d7
 def _resolve(self: RepoStore, typ: str, repo_id: str, rev: str) -> dict | None:
-    "The commit that `rev` (branch, tag, `refs/heads/<b>`, `refs/tags/<t>` or a full commit id) names, None if none."
+    "The commit `rev` names (a branch, then a tag, `refs/heads/<b>`, `refs/tags/<t>`, a commit id), None if none."
     meta = self.repo(typ, repo_id) or {"refs": {}, "tags": {}}
     tags = meta.get("tags") or {}
     if rev.startswith("refs/heads/"): sha = meta["refs"].get(rev[11:])
     elif rev.startswith("refs/tags/"): sha = (tags.get(rev[10:]) or {}).get("commit")
-    else: sha = meta["refs"].get(rev) or (tags.get(rev) or {}).get("commit") or rev
+    else: sha = meta["refs"].get(rev) or (tags.get(rev) or {}).get("commit") or self.full_id(typ, repo_id, rev)
     return self.load(typ, repo_id, sha) if sha else None
+
+def _full_id(self: RepoStore, typ: str, repo_id: str, rev: str) -> str | None:
+    "The commit id `rev` stands for: a full id, or 7-39 leading hex digits of exactly one commit; None otherwise."
+    if re.fullmatch(r"[0-9a-f]{40}", rev): return rev
+    if not re.fullmatch(r"[0-9a-f]{7,39}", rev): return None
+    found = [p.stem for p in (self.dir(typ, repo_id) / "commits").glob(f"{rev}*.json")]
+    return found[0] if len(found) == 1 else None
 
 def _commit(self: RepoStore, typ: str, repo_id: str, branch: str, ops: list, title: str, message: str = "",
             parent: str | None = None) -> dict:
@@ -422,9 +450,9 @@ def _commit(self: RepoStore, typ: str, repo_id: str, branch: str, ops: list, tit
         if head is None:
             raise HubError(404, f"Invalid rev id: {branch} is not a branch of {repo_id} (create it first)",
                            "RevisionNotFound")
-        if parent and (len(parent) < 7 or not head.startswith(parent)):
-            raise HubError(412, f"A commit has happened since {parent[:40]}: {branch} of {repo_id} is now at {head}. "
-                                "Please refresh and try again.")
+        if parent and (len(parent) < 7 or not head.startswith(parent)):  # the Hub's words (huggingface_hub's tests)
+            raise HubError(412, f"A commit has happened since. Please refresh and try again. ({branch} of {repo_id} "
+                                f"is at {head}, not {parent[:40]})")
         files = dict(self.load(typ, repo_id, head)["files"])
         for op in ops: _apply(files, *op)
         c = _new_commit([head], files, title, message)
@@ -439,19 +467,18 @@ def _history(self: RepoStore, typ: str, repo_id: str, sha: str) -> list:
     while sha and (c := self.load(typ, repo_id, sha)): out.append(c); sha = (c["parents"] or [None])[0]
     return out
 
-RepoStore.resolve, RepoStore.commit, RepoStore.history = _resolve, _commit, _history
+RepoStore.resolve, RepoStore.full_id, RepoStore.commit, RepoStore.history = _resolve, _full_id, _commit, _history
 
 # %% ../../nbs/localhub/01_storage.ipynb #f2d72602
 def _set_ref(self: RepoStore, typ: str, repo_id: str, kind: str, name: str, rev: str | None, message: str = "") -> dict:
-    "Create branch or tag (`kind`) `name` at `rev` (default: main's head); 409 if a branch or tag has that name."
-    check_ref_name(name)
+    "Create branch or tag (`kind`) `name` at `rev` (default: main's head); checks the repo, `rev`, the name, then 409."
     with self.lock(typ, repo_id):
         meta = self._need(typ, repo_id)
-        if name in meta["refs"] or name in meta["tags"]:
-            raise HubError(409, f"Reference already exists: {name} is a {'branch' if name in meta['refs'] else 'tag'} "
-                                f"of {repo_id}")
         c = self.resolve(typ, repo_id, rev or "main")
         if c is None: raise HubError(404, f"Invalid rev id: {str(rev)[:100]}", "RevisionNotFound")
+        check_ref_name(name)
+        if name in (meta["refs"] if kind == "branch" else meta["tags"]):  # a branch may share a tag's name
+            raise HubError(409, f"Reference refs/{'heads' if kind == 'branch' else 'tags'}/{name} already exists")
         if kind == "branch": meta["refs"][name] = c["id"]
         else: meta["tags"][name] = {"commit": c["id"], "message": message, "date": _now()}
         self._save(meta)
@@ -462,7 +489,8 @@ def _drop_ref(self: RepoStore, typ: str, repo_id: str, kind: str, name: str) -> 
     with self.lock(typ, repo_id):
         meta = self._need(typ, repo_id)
         refs = meta["refs"] if kind == "branch" else meta["tags"]
-        if kind == "branch" and name == "main": raise HubError(403, "You cannot delete the default branch (main)")
+        if kind == "branch" and name == "main":  # the Hub's words (huggingface_hub's tests)
+            raise HubError(403, "Cannot delete refs/heads/main: it is the repo's default branch")
         if name not in refs:
             raise HubError(404, f"Invalid rev id: {name[:100]} is not a {kind} of {repo_id}", "RevisionNotFound")
         del refs[name]

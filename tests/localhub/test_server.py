@@ -85,12 +85,14 @@ def test_upload_folder_round_trip_default_client(hub, api, folder, tmp_path):
         "team/art", "model.safetensors", endpoint=hub.endpoint, token=TOKEN, cache_dir=tmp_path / "c2"
     )
     assert Path(one).read_bytes() == (folder / "model.safetensors").read_bytes()
-    sha = hashlib.sha256((folder / "model.safetensors").read_bytes()).hexdigest()
+    data = (folder / "model.safetensors").read_bytes()
+    git_id = hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()  # sent inline: stored as a regular file
     meta = get_hf_file_metadata(hf_hub_url("team/art", "model.safetensors", endpoint=hub.endpoint), token=TOKEN)
     size = (folder / "model.safetensors").stat().st_size
-    assert (meta.etag, meta.size, meta.commit_hash, meta.xet_file_data) == (sha, size, commit.oid, None) and size > BIG
+    assert (meta.etag, meta.size, meta.commit_hash, meta.xet_file_data) == (git_id, size, commit.oid, None)
+    assert size > BIG
     entry = {f.path: f for f in api.list_repo_tree("team/art", recursive=True)}
-    assert entry["model.safetensors"].lfs.sha256 == sha and entry["config.json"].lfs is None and "sub" in entry
+    assert entry["model.safetensors"].blob_id == git_id and entry["model.safetensors"].lfs is None and "sub" in entry
     card = api.model_info("team/art").card_data
     assert card.license == "apache-2.0" and card.tags == ["adaptkit"]
 
@@ -106,7 +108,8 @@ def test_range_and_head(hub, api, folder):
     assert _http("GET", url, headers={"Range": f"bytes={len(data)}-"})[0] == 416
     status, headers, body = _http("HEAD", url)
     assert status == 200 and body == b"" and int(headers["Content-Length"]) == len(data)
-    assert headers["X-Linked-Size"] == str(len(data)) and "X-Xet-Hash" not in headers and headers["X-Repo-Commit"]
+    # sent inline, so a regular file: no X-Linked-* headers (those are for LFS files), as on the Hub
+    assert "X-Linked-Size" not in headers and "X-Xet-Hash" not in headers and headers["X-Repo-Commit"]
 
 
 def test_lfs_batch_path_with_xet_disabled(tmp_path, folder, monkeypatch):
@@ -311,17 +314,18 @@ def test_corrupted_blob_is_not_served(hub, api, tmp_path):
 def test_traversal_and_malformed_ids_are_refused(hub, api, tmp_path):
     api.create_repo("team/t")
     content = base64.b64encode(b"pwned").decode()
-    for path in ["../x", "/etc/passwd", "a/../../x", "a\\..\\x", "./a", "a//b", ".git/config", ""]:
+    for path, want in [("../x", 422), ("/etc/passwd", 400), ("a/../../x", 422), ("a\\..\\x", 422), ("./a", 400),
+                       ("a//b", 400), (".git/config", 400), ("", 400)]:  # climbing out: 422, as the Hub for ..\x
         status, _, body = _ndjson_commit(
             hub, "team/t", [{"key": "file", "value": {"path": path, "content": content, "encoding": "base64"}}]
         )
-        assert status == 400 and b"Invalid path" in body, (path, status, body)
+        assert status == want and b"Invalid path" in body, (path, status, body)
     status, _, _ = _ndjson_commit(hub, "team/t", [{"key": "deletedFolder", "value": {"path": "../"}}])
-    assert status == 400
+    assert status == 422
     pre = json.dumps({"files": [{"path": "../x", "sample": "", "size": 1}]}).encode()
     assert _http("POST", f"{hub.endpoint}/api/models/team/t/preupload/main", pre,
-                 {"Content-Type": "application/json", "Authorization": f"Bearer {TOKEN}"})[0] == 400
-    assert _http("GET", f"{hub.endpoint}/team/t/resolve/main/%2E%2E/%2E%2E/etc/passwd")[0] == 400
+                 {"Content-Type": "application/json", "Authorization": f"Bearer {TOKEN}"})[0] == 422
+    assert _http("GET", f"{hub.endpoint}/team/t/resolve/main/%2E%2E/%2E%2E/etc/passwd")[0] == 422
     assert (
         api.list_repo_files("team/t") == [".gitattributes"]
         and not (tmp_path / "x").exists()

@@ -1,0 +1,157 @@
+"""LocalHub attacked over raw HTTP (issue 26, items 13-15): connections that send half a header, idle keep-alives,
+bodies whose length cannot be known, and a repo record damaged on disk. Each test says what used to happen and what
+the server does now; a stock client checks that the hub keeps serving."""
+import http.client
+import io
+import json
+import logging
+import socket
+import threading
+import time
+
+import pytest
+from huggingface_hub import HfApi, constants, hf_hub_download
+from huggingface_hub.errors import HfHubHTTPError
+
+from adaptkit.localhub.server import LocalHub
+
+TOKEN = "hf_localhub_robustness_token"
+HALF = b"GET /api/models HTTP/1.1\r\nHost: 127"  # a request cut inside its headers
+
+
+@pytest.fixture(autouse=True)
+def hf_env(tmp_path, monkeypatch):
+    monkeypatch.setattr(constants, "HF_HUB_DISABLE_TELEMETRY", True)
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hf-cache"))
+
+
+@pytest.fixture
+def hub(tmp_path):
+    with LocalHub(tmp_path / "hub", token=TOKEN) as h:
+        HfApi(endpoint=h.endpoint, token=TOKEN).create_repo("team/g")
+        yield h
+
+
+def _connect(hub, data=b""):
+    s = socket.create_connection(("127.0.0.1", hub.port), timeout=5)
+    if data: s.sendall(data)
+    return s
+
+
+def _read_all(s) -> bytes:
+    "Everything the server sends until it closes the connection."
+    out = b""
+    while chunk := s.recv(65536): out += chunk
+    s.close()
+    return out
+
+
+def test_half_header_connections_hold_a_bounded_number_of_threads(tmp_path):
+    """Item 13. Before, 100 connections sending half a header held 100 threads until each timed out (60 s). Now at
+    most `max_connections` are served at once, a connection whose headers are not in after `header_timeout` is shut
+    without an answer, and a normal client is served as those slots free up."""
+    with LocalHub(tmp_path / "hub", token=TOKEN) as hub:
+        server = hub.server
+        assert server.max_connections == 32  # the default
+        server.header_timeout, server.slot_wait = 0.25, 5.0  # (default 10 s and 2 s; short to keep the test fast)
+        before = threading.active_count()
+        slow = [_connect(hub, HALF) for _ in range(100)]
+        time.sleep(0.15)
+        assert server.active == 32 and threading.active_count() <= before + 32
+        start = time.monotonic()
+        assert list(HfApi(endpoint=hub.endpoint, token=TOKEN).list_models()) == []
+        assert time.monotonic() - start < 1.8  # four rounds of 0.25 s slow peers ahead of it, then its answer
+        assert threading.active_count() <= before + 32
+        for s in slow: assert _read_all(s) == b""  # each cut off, none answered
+
+
+def test_a_connection_no_slot_frees_up_for_gets_a_503(tmp_path):
+    """Item 13. When every slot stays taken for `slot_wait` seconds the next connection is refused with a 503
+    (`Retry-After`, a request id, a JSON error) instead of a thread; once the slow peers go, clients are served."""
+    with LocalHub(tmp_path / "hub") as hub:
+        server = hub.server
+        server.max_connections, server.header_timeout, server.slot_wait = 2, 30.0, 0.2
+        server.request_log = log = io.StringIO()
+        slow = [_connect(hub, HALF) for _ in range(2)]
+        time.sleep(0.1)
+        answer = _read_all(_connect(hub, b"GET /api/models HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"))
+        head, _, body = answer.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 503 Service Unavailable") and b"\r\nRetry-After: 1\r\n" in head
+        assert b"\r\nX-Request-Id: " in head and json.loads(body)["error"].startswith("LocalHub is busy")
+        assert " - - - 503 " in log.getvalue()
+        for s in slow: s.close()
+        time.sleep(0.2)
+        assert list(HfApi(endpoint=hub.endpoint, token=False).list_models()) == [] and server.active <= 1
+
+
+def test_idle_keep_alive_connections_are_closed(tmp_path):
+    """Item 13. An idle keep-alive connection holds a thread too: it gets `header_timeout` seconds to start its next
+    request, then the server closes it (clients reconnect by themselves)."""
+    with LocalHub(tmp_path / "hub") as hub:
+        hub.server.header_timeout = 0.3
+        conn = http.client.HTTPConnection("127.0.0.1", hub.port, timeout=5)
+        conn.request("GET", "/api/models")
+        r = conn.getresponse()
+        assert (r.status, r.read(), r.getheader("Connection")) == (200, b"[]", None)  # kept alive
+        time.sleep(0.6)
+        assert conn.sock.recv(1) == b"" and hub.server.active == 0
+        conn.close()
+
+
+@pytest.mark.parametrize("headers, body, status, message", [
+    (b"Content-Length: abc\r\n", b"{}", 400, b"the request has a bad Content-Length header 'abc'"),
+    (b"Content-Length: -5\r\n", b"{}", 400, b"the request has a bad Content-Length header '-5'"),
+    (b"Content-Length: +2\r\n", b"{}", 400, b"the request has a bad Content-Length header '+2'"),
+    (b"Content-Length: 2\r\nContent-Length: 3\r\n", b"{}", 400, b"bad Content-Length header '2, 3'"),
+    (b"Content-Length: 2\r\nTransfer-Encoding: chunked\r\n", b"2\r\n{}\r\n0\r\n\r\n", 400,
+     b"both Content-Length and Transfer-Encoding"),
+    (b"Transfer-Encoding: chunked\r\n", b"zz\r\n{}\r\n0\r\n\r\n", 400, b"bad chunk size b'zz\\r\\n'"),
+    (b"Transfer-Encoding: chunked\r\n", b"-5\r\n", 400, b"bad chunk size b'-5\\r\\n'"),
+    (b"Transfer-Encoding: gzip, chunked\r\n", b"", 501, b"'gzip, chunked' is not supported"),
+])
+def test_a_body_of_unknown_length_is_refused_before_anything_else(hub, headers, body, status, message):
+    """Item 15. Before, a malformed Content-Length reached the token check and got a 401. A request whose body's
+    end cannot be found is now a 400 (no token is sent here: the 401 would come later), and the connection closes."""
+    answer = _read_all(_connect(hub, b"POST /api/repos/create HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                                     b"Content-Type: application/json\r\n" + headers + b"\r\n" + body))
+    assert answer.startswith(b"HTTP/1.1 %d " % status) and message in answer, answer[:400]
+    assert b"\r\nConnection: close\r\n" in answer and b"\r\nX-Request-Id: " in answer
+
+
+def test_a_bad_chunk_size_mid_body_is_400_and_commits_nothing(hub):
+    "Item 15. A chunk size line broken after good chunks: 400, the connection closes, nothing is committed."
+    line = json.dumps({"key": "header", "value": {"summary": "s"}}).encode() + b"\n"
+    head = (b"POST /api/models/team/g/commit/main HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer "
+            + TOKEN.encode() + b"\r\nContent-Type: application/x-ndjson\r\nTransfer-Encoding: chunked\r\n\r\n")
+    answer = _read_all(_connect(hub, head + b"%x\r\n" % len(line) + line + b"\r\n0x10\r\n"))
+    assert answer.startswith(b"HTTP/1.1 400 ") and b"bad chunk size b'0x10\\r\\n'" in answer
+    assert HfApi(endpoint=hub.endpoint, token=TOKEN).list_repo_files("team/g") == [".gitattributes"]
+
+
+def test_a_malformed_request_line_still_gets_a_request_id(hub):
+    "Item 3, raw side: the standard library's own 400 (an unreadable request line) carries an `X-Request-Id` too."
+    answer = _read_all(_connect(hub, b"GET /a b HTTP/1.1\r\n\r\n"))  # four words
+    assert answer.startswith(b"HTTP/1.1 400 ") and b"\r\nX-Request-Id: " in answer
+
+
+def test_a_damaged_repo_record_names_itself_and_the_rest_is_served(hub, tmp_path, caplog):
+    """Item 14. Before, a truncated `repo.json` gave "internal error, see its log". Now the answer and the log name
+    the repo and the damaged file, listings leave it out, and every other repo is served."""
+    api = HfApi(endpoint=hub.endpoint, token=TOKEN)
+    api.create_repo("team/ok")
+    api.upload_file(path_or_fileobj=b"fine", path_in_repo="a.txt", repo_id="team/ok")
+    record = hub.root / "repos" / "model" / "team" / "g" / "repo.json"
+    record.write_bytes(record.read_bytes()[:20])  # cut short, as by a crash of another tool or a full disk
+    with caplog.at_level(logging.ERROR, logger="adaptkit.localhub"):
+        with pytest.raises(HfHubHTTPError) as e: api.model_info("team/g")
+    assert e.value.response.status_code == 500
+    assert f"LocalHub cannot serve the model repo team/g: its file {record} is damaged (not valid JSON" in str(e.value)
+    assert f"{record} is not valid JSON" in caplog.text and "model repo team/g" in caplog.text
+    assert [m.id for m in api.list_models()] == ["team/ok"]
+    got = hf_hub_download("team/ok", "a.txt", endpoint=hub.endpoint, token=TOKEN, cache_dir=tmp_path / "c")
+    assert open(got, "rb").read() == b"fine"
+    head = api.model_info("team/ok").sha
+    (hub.root / "repos" / "model" / "team" / "ok" / "commits" / f"{head}.json").write_text("{}")
+    with pytest.raises(HfHubHTTPError, match=f"commit {head} of the model repo team/ok: its file .* is damaged "
+                                             r"\(missing id, parents, files\)"):
+        api.model_info("team/ok")  # (not a listing: the client retries a 500 there for about 23 s before raising)
