@@ -351,6 +351,21 @@ def move(self: MirrorStore, typ: str, src: str, dest: str) -> dict:
     "`RepoStore.move`, refused on a mirrored repo."
     self._writable(typ, src); return RepoStore.move(self, typ, src, dest)
 
+@patch
+def open_discussion(self: MirrorStore, typ: str, repo_id: str, *args, **kwargs) -> tuple:
+    "`RepoStore.open_discussion` (discussions, pull requests), refused on a mirrored repo."
+    self._writable(typ, repo_id); return RepoStore.open_discussion(self, typ, repo_id, *args, **kwargs)
+
+@patch
+def update_discussion(self: MirrorStore, typ: str, repo_id: str, *args, **kwargs) -> dict:
+    "`RepoStore.update_discussion` (comments, status, titles), refused on a mirrored repo."
+    self._writable(typ, repo_id); return RepoStore.update_discussion(self, typ, repo_id, *args, **kwargs)
+
+@patch
+def merge_pull(self: MirrorStore, typ: str, repo_id: str, *args, **kwargs) -> dict:
+    "`RepoStore.merge_pull`, refused on a mirrored repo."
+    self._writable(typ, repo_id); return RepoStore.merge_pull(self, typ, repo_id, *args, **kwargs)
+
 # %% ../../nbs/localhub/05_mirror.ipynb #391067c9
 EXPORT_FORMAT = "adaptkit-localhub-export"  # the manifest's `format` (its `version` is 1)
 

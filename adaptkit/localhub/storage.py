@@ -4,13 +4,14 @@
 
 # %% auto #0
 __all__ = ['CHUNK', 'LFS_MIN_SIZE', 'LFS_SUFFIXES', 'USER', 'RESERVED_NAMESPACES', 'GITATTRIBUTES', 'HubError', 'check_repo_id',
-           'check_path', 'check_ref_name', 'YamlError', 'front_matter', 'disk_errors', 'git_blob_sha1', 'BlobWriter',
-           'BlobStore', 'RepoStore']
+           'check_path', 'check_ref_name', 'pull_number', 'YamlError', 'front_matter', 'disk_errors', 'git_blob_sha1',
+           'BlobWriter', 'BlobStore', 'RepoStore', 'check_title']
 
 # %% ../../nbs/localhub/01_storage.ipynb #30e2d35c
 import errno
 import fcntl
 import hashlib
+import html
 import json
 import logging
 import os
@@ -90,6 +91,15 @@ def check_ref_name(
         raise HubError(400, f"Invalid branch or tag name {str(name)[:200]!r}: use A-Z a-z 0-9 . _ - /, at most 200 "
                             "characters, not a commit id, no '..' and no 'refs/' prefix")
     return name
+
+_PR = re.compile(r"refs/pr/([1-9][0-9]{0,8})")
+
+def pull_number(
+    rev: str,  # a revision
+) -> int | None:
+    "N if `rev` is a pull request's ref `refs/pr/N`, else None."
+    m = _PR.fullmatch(rev) if isinstance(rev, str) else None
+    return int(m[1]) if m else None
 
 # %% ../../nbs/localhub/01_storage.ipynb #1909fed2
 class YamlError(ValueError):
@@ -288,14 +298,27 @@ def _read_json(path: Path, what: str, keys: tuple = ()) -> dict | None:
         missing = [k for k in keys if k not in obj] if isinstance(obj, dict) else None
         if missing == []: return obj
         why = "not a JSON object" if missing is None else f"missing {', '.join(missing)}"
+    raise _damaged(path, what, why)
+
+def _damaged(path: Path, what: str, why: str) -> HubError:
+    "The 500 for a damaged store file `path` (holding `what`; `why` it is damaged), logged."
     _log.error("LocalHub store damaged: %s is %s (%s cannot be served; other repos are)", path, why, what)
-    raise HubError(500, f"LocalHub cannot serve {what}: its file {path} is damaged ({why}); restore it from a "
-                        "backup. Other repos are served as usual.")
+    return HubError(500, f"LocalHub cannot serve {what}: its file {path} is damaged ({why}); restore it from a "
+                         "backup. Other repos are served as usual.")
 
 def _new_commit(parents: list, files: dict, title: str, message: str) -> dict:
     "A commit record; its id hashes its content, parents, time and a nonce, so it is unique."
     c = {"parents": parents, "title": title, "message": message, "date": _now(), "authors": [USER], "files": files}
     c["id"] = hashlib.sha1(json.dumps({**c, "nonce": uuid.uuid4().hex}, sort_keys=True).encode()).hexdigest()
+    return c
+
+def _child(store: "RepoStore", typ: str, repo_id: str, head: str, ops: list, title: str, message: str,
+           parents: list | None = None) -> dict:
+    "A new commit applying `ops` to commit `head`'s files, written to the repo's commits (no ref moves)."
+    files = dict(store.load(typ, repo_id, head)["files"])
+    for op in ops: _apply(files, *op)
+    c = _new_commit(parents or [head], files, title, message)
+    _write_json(store.dir(typ, repo_id) / "commits" / f"{c['id']}.json", c)
     return c
 
 def _apply(files: dict, op: str, path: str, entry: dict | None) -> None:
@@ -425,10 +448,13 @@ RepoStore.create, RepoStore.delete, RepoStore.move, RepoStore.update_settings = 
 
 # %% ../../nbs/localhub/01_storage.ipynb #b4bb29d7
 def _resolve(self: RepoStore, typ: str, repo_id: str, rev: str) -> dict | None:
-    "The commit `rev` names (a branch, then a tag, `refs/heads/<b>`, `refs/tags/<t>`, a commit id), None if none."
+    "The commit `rev` names (a branch, then a tag, `refs/heads/<b>`, `refs/tags/<t>`, `refs/pr/<n>`, a commit "
+    "id), None if none."
     meta = self.repo(typ, repo_id) or {"refs": {}, "tags": {}}
     tags = meta.get("tags") or {}
-    if rev.startswith("refs/heads/"): sha = meta["refs"].get(rev[11:])
+    if (num := pull_number(rev)) is not None:
+        sha = next((d["head"] for d in self.discussions(typ, repo_id) if d["num"] == num and d["isPullRequest"]), None)
+    elif rev.startswith("refs/heads/"): sha = meta["refs"].get(rev[11:])
     elif rev.startswith("refs/tags/"): sha = (tags.get(rev[10:]) or {}).get("commit")
     else: sha = meta["refs"].get(rev) or (tags.get(rev) or {}).get("commit") or self.full_id(typ, repo_id, rev)
     return self.load(typ, repo_id, sha) if sha else None
@@ -442,23 +468,24 @@ def _full_id(self: RepoStore, typ: str, repo_id: str, rev: str) -> str | None:
 
 def _commit(self: RepoStore, typ: str, repo_id: str, branch: str, ops: list, title: str, message: str = "",
             parent: str | None = None) -> dict:
-    "Apply `ops` [(op, path, entry)] on top of `branch` as a new commit and move the branch to it."
-    branch = branch.removeprefix("refs/heads/")
+    "Apply `ops` [(op, path, entry)] on top of `branch` (or pull request `refs/pr/N`) as a new commit; move it there."
+    branch, num = branch.removeprefix("refs/heads/"), pull_number(branch)
     with self.lock(typ, repo_id):
         meta = self._need(typ, repo_id)
-        head = meta["refs"].get(branch)
-        if head is None:
+        if num is not None:
+            items = self.discussions(typ, repo_id)
+            head = self.pull(typ, repo_id, num, True, items)["head"]
+        elif (head := meta["refs"].get(branch)) is None:
             raise HubError(404, f"Invalid rev id: {branch} is not a branch of {repo_id} (create it first)",
                            "RevisionNotFound")
         if parent and (len(parent) < 7 or not head.startswith(parent)):  # the Hub's words (huggingface_hub's tests)
             raise HubError(412, f"A commit has happened since. Please refresh and try again. ({branch} of {repo_id} "
                                 f"is at {head}, not {parent[:40]})")
-        files = dict(self.load(typ, repo_id, head)["files"])
-        for op in ops: _apply(files, *op)
-        c = _new_commit([head], files, title, message)
-        _write_json(self.dir(typ, repo_id) / "commits" / f"{c['id']}.json", c)
-        meta["refs"][branch] = c["id"]
-        self._save(meta)
+        c = _child(self, typ, repo_id, head, ops, title, message)
+        if num is None: meta["refs"][branch] = c["id"]; self._save(meta); return c
+        d = self.pull(typ, repo_id, num, items=items)
+        d["head"] = c["id"]; d["events"].append(_event("commit", {"subject": title, "oid": c["id"]}))
+        self._save_discussions(typ, repo_id, items)
         return c
 
 def _history(self: RepoStore, typ: str, repo_id: str, sha: str) -> list:
@@ -509,3 +536,205 @@ def _last_commits(self: RepoStore, typ: str, repo_id: str, sha: str, paths: list
     return out
 
 RepoStore.set_ref, RepoStore.drop_ref, RepoStore.last_commits = _set_ref, _drop_ref, _last_commits
+
+# %% ../../nbs/localhub/01_storage.ipynb #ba50a179
+def _event(kind: str, data: dict) -> dict:
+    "A discussion event (`comment`, `status-change`, `commit`, `title-change`) by the hub's user, now."
+    return {"id": uuid.uuid4().hex[:24], "type": kind, "createdAt": _now(), "author": USER, "data": data}
+
+def _text(text: str, what: str = "comment") -> str:
+    if not isinstance(text, str) or not text.strip(): raise HubError(400, f"the {what} is empty")
+    if len(text) > 65536: raise HubError(400, f"the {what} has {len(text)} characters; at most 65536")
+    return text
+
+def _version(text: str) -> dict:
+    return {"raw": text, "html": html.escape(text), "updatedAt": _now(), "author": USER}
+
+def _comment_event(text: str) -> dict:
+    v = _version(text)
+    return _event("comment", {"edited": False, "hidden": False, "latest": v, "numEdits": 0, "history": [v]})
+
+def check_title(
+    title: str,  # a discussion's title, as sent
+) -> str:
+    "The title without surrounding spaces if it has 3 to 200 characters (the Hub's rule); a 400 otherwise."
+    t = title.strip() if isinstance(title, str) else ""
+    if not 3 <= len(t) <= 200: raise HubError(400, f"Invalid title {t[:40]!r}: use 3 to 200 characters")
+    return t
+
+def _discussions(self: RepoStore, typ: str, repo_id: str) -> list:
+    "The repo's discussions and pull requests, oldest first ([] if none); a 500 naming the file if it is damaged."
+    path, what = self.dir(typ, repo_id) / "discussions.json", f"the discussions of the {typ} repo {repo_id}"
+    found = _read_json(path, what, ("discussions",))
+    if found is None: return []
+    items = found["discussions"]
+    if not isinstance(items, list) or not all(isinstance(d, dict) and type(d.get("num")) is int and
+                                              isinstance(d.get("events"), list) for d in items):
+        raise _damaged(path, what, "its discussions are not a list of records with a num and events")
+    return items
+
+def _save_discussions(self: RepoStore, typ: str, repo_id: str, items: list) -> None:
+    _write_json(self.dir(typ, repo_id) / "discussions.json", {"discussions": items})
+
+def _discussion(self: RepoStore, typ: str, repo_id: str, num: int, items: list | None = None) -> dict:
+    "Discussion or pull request `num` (looked up in `items` if given); a 404 if the repo has none."
+    for d in self.discussions(typ, repo_id) if items is None else items:
+        if d["num"] == num: return d
+    raise HubError(404, f"Discussion #{num} not found: the {typ} repo {repo_id} has no discussion or pull request "
+                        f"#{num}")
+
+def _pull(self: RepoStore, typ: str, repo_id: str, num: int, writable: bool = False,
+          items: list | None = None) -> dict:
+    "Pull request `num`; a 404 `RevisionNotFound` if `refs/pr/<num>` is not one; `writable`: a 400 if closed or merged."
+    d = next((d for d in (self.discussions(typ, repo_id) if items is None else items) if d["num"] == num), None)
+    if d is None or not d["isPullRequest"]:
+        raise HubError(404, f"Invalid rev id: refs/pr/{num}: the {typ} repo {repo_id} has no pull request #{num}"
+                            + (" (it is a discussion)" if d else ""), "RevisionNotFound")
+    if writable and d["status"] in ("closed", "merged"):
+        raise HubError(400, f"Pull request #{num} of {repo_id} is {d['status']}: it takes no more commits"
+                            + (" (reopen it first)" if d["status"] == "closed" else " (open a new one)"))
+    return d
+
+def _open_discussion(self: RepoStore, typ: str, repo_id: str, title: str, text: str, pull: bool = False,
+                     base: str = "main", ops: list | None = None, parent: str | None = None) -> tuple:
+    "Open a discussion, or a pull request against `base` (`pull`; `ops`: with a first commit); (record, commit|None)."
+    base, pull = base.removeprefix("refs/heads/"), pull or ops is not None
+    with self.lock(typ, repo_id):
+        meta, items, c = self._need(typ, repo_id), self.discussions(typ, repo_id), None
+        d = {"num": max((x["num"] for x in items), default=0) + 1, "title": title.strip()[:200] or "(no title)",
+             "status": "open", "isPullRequest": pull, "createdAt": _now(), "author": USER,
+             "events": [_comment_event(text)]}
+        if pull:
+            if (head := meta["refs"].get(base)) is None:
+                raise HubError(404, f"Invalid rev id: {base} is not a branch of {repo_id}: a pull request targets a "
+                                    "branch", "RevisionNotFound")
+            start = self.full_id(typ, repo_id, parent) if parent else head
+            if start is None or self.load(typ, repo_id, start) is None:
+                raise HubError(404, f"Invalid rev id: the parent commit {parent[:100]} is not a commit of {repo_id}",
+                               "RevisionNotFound")
+            d.update(base=base, head=start, mergeCommitId=None, status="draft" if ops is None else "open")
+            d["from"] = start
+            if ops is not None:
+                c = _child(self, typ, repo_id, start, ops, title, text)
+                d["head"] = c["id"]; d["events"].append(_event("commit", {"subject": title, "oid": c["id"]}))
+        items.append(d)
+        self._save_discussions(typ, repo_id, items)
+        return d, c
+
+RepoStore.discussions, RepoStore._save_discussions, RepoStore.discussion = _discussions, _save_discussions, _discussion
+RepoStore.pull, RepoStore.open_discussion = _pull, _open_discussion
+
+# %% ../../nbs/localhub/01_storage.ipynb #cefc7450
+def _update_discussion(self: RepoStore, typ: str, repo_id: str, num: int, change) -> dict:
+    "Apply `change(record)`, which returns the event it added, to discussion `num` under the repo's lock; that event."
+    with self.lock(typ, repo_id):
+        self._need(typ, repo_id)
+        items = self.discussions(typ, repo_id)
+        event = change(self.discussion(typ, repo_id, num, items))
+        self._save_discussions(typ, repo_id, items)
+        return event
+
+def _comment(self: RepoStore, typ: str, repo_id: str, num: int, text: str) -> dict:
+    "Add a comment to discussion `num`; the comment event."
+    def change(d): d["events"].append(e := _comment_event(_text(text))); return e
+    return self.update_discussion(typ, repo_id, num, change)
+
+def _set_status(self: RepoStore, typ: str, repo_id: str, num: int, status: str, comment: str | None = None) -> dict:
+    "Close or (re)open discussion `num` (a draft pull request opens: it is published), with an optional comment."
+    if status not in ("open", "closed"): raise HubError(400, f"Invalid status {str(status)[:40]!r}: use open or closed")
+    def change(d):
+        if d["status"] == "merged":
+            raise HubError(400, f"Pull request #{num} of {repo_id} is merged: it cannot be {status} again")
+        if comment and comment.strip(): d["events"].append(_comment_event(_text(comment)))
+        d["status"] = status
+        d["events"].append(e := _event("status-change", {"status": status})); return e
+    return self.update_discussion(typ, repo_id, num, change)
+
+def _rename_discussion(self: RepoStore, typ: str, repo_id: str, num: int, title: str) -> dict:
+    "Give discussion `num` a new title (3 to 200 characters); the title-change event."
+    title = check_title(title)
+    def change(d):
+        d["events"].append(e := _event("title-change", {"from": d["title"], "to": title}))
+        d["title"] = title; return e
+    return self.update_discussion(typ, repo_id, num, change)
+
+def _edit_comment(self: RepoStore, typ: str, repo_id: str, num: int, comment_id: str, text: str | None) -> dict:
+    "Edit comment `comment_id` of discussion `num` to `text`, or hide it for good (`text` None); the comment event."
+    def change(d):
+        e = next((e for e in d["events"] if e["id"] == comment_id and e["type"] == "comment"), None)
+        if e is None: raise HubError(404, f"Discussion #{num} of {repo_id} has no comment {comment_id[:40]}")
+        if e["data"]["hidden"]: raise HubError(400, f"Comment {comment_id} of #{num} in {repo_id} is hidden")
+        if text is None:
+            e["data"].update(hidden=True, latest={**_version(""), "html": "This comment has been hidden"}, history=[])
+            return e
+        v = _version(_text(text))
+        e["data"].update(edited=True, latest=v, numEdits=e["data"]["numEdits"] + 1, history=[v, *e["data"]["history"]])
+        return e
+    return self.update_discussion(typ, repo_id, num, change)
+
+RepoStore.update_discussion, RepoStore.comment, RepoStore.set_status = _update_discussion, _comment, _set_status
+RepoStore.rename_discussion, RepoStore.edit_comment = _rename_discussion, _edit_comment
+
+# %% ../../nbs/localhub/01_storage.ipynb #d1274037
+def _sha(e: dict | None) -> str | None: return e and e["sha256"]
+
+def _changes(old: dict, new: dict) -> dict:
+    "{path: its entry in `new`, None if deleted} for every file whose bytes differ between file tables `old` and `new`."
+    return {p: new.get(p) for p in old.keys() | new.keys() if _sha(old.get(p)) != _sha(new.get(p))}
+
+def _merge_plan(self: RepoStore, typ: str, repo_id: str, d: dict, meta: dict | None = None) -> tuple:
+    "(target head id, files after merging pull request `d` into it, conflicting paths): a three-way merge by file."
+    meta = meta or self._need(typ, repo_id)
+    if (target := meta["refs"].get(d["base"])) is None:
+        raise HubError(400, f"Pull request #{d['num']} of {repo_id} targets the branch {d['base']}, which no longer "
+                            "exists: create it again to merge")
+    start, head = self.load(typ, repo_id, d["from"])["files"], self.load(typ, repo_id, d["head"])["files"]
+    ours = self.load(typ, repo_id, target)["files"]
+    theirs, changed = _changes(start, head), _changes(start, ours)
+    conflicts = sorted(p for p, e in theirs.items() if p in changed and _sha(changed[p]) != _sha(e))
+    files = dict(ours)
+    for p, e in theirs.items():
+        if e is None: files.pop(p, None)
+        else: files[p] = e
+    return target, files, conflicts
+
+def _pull_conflicts(self: RepoStore, typ: str, repo_id: str, d: dict) -> list:
+    "The files an open pull request `d` and its target branch both changed, differently (merging it would be a 409)."
+    if not d["isPullRequest"] or d["status"] not in ("open", "draft"): return []
+    try: return self.merge_plan(typ, repo_id, d)[2]
+    except HubError: return []
+
+def _merge_pull(self: RepoStore, typ: str, repo_id: str, num: int, comment: str | None = None) -> dict:
+    "Merge open pull request `num` into its target: a fast-forward, a merge commit, or a 409; the `merged` event."
+    with self.lock(typ, repo_id):
+        meta, items = self._need(typ, repo_id), self.discussions(typ, repo_id)
+        d = self.discussion(typ, repo_id, num, items)
+        if not d["isPullRequest"]: raise HubError(400, f"#{num} of {repo_id} is a discussion, not a pull request")
+        if d["status"] != "open":
+            raise HubError(400, f"Pull request #{num} of {repo_id} is {d['status']}: " + {
+                "draft": "publish it first (change_discussion_status(..., 'open'))",
+                "closed": "reopen it first (change_discussion_status(..., 'open'))",
+                "merged": f"it was merged already (as {d.get('mergeCommitId')})"}[d["status"]])
+        target, files, conflicts = self.merge_plan(typ, repo_id, d, meta)
+        if conflicts:
+            shown = ", ".join(conflicts[:10]) + (f" and {len(conflicts) - 10} more" if len(conflicts) > 10 else "")
+            raise HubError(409, f"Pull request #{num} of {repo_id} cannot be merged into {d['base']}: the branch "
+                                f"changed {shown} since the pull request started, and so did the pull request; make "
+                                f"refs/pr/{num} agree with {d['base']} on these files and merge again")
+        if target == d["from"]: merged = d["head"]  # the target has not moved: a fast-forward
+        elif {p: e["sha256"] for p, e in files.items()} == {p: e["sha256"] for p, e in
+                                                           self.load(typ, repo_id, target)["files"].items()}:
+            merged = target  # the target holds the pull request's changes already
+        else:
+            c = _new_commit([target, d["head"]], files, f"Merge pull request #{num}: {d['title']}", "")
+            _write_json(self.dir(typ, repo_id) / "commits" / f"{c['id']}.json", c)
+            merged = c["id"]
+        meta["refs"][d["base"]] = merged
+        self._save(meta)
+        if comment and comment.strip(): d["events"].append(_comment_event(_text(comment)))
+        d["events"].append(e := _event("status-change", {"status": "merged"}))
+        d.update(status="merged", mergeCommitId=merged)
+        self._save_discussions(typ, repo_id, items)
+        return e
+
+RepoStore.merge_plan, RepoStore.pull_conflicts, RepoStore.merge_pull = _merge_plan, _pull_conflicts, _merge_pull

@@ -378,10 +378,10 @@ def test_preupload_refuses_a_sample_that_is_not_base64(hub):
     assert (status, body["error"]) == (400, "field 'sample' of files[0] of the request body is not base64")
 
 
-def test_commit_refuses_pull_requests_missing_branches_and_unknown_operations(hub):
+def test_commit_refuses_missing_branches_and_unknown_operations_and_a_pr_leaves_main(hub):
     file_line = {"key": "file", "value": {"path": "a.txt", "content": base64.b64encode(b"a").decode()}}
     status, body = _commit(hub, [file_line], create_pr="1")
-    assert (status, body["error"]) == (400, "LocalHub does not support pull requests (create_pr)")
+    assert status == 200 and body["pullRequestUrl"].endswith("/team/g/discussions/1")  # on refs/pr/1, main unchanged
     status, body = _commit(hub, [file_line], rev="nobranch")
     assert (status, body["error"]) == (404, "Invalid rev id: nobranch is not a branch of team/g")
     status, body = _commit(hub, [{"key": "renamedFile", "value": {"path": "a.txt"}}])
