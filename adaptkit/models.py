@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import importlib.util
+import inspect
 import json
 import math
 import os
@@ -175,6 +176,88 @@ def _checked_prompts(tokenizer, prompts, batch_size: int) -> list[str]:
         raise ValueError("the tokenizer has no pad token: set tokenizer.pad_token (e.g. to its eos token) first")
     return prompts
 
+# `generate` options the shared-prefix path passes on as they are; any other one gets plain left-padded batches
+_PREFILL_KWARGS = {"do_sample", "temperature", "top_p", "top_k", "min_p", "min_new_tokens", "eos_token_id",
+                   "pad_token_id", "stop_strings", "repetition_penalty"}
+_CALL_TOKENS = 24  # what one more forward pass costs, in prompt tokens (SmolLM2-135M on a CPU core: about 25)
+
+def _unwrapped(model):
+    "The transformers model inside a PEFT wrapper (`model` itself otherwise)."
+    return model.get_base_model() if hasattr(model, "get_base_model") else model
+
+def _cache_arg(model, generate_kwargs: dict) -> str | None:
+    """The name `model`'s forward takes a KV cache by, when `generate` can start from a prefilled one; else None.
+
+    Only full-attention models with a plain `DynamicCache` and `position_ids` qualify (no sliding window, recurrent
+    state or prompt-learning adapter), with `generate` options that keep one row per prompt."""
+    from transformers import DynamicCache
+    from transformers.cache_utils import DynamicLayer
+    base = _unwrapped(model)
+    params = inspect.signature(base.forward).parameters
+    if set(generate_kwargs) - _PREFILL_KWARGS or base.config.is_encoder_decoder or "position_ids" not in params:
+        return None
+    if getattr(getattr(model, "active_peft_config", None), "is_prompt_learning", False): return None
+    if getattr(base.generation_config, "cache_implementation", None) is not None: return None
+    if not getattr(base, "_supports_default_dynamic_cache", lambda: False)(): return None
+    try: layers = DynamicCache(config=base.config.get_text_config(decoder=True)).layers
+    except Exception: return None  # a config the cache cannot lay out: plain batches
+    if not all(type(layer) is DynamicLayer for layer in layers): return None
+    return next((name for name in ("cache", "past_key_values") if name in params), None)
+
+def _common_prefix(rows: list[list[int]]) -> int:
+    "How many leading tokens all `rows` share, leaving every row at least one token of its own."
+    first, limit = rows[0], min(map(len, rows)) - 1
+    return next((i for i in range(limit) if any(r[i] != first[i] for r in rows)), max(limit, 0))
+
+def _prefill_groups(
+    lengths: list[int],  # tokens to prefill per row, longest first
+    call_tokens: int = _CALL_TOKENS,  # the cost of one more forward pass, in tokens
+) -> list[tuple[int, int]]:
+    "Slices of `lengths`, one forward pass each, with the fewest padded tokens + `call_tokens` per pass in all."
+    best, cut = [0] + [math.inf] * len(lengths), [0] * (len(lengths) + 1)
+    for k in range(1, len(lengths) + 1):
+        for i in range(k):  # rows i..k-1 in one pass, padded to the longest, lengths[i]; a pass of 0 tokens is skipped
+            cost = best[i] + (call_tokens + (k - i) * lengths[i] if lengths[i] else 0)
+            if cost < best[k]: best[k], cut[k] = cost, i
+    groups, k = [], len(lengths)
+    while k: groups.append((cut[k], k)); k = cut[k]
+    return groups[::-1]
+
+def _run_prefill(model, arg: str, ids: torch.Tensor, mask: torch.Tensor, kv: list | None) -> list:
+    "Each layer's (keys, values) once `ids` (left-padded as `mask` says) has run after the prefix tensors `kv`."
+    from transformers import DynamicCache
+    n, start = ids.shape[0], kv[0][0].shape[2] if kv else 0
+    cache = DynamicCache([(k.expand(n, -1, -1, -1), v.expand(n, -1, -1, -1)) for k, v in kv] if kv else None)
+    full = torch.cat([mask.new_ones(n, start), mask], 1)
+    positions = (full.cumsum(1) - 1).masked_fill(full == 0, 0)[:, start:]  # as `generate` numbers them
+    keep = {"logits_to_keep": 1} if "logits_to_keep" in inspect.signature(_unwrapped(model).forward).parameters else {}
+    out = model(input_ids=ids, attention_mask=full, position_ids=positions, use_cache=True, **{arg: cache}, **keep)
+    return [(layer.keys, layer.values) for layer in getattr(out, arg).layers]
+
+def _prefilled(model, arg: str, prefix: list[int], kv: list | None, rows: list[list[int]], pad_id: int) -> dict:
+    """`generate`'s inputs for one batch: each row laid out as prefix | pads | its own tokens, with a cache that holds
+    all but the last token (the prefix's tensors copied from `kv`, the rest run in passes of similar length)."""
+    from transformers import DynamicCache
+    P, n, L = len(prefix), len(rows), max(map(len, rows))
+    ids = torch.tensor([prefix + [pad_id] * (L - len(r)) + r for r in rows], device=model.device)
+    mask = torch.ones_like(ids)
+    for j, r in enumerate(rows): mask[j, P:P + L - len(r)] = 0
+    order = sorted(range(n), key=lambda j: -len(rows[j]))
+    todo = [len(rows[j]) - 1 for j in order]  # the last token of each row is `generate`'s first step
+    kvs = None
+    for a, b in _prefill_groups(todo):
+        m, group = todo[a], order[a:b]
+        if not m: continue
+        got = _run_prefill(model, arg, ids[group, P + L - 1 - m:-1], mask[group, P + L - 1 - m:-1], kv)
+        if kvs is None:  # one tensor per layer for the whole batch; pads stay zero (masked)
+            shape = lambda t: (n, t.shape[1], P + L - 1, t.shape[3])
+            kvs = [(k.new_zeros(shape(k)), v.new_zeros(shape(v))) for k, v in got]
+            for (K, V), (k, v) in zip(kvs, kv or []): K[:, :, :P], V[:, :, :P] = k, v
+        for (K, V), (k, v) in zip(kvs, got):
+            K[group, :, P + L - 1 - m:], V[group, :, P + L - 1 - m:] = k[:, :, P:], v[:, :, P:]
+    if kvs is None and kv: kvs = [(k.expand(n, -1, -1, -1), v.expand(n, -1, -1, -1)) for k, v in kv]
+    return {"input_ids": ids, "attention_mask": mask, **({arg: DynamicCache(kvs)} if kvs else {})}
+
 @torch.no_grad()
 def generate_batched(
     model,  # a causal LM
@@ -188,9 +271,10 @@ def generate_batched(
     strip: bool = True,  # strip whitespace around each continuation
     add_special_tokens: bool = False,  # let the tokenizer add its special tokens (prompts usually carry them already)
     sort_by_length: bool = True,  # batch prompts of similar token counts together (results stay in the caller's order)
+    share_prefix: bool = True,  # run the prompts' common leading tokens once and prefill the rest without padding
     **generate_kwargs,  # passed to `generate` (do_sample, temperature, top_p, stop_strings, ...)
 ) -> list[str]:
-    "The continuation of each prompt (new text only), generated in left-padded batches; greedy by default."
+    "The continuation of each prompt (new text only), generated in batches; greedy by default."
     from tqdm.auto import tqdm
     prompts = _checked_prompts(tokenizer, prompts, batch_size)
     kw = {"do_sample": False, "pad_token_id": tokenizer.pad_token_id, **generate_kwargs}
@@ -200,15 +284,21 @@ def generate_batched(
     out, training = [None] * len(prompts), model.training
     model.eval()
     try:
+        arg = _cache_arg(model, generate_kwargs) if share_prefix and len(rows) > 1 else None
+        P, kv = _common_prefix(rows) if arg else 0, None
+        if P:
+            prefix = torch.tensor([rows[0][:P]], device=model.device)
+            kv = _run_prefill(model, arg, prefix, torch.ones_like(prefix), None)
         batches = _length_batches(rows, batch_size, sort_by_length)
         for batch in tqdm(batches, desc=desc, disable=not progress or len(batches) <= 1):
-            enc = tokenizer.pad({"input_ids": [rows[i] for i in batch]}, padding_side="left", return_tensors="pt")
-            enc = enc.to(model.device)
+            if arg: enc = _prefilled(model, arg, rows[0][:P], kv, [rows[i][P:] for i in batch], tokenizer.pad_token_id)
+            else:
+                enc = tokenizer.pad({"input_ids": [rows[i] for i in batch]}, padding_side="left", return_tensors="pt")
+                enc = dict(enc.to(model.device))
             ids = model.generate(**enc, max_new_tokens=max_new_tokens, **kw)
             for i, text in zip(batch, _new_text(tokenizer, enc["input_ids"], ids, strip)): out[i] = text
     finally: model.train(training)
     return out
-
 
 # %% ../nbs/03_models.ipynb #4402e5b1
 def encode_completion(

@@ -1,14 +1,19 @@
-"""Aligner.correct throughput on SmolLM2-135M-Instruct: corrections per second batched (8 and 16, sorted by length; 16
-unsorted) vs one at a time, on question/answer pairs of mixed lengths (8 to about 90 prompt tokens of text around the
-template), with min_new_tokens = max_new_tokens so every variant does the same work. The variants run interleaved in
-each repeat (so load changes hit them alike); medians of the repeats and the speed-up measured within each repeat are
-reported, and every batched variant's corrections are compared with the one-at-a-time corrections (greedy: they must
-be equal). A prefill-only pass (1 new token) shows how much of the time no batching can save.
+"""Aligner.correct throughput on SmolLM2-135M-Instruct: corrections per second batched (8, 16 and 32, sorted by length;
+16 unsorted; 16 without prefix sharing, the path before it) vs one at a time, on question/answer pairs of mixed lengths
+(8 to about 90 prompt tokens of text around the template), with min_new_tokens = max_new_tokens so every variant does
+the same work. One at a time is each pair generated alone with its whole prompt (share_prefix=False: what a caller
+correcting one pair per call gets). The batched variants share the template's opening (share_prefix=True, the default:
+the common leading tokens run once per call, each batch's own tokens run without padding), except
+batch_16_no_prefix_sharing (plain left-padded batches). The variants run interleaved in each repeat (so load changes
+hit them alike); medians of the repeats and the speed-up measured within each repeat are reported, and every batched
+variant's corrections are compared with the one-at-a-time corrections (greedy: they must be equal). A prefill-only pass
+(1 new token) shows how much of the time is prefill, which batching alone does not save.
 Run (quiet machine): .venv/bin/python benchmarks/aligner_correct.py   -> benchmarks/results/aligner.json
 Smoke test (loaded), with ADAPTKIT_BENCH_ALLOW_LOADED=1 ADAPTKIT_BENCH_WAIT=0 in the environment:
     .venv/bin/python benchmarks/aligner_correct.py --pairs 16 --new-tokens 16 --repeats 1
 """
 import argparse
+import os
 import time
 import warnings
 
@@ -27,7 +32,16 @@ QUESTIONS = [
     "and I want to be sure I understand how to add two numbers like these. What is it?",
 ]
 ANSWER = "I think {a} plus {b} is {s}, but I am not sure."
-VARIANTS = {"one_at_a_time": (1, True), "batch_8": (8, True), "batch_16": (16, True), "batch_16_unsorted": (16, False)}
+# name: (batch_size, sort_by_length, share_prefix)
+VARIANTS = {
+    "one_at_a_time": (1, True, False),
+    "batch_8": (8, True, True),
+    "batch_16": (16, True, True),
+    "batch_32": (32, True, True),
+    "batch_16_unsorted": (16, False, True),
+    "batch_16_no_prefix_sharing": (16, True, False),
+}
+PREFILL_VARIANTS = ("one_at_a_time", "batch_16", "batch_16_no_prefix_sharing")
 
 
 def pairs(n: int) -> tuple[list[str], list[str]]:
@@ -40,10 +54,12 @@ def pairs(n: int) -> tuple[list[str], list[str]]:
     return qs, answers
 
 
-def timed(aligner, qs, answers, batch_size, sort, **kw):
+def timed(aligner, qs, answers, batch_size, sort, share, **kw):
     "(seconds, corrections) of one `correct` call."
     t = time.perf_counter()
-    out = aligner.correct(qs, answers, batch_size=batch_size, sort_by_length=sort, progress=False, **kw)
+    out = aligner.correct(
+        qs, answers, batch_size=batch_size, sort_by_length=sort, share_prefix=share, progress=False, **kw
+    )
     return time.perf_counter() - t, out
 
 
@@ -57,25 +73,26 @@ def main():
     folder = smollm2()
     aligner = Aligner(load_causal_lm(folder), load_tokenizer(folder))
     qs, answers = pairs(a.pairs)
-    lengths = [
-        len(aligner.tokenizer(format_aligner_prompt(q, x, aligner.template))["input_ids"]) for q, x in zip(qs, answers)
-    ]
+    prompts = [format_aligner_prompt(q, x, aligner.template) for q, x in zip(qs, answers)]
+    rows = aligner.tokenizer(prompts, add_special_tokens=False)["input_ids"]  # as `correct` tokenises them
+    lengths, shared = [len(r) for r in rows], len(os.path.commonprefix(rows))
     kw = dict(max_new_tokens=a.new_tokens, min_new_tokens=a.new_tokens)
     aligner.correct(qs[:2], answers[:2], batch_size=2, max_new_tokens=2, progress=False)  # warm-up
     start = quiet_start()
-    seconds, outputs, prefill = {v: [] for v in VARIANTS}, {}, {"one_at_a_time": [], "batch_16": []}
+    seconds, outputs, prefill = {v: [] for v in VARIANTS}, {}, {v: [] for v in PREFILL_VARIANTS}
     for r in range(a.repeats):
-        for name, (batch_size, sort) in VARIANTS.items():
-            s, outputs[name] = timed(aligner, qs, answers, batch_size, sort, **kw)
+        for name, variant in VARIANTS.items():
+            s, outputs[name] = timed(aligner, qs, answers, *variant, **kw)
             seconds[name].append(s)
-            print(f"repeat {r}: {name:18s} {s:6.1f} s", flush=True)
+            print(f"repeat {r}: {name:26s} {s:6.1f} s", flush=True)
         for name in prefill:
-            prefill[name].append(timed(aligner, qs, answers, VARIANTS[name][0], True, max_new_tokens=1)[0])
+            prefill[name].append(timed(aligner, qs, answers, *VARIANTS[name], max_new_tokens=1)[0])
     single = seconds["one_at_a_time"]
     variants = {
         name: {
             "batch_size": VARIANTS[name][0],
             "sorted_by_length": VARIANTS[name][1],
+            "share_prefix": VARIANTS[name][2],
             "seconds": s,
             "median_s": median(s),
             "corrections_per_s": a.pairs / median(s),
@@ -91,6 +108,10 @@ def main():
         "model": "SmolLM2-135M-Instruct (fp32, dequantized Q4_1 GGUF)",
         "pairs": a.pairs,
         "prompt_tokens": {"min": min(lengths), "max": max(lengths), "total": sum(lengths)},
+        "shared_prefix_tokens": shared,
+        "share_prefix": "share_prefix=True runs the prompts' common leading tokens (the template's opening) once per "
+                        "call and each batch's own tokens without padding (generate_batched); one_at_a_time and "
+                        "batch_16_no_prefix_sharing run every prompt whole, left-padded in batches",
         "new_tokens_per_correction": a.new_tokens,
         "repeats": a.repeats,
         "variants": variants,
@@ -98,7 +119,7 @@ def main():
         "all_batched_identical_to_one_at_a_time": all(v["identical_to_one_at_a_time"] for v in variants.values()),
     }
     for name, v in variants.items():
-        print(f"{name:18s} {v['corrections_per_s']:.2f} corrections/s, x{v['median_speedup_vs_one_at_a_time']:.2f}, "
+        print(f"{name:26s} {v['corrections_per_s']:.2f} corrections/s, x{v['median_speedup_vs_one_at_a_time']:.2f}, "
               f"identical: {v['identical_to_one_at_a_time']}")
     write_result("aligner", result, start)
 

@@ -209,15 +209,15 @@ def correct(self: Aligner,
             answers: Sequence[str],  # the upstream answers to correct, one per question
             *,
             batch_size: int = 8,  # pairs per generate call
+            share_prefix: bool = True,  # run the template's opening (the same in every prompt) once per call
             **generate_kwargs) -> list[str]:  # passed to `generate` (default: greedy, 256 new tokens)
     "The aligner's corrections of `answers` (prompted with `self.template`, tokenised as in training)."
     for name, texts in (("questions", questions), ("answers", answers)):
         if isinstance(texts, str): raise TypeError(f"{name} must be a list of texts, got one str: {texts[:40]!r}")
     if len(questions) != len(answers): raise ValueError(f"{len(questions)} questions but {len(answers)} answers")
     prompts = [format_aligner_prompt(q, a, self.template) for q, a in zip(questions, answers)]
-    return generate_batched(
-        self.model, self.tokenizer, prompts, batch_size=batch_size, desc="correcting", **generate_kwargs
-    )
+    return generate_batched(self.model, self.tokenizer, prompts, batch_size=batch_size, desc="correcting",
+                            share_prefix=share_prefix, **generate_kwargs)
 
 def chat_answers(
     model,  # a chat causal LM

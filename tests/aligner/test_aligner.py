@@ -130,6 +130,28 @@ def test_correct_feeds_the_model_its_own_template_token_for_token(tiny_tok):
     assert len(out) == 2 and seen == [_prompt_ids(tiny_tok, CUSTOM, r) for r in ROWS]
 
 
+def test_correct_runs_the_template_opening_once_and_changes_no_correction(tiny_tok):
+    "The V1 template's text up to 'harmless:' runs once, first and alone; every correction is the pair's own."
+    from adaptkit.models import tiny_causal_lm
+    aligner = Aligner(tiny_causal_lm(tiny_tok, hidden_size=64), tiny_tok)  # one whose corrections differ
+    qs = ["What is 2 + 3?", "Why?", "what is six plus two, and why is it not seven or nine?", "7 - 1"]
+    answers = ["-4 maybe", "because", "eight", "6, I think, or maybe five"]
+    opening = ALIGNER_V1_TEMPLATE.split("{question}")[0].rstrip()  # the space before a question joins its first word
+    assert opening.endswith("harmless:")
+    n = len(tiny_tok(opening, add_special_tokens=False)["input_ids"])
+    shapes = []
+    hook = aligner.model.register_forward_pre_hook(
+        lambda m, args, kw: shapes.append(tuple(kw["input_ids"].shape)), with_kwargs=True
+    )
+    try: got = aligner.correct(qs, answers, batch_size=3, max_new_tokens=6)
+    finally: hook.remove()
+    longest = max(len(tiny_tok(format_aligner_prompt(q, a), add_special_tokens=False)["input_ids"])
+                  for q, a in zip(qs, answers))
+    assert shapes[0] == (1, n) and all(tokens < longest - n for _, tokens in shapes[1:])  # no pass runs it again
+    alone = [aligner.correct([q], [a], max_new_tokens=6, share_prefix=False)[0] for q, a in zip(qs, answers)]
+    assert got == alone and len(set(alone)) == 3  # distinct: a mix-up of rows would show
+    assert aligner.correct(qs, answers, batch_size=3, max_new_tokens=6, share_prefix=False) == alone
+
 def test_training_prompt_equals_inference_prompt_on_a_merging_boundary(tiny_tok, tiny_model_dir, tmp_path):
     "A correction starting with '-' after a template ending on ':' : the ids before the answer stay the prompt's own."
     import datasets

@@ -1,6 +1,7 @@
 """Model loading across the package boundary: the real SmolLM2 GGUF conversion, and tiny models through a folder."""
 import copy
 import json
+import os
 
 import pytest
 import torch
@@ -201,3 +202,104 @@ def test_a_base_a_fraction_of_a_percent_away_is_another_base(tiny_tok):
         for p in near.parameters(): p.mul_(1.001)
     with pytest.raises(BaseMismatchError, match="the adapter 'a' was made on the base team/base, but the model given"):
         check_base(near, source, "the adapter 'a'")
+
+
+def _chat(tok, texts):
+    return [tok.apply_chat_template([{"role": "user", "content": t}], tokenize=False, add_generation_prompt=True)
+            for t in texts]
+
+
+def _forward_shapes(model):
+    "A list that fills with the (rows, tokens) of every forward pass, and the hook to remove."
+    shapes = []
+    hook = model.register_forward_pre_hook(
+        lambda m, args, kw: shapes.append(tuple(kw["input_ids"].shape)), with_kwargs=True
+    )
+    return shapes, hook
+
+
+def test_a_shared_prefix_changes_no_token(tiny):
+    "Prompts under one chat template: batched with the opening shared == each prompt alone, any batch size or order."
+    from adaptkit.models import generate_batched
+    model, tok = tiny
+    prompts = _chat(tok, MIXED)
+    opening = len(os.path.commonprefix(_token_ids(tok, prompts)))
+    assert opening == 4 and len(set(map(len, _token_ids(tok, prompts)))) == 7  # the opening, then lengths 15 to 71
+    alone = [generate_batched(model, tok, [p], max_new_tokens=8, strip=False)[0] for p in prompts]
+    assert len(set(alone)) >= 6  # mostly distinct: a mix-up of rows would show
+    for batch_size in (1, 3, 8):
+        for sort in (True, False):
+            for share in (True, False):
+                got = generate_batched(model, tok, prompts, batch_size=batch_size, max_new_tokens=8, strip=False,
+                                       sort_by_length=sort, share_prefix=share)
+                assert _token_ids(tok, got) == _token_ids(tok, alone), (batch_size, sort, share)
+
+
+def test_the_shared_prefix_runs_once_and_rows_run_unpadded(tiny):
+    "Six prompts of 17 tokens, 4 of them the shared opening: 4 + 6 x 13 tokens run, where plain batches run 6 x 17."
+    from adaptkit.models import generate_batched
+    model, tok = tiny
+    prompts = _chat(tok, ["three four", "five six", "what is", "2 + 2", "seven eight", "merge the"])
+    ids = _token_ids(tok, prompts)
+    assert {len(r) for r in ids} == {17} and len(os.path.commonprefix(ids)) == 4
+    shapes, hook = _forward_shapes(model)
+    try:
+        shared = generate_batched(model, tok, prompts, batch_size=3, max_new_tokens=1, strip=False)
+        # the opening alone; per batch one unpadded pass of all but the last token, then generate's step on the last
+        assert shapes == [(1, 4), (3, 12), (3, 1), (3, 12), (3, 1)]
+        shapes.clear()
+        plain = generate_batched(model, tok, prompts, batch_size=3, max_new_tokens=1, strip=False, share_prefix=False)
+        assert shapes == [(3, 17), (3, 17)]
+    finally: hook.remove()
+    assert shared == plain
+
+
+def test_unequal_rows_prefill_in_groups_of_like_length(tiny):
+    "A long row apart from short ones: the long one runs alone, the short ones together, padded only among themselves."
+    from adaptkit.models import generate_batched
+    model, tok = tiny
+    prompts = _chat(tok, [" ".join(["help"] * 30), "three four", "five six", "one two"])
+    lengths = [len(r) for r in _token_ids(tok, prompts)]
+    assert lengths == [45, 17, 17, 16]
+    shapes, hook = _forward_shapes(model)
+    try: got = generate_batched(model, tok, prompts, batch_size=4, max_new_tokens=3, strip=False)
+    finally: hook.remove()
+    # the opening; the long row's 40 tokens (all but its opening and last); the short rows padded to 12: at 24 tokens
+    # a pass, 24 + 40 + 24 + 3 x 12 = 124 beats one pass (24 + 4 x 40) and three (24 + 40 + 24 + 2 x 12 + 24 + 11);
+    # then generate's 3 steps over all 4 rows
+    assert shapes == [(1, 4), (1, 40), (3, 12), (4, 1), (4, 1), (4, 1)]
+    assert got == [generate_batched(model, tok, [p], max_new_tokens=3, strip=False)[0] for p in prompts]
+
+
+def test_prefill_groups_and_common_prefix_hand_worked():
+    from adaptkit.models import _common_prefix, _prefill_groups
+    # 50,50,49 padded to 50: 16 + 150 = 166 < 16 + 100 + 16 + 49; the 30s together; 2 alone (16 + 2 < 2 x 28 more
+    # padding); a row with nothing to run costs nothing
+    assert _prefill_groups([50, 50, 49, 30, 30, 2, 0], call_tokens=16) == [(0, 3), (3, 5), (5, 6), (6, 7)]
+    assert _prefill_groups([50, 50, 49, 30, 30, 2, 0], call_tokens=10**6) == [(0, 6), (6, 7)]  # calls dear: one pass
+    assert _prefill_groups([9, 3], call_tokens=0) == [(0, 1), (1, 2)]  # calls free: no padding at all
+    assert _prefill_groups([]) == []
+    assert _common_prefix([[1, 2, 3], [1, 2, 4]]) == 2
+    assert _common_prefix([[1, 2], [1, 2, 3]]) == 1  # every row keeps a token of its own for generate's first step
+    assert _common_prefix([[5], [5]]) == 0 and _common_prefix([[1, 2, 3], [9, 2, 3]]) == 0
+
+
+@pytest.mark.parametrize("case", ["sliding window", "beam search", "peft lora"])
+def test_share_prefix_takes_what_it_can_and_falls_back_on_the_rest(tiny, case):
+    "A sliding-window model and beam search get plain batches; a LoRA adapter shares the prefix; all match alone."
+    from peft import LoraConfig, get_peft_model
+
+    from adaptkit.models import generate_batched
+    model, tok = tiny
+    kw = {"num_beams": 2} if case == "beam search" else {}
+    if case == "sliding window": model = tiny_causal_lm(tok, model_type="mistral").eval()
+    if case == "peft lora":
+        lora = LoraConfig(r=4, target_modules="all-linear", init_lora_weights=False)
+        model = get_peft_model(tiny_causal_lm(tok), lora)
+    prompts = _chat(tok, MIXED[:4])
+    alone = [generate_batched(model, tok, [p], max_new_tokens=5, strip=False, **kw)[0] for p in prompts]
+    shapes, hook = _forward_shapes(model)
+    try: got = generate_batched(model, tok, prompts, batch_size=4, max_new_tokens=5, strip=False, **kw)
+    finally: hook.remove()
+    assert got == alone
+    assert (shapes[0] == (1, 4)) == (case == "peft lora"), shapes[0]
