@@ -367,15 +367,16 @@ def router_features(
     texts: Sequence[str],  # the inputs
     tokenizer,  # the tasks' tokenizer
     *,
-    layer: int | None = None,  # hidden states to pool; default the router's layer (-1 without a router)
+    layer: int | None = None,  # hidden states to pool; default the router's layer (the middle one without a router)
     max_length: int | None = None,  # tokens per text; default the router's (128 without a router)
     batch_size: int = 32,  # texts per forward pass
 ) -> torch.Tensor:
     "The router's features of `texts`: the unified model's hidden states at `layer`, mean-pooled over each text."
     feature = self.router.feature if self.router is not None else {}
     if self._unified is None: self._unified = self.load_unified_model()
+    middle = self._unified.config.num_hidden_layers // 2
     return pooled_features(self._unified, texts, tokenizer, batch_size=batch_size,
-                           layer=feature.get("layer", -1) if layer is None else layer,
+                           layer=feature.get("layer", middle) if layer is None else layer,
                            max_length=feature.get("max_length", 128) if max_length is None else max_length)
 
 def _check_examples(bundle: EMRBundle, examples, what: str, least: int) -> dict[str, list[str]]:
@@ -399,9 +400,9 @@ def fit_router(
     examples: Mapping[str, Sequence[str]],  # task -> labelled texts of it: every task, at least MIN_EXAMPLES each
     tokenizer,  # the tasks' tokenizer
     *,
-    method: str = "prototype",  # "prototype" (nearest task prototype by cosine) or "linear" (logistic regression)
+    method: str = "linear",  # "linear" (logistic regression) or "prototype" (nearest task prototype by cosine)
     held_out: Mapping[str, Sequence[str]] | None = None,  # task -> texts not in `examples`: routing accuracy, recorded
-    layer: int = -1,  # the unified model's hidden states to pool (0: the embeddings', -1: the last layer's)
+    layer: int | None = None,  # hidden states to pool (None: the middle layer's; 0: the embeddings', -1: the last)
     max_length: int = 128,  # tokens per text
     l2: float = 1.0,  # the linear head's L2 penalty (scikit-learn's 1/C); not used by "prototype"
     batch_size: int = 32,  # texts per forward pass
@@ -415,6 +416,9 @@ def fit_router(
             raise ValueError(f"held_out[{t!r}] repeats an example the router is fitted on: {seen[:60]!r}")
     def features(xs): return self.router_features(xs, tokenizer, layer=layer, max_length=max_length,
                                                   batch_size=batch_size)
+    if layer is None:
+        if self._unified is None: self._unified = self.load_unified_model()
+        layer = self._unified.config.num_hidden_layers // 2  # measured best on the EMR tutorial's tasks (06_route)
     feature = {"model": "unified", "layer": layer, "pooling": "mean", "normalize": "l2", "max_length": max_length}
     router = Router.fit({t: features(xs) for t, xs in texts.items()}, method=method, l2=l2,
                         settings={"feature": feature})

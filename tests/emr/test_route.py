@@ -65,7 +65,7 @@ def test_prototypes_and_routes_match_an_independent_computation(tmp_path):
     model = unified_by_hand(bundle, "words")
     got = bundle.load_unified_model("words").state_dict()
     assert set(got) == set(model.state_dict()) and all(torch.equal(got[n], v) for n, v in model.state_dict().items())
-    router = bundle.fit_router(EXAMPLES, TOK, layer=LAYER, max_length=16, batch_size=2)  # padded batches of two
+    router = bundle.fit_router(EXAMPLES, TOK, method="prototype", layer=LAYER, max_length=16, batch_size=2)  # padded batches of two
     want = torch.stack([F.normalize(F.normalize(features_by_hand(model, EXAMPLES[t], LAYER), dim=-1).mean(0), dim=0)
                         for t in ("words", "digits")])
     assert router.tasks == ["words", "digits"] and torch.allclose(router.tensors["prototypes"], want, atol=1e-5)
@@ -109,7 +109,7 @@ def test_the_router_travels_with_the_bundle_through_save_and_a_local_hub(hub, tm
     # a new router is written anew: the saved bundle's file (hard-linked into the copy) is never written through
     before = (saved / ROUTER_FILE).read_bytes()
     again = EMRBundle(saved)
-    again.fit_router(EXAMPLES, TOK, layer=LAYER, max_length=16)
+    again.fit_router(EXAMPLES, TOK, method="prototype", layer=LAYER, max_length=16)
     resaved = again.save_pretrained(tmp_path / "resaved")
     assert (saved / ROUTER_FILE).read_bytes() == before and EMRBundle(resaved).router.method == "prototype"
     again.router = None  # removed: saved without it
@@ -126,7 +126,7 @@ def flip_last_byte(path):
 
 def test_a_tampered_router_file_is_refused(hub, tmp_path):
     bundle = bundle_of(tmp_path)
-    bundle.fit_router(EXAMPLES, TOK, layer=LAYER, max_length=16)
+    bundle.fit_router(EXAMPLES, TOK, method="prototype", layer=LAYER, max_length=16)
     saved = bundle.save_pretrained(tmp_path / "saved")
     bundle.push_to_hub("team/emr-routed", endpoint=hub.endpoint)
     flip_last_byte(saved / ROUTER_FILE)
@@ -187,7 +187,7 @@ def test_errors_name_what_is_wrong_before_any_model_runs(tmp_path):
 
 def test_routed_inference_runs_each_text_through_its_task_model(tmp_path):
     bundle = bundle_of(tmp_path)
-    bundle.fit_router(EXAMPLES, TOK, layer=LAYER, max_length=16)
+    bundle.fit_router(EXAMPLES, TOK, method="prototype", layer=LAYER, max_length=16)
     texts = ["1 1", "the cat the", "2 2 1", "cat sat"]
     routed = bundle.load_routed_model(TOK, max_loaded=1, cache_dir=tmp_path / "cache", batch_size=1)
     assert isinstance(routed, RoutedModel)

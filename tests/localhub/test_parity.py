@@ -11,7 +11,6 @@ import pytest
 from huggingface_hub import (
     CommitOperationAdd,
     HfApi,
-    constants,
     hf_hub_download,
 )
 from huggingface_hub.errors import (
@@ -27,23 +26,6 @@ from adaptkit.localhub.server import LocalHub
 from adaptkit.localhub.storage import GITATTRIBUTES, USER
 
 TOKEN = "hf_localhub_parity_token"
-
-
-@pytest.fixture(autouse=True)
-def hf_env(tmp_path, monkeypatch):
-    monkeypatch.setattr(constants, "HF_HUB_DISABLE_TELEMETRY", True)
-    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hf-cache"))
-
-
-@pytest.fixture
-def hub(tmp_path):
-    with LocalHub(tmp_path / "hub", token=TOKEN) as h:
-        yield h
-
-
-@pytest.fixture
-def api(hub):
-    return HfApi(endpoint=hub.endpoint, token=TOKEN)
 
 
 def _status(err) -> int: return err.value.response.status_code

@@ -39,23 +39,6 @@ TOKEN = "hf_localhub_protocol_token"
 AUTH = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}
 
 
-@pytest.fixture(autouse=True)
-def hf_env(tmp_path, monkeypatch):
-    monkeypatch.setattr(constants, "HF_HUB_DISABLE_TELEMETRY", True)
-    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hf-cache"))
-
-
-@pytest.fixture
-def hub(tmp_path):
-    with LocalHub(tmp_path / "hub", token=TOKEN) as h:
-        yield h
-
-
-@pytest.fixture
-def api(hub):
-    return HfApi(endpoint=hub.endpoint, token=TOKEN)
-
-
 def _raw(hub, method, path, body=b"", headers=None):
     "A raw request: (status, headers, JSON or bytes body)."
     conn = http.client.HTTPConnection("127.0.0.1", hub.port, timeout=30)

@@ -26,18 +26,6 @@ from adaptkit.localhub.storage import USER
 TOKEN = "hf_localhub_pulls_token"
 
 
-@pytest.fixture(autouse=True)
-def hf_env(tmp_path, monkeypatch):
-    monkeypatch.setattr(constants, "HF_HUB_DISABLE_TELEMETRY", True)
-    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hf-cache"))
-
-
-@pytest.fixture
-def hub(tmp_path):
-    with LocalHub(tmp_path / "hub", token=TOKEN) as h:
-        yield h
-
-
 @pytest.fixture
 def api(hub):
     api = HfApi(endpoint=hub.endpoint, token=TOKEN)

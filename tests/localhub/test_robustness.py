@@ -10,19 +10,13 @@ import threading
 import time
 
 import pytest
-from huggingface_hub import HfApi, constants, hf_hub_download
+from huggingface_hub import HfApi, hf_hub_download
 from huggingface_hub.errors import HfHubHTTPError
 
 from adaptkit.localhub.server import LocalHub
 
 TOKEN = "hf_localhub_robustness_token"
 HALF = b"GET /api/models HTTP/1.1\r\nHost: 127"  # a request cut inside its headers
-
-
-@pytest.fixture(autouse=True)
-def hf_env(tmp_path, monkeypatch):
-    monkeypatch.setattr(constants, "HF_HUB_DISABLE_TELEMETRY", True)
-    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hf-cache"))
 
 
 @pytest.fixture

@@ -16,19 +16,13 @@ import time
 import tracemalloc
 
 import pytest
-from huggingface_hub import CommitOperationAdd, CommitOperationDelete, HfApi, constants
+from huggingface_hub import CommitOperationAdd, CommitOperationDelete, HfApi
 from huggingface_hub.errors import HfHubHTTPError
 
 from adaptkit.localhub.http import MAX_JSON
 from adaptkit.localhub.server import LocalHub, read_token_file
 
 TOKEN = "hf_localhub_safety_token"
-
-
-@pytest.fixture(autouse=True)
-def hf_env(tmp_path, monkeypatch):
-    monkeypatch.setattr(constants, "HF_HUB_DISABLE_TELEMETRY", True)
-    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hf-cache"))
 
 
 def _request(hub, method, path, body=b"", headers=None):

@@ -20,25 +20,6 @@ TOKEN = "hf_localhub_test_token_0123"
 BIG = 12 << 20  # bytes in the big safetensors file: above the Hub's 10 MiB LFS threshold
 
 
-@pytest.fixture(autouse=True)
-def hf_env(tmp_path, monkeypatch):
-    "No telemetry, and a cache of this test's own so no download is served from another test's files."
-    monkeypatch.setenv("HF_HUB_DISABLE_TELEMETRY", "1")
-    monkeypatch.setattr(constants, "HF_HUB_DISABLE_TELEMETRY", True)
-    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hf-cache"))
-
-
-@pytest.fixture
-def hub(tmp_path):
-    with LocalHub(tmp_path / "hub", token=TOKEN) as h:
-        yield h
-
-
-@pytest.fixture
-def api(hub):
-    return HfApi(endpoint=hub.endpoint, token=TOKEN)
-
-
 @pytest.fixture(scope="module")
 def folder(tmp_path_factory):
     "A model-like folder: a >10 MiB safetensors file, a config, a card and a nested text file."
