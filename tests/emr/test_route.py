@@ -65,7 +65,8 @@ def test_prototypes_and_routes_match_an_independent_computation(tmp_path):
     model = unified_by_hand(bundle, "words")
     got = bundle.load_unified_model("words").state_dict()
     assert set(got) == set(model.state_dict()) and all(torch.equal(got[n], v) for n, v in model.state_dict().items())
-    router = bundle.fit_router(EXAMPLES, TOK, method="prototype", layer=LAYER, max_length=16, batch_size=2)  # padded batches of two
+    router = bundle.fit_router(EXAMPLES, TOK, method="prototype", layer=LAYER, max_length=16, batch_size=2)
+    # (padded batches of two)
     want = torch.stack([F.normalize(F.normalize(features_by_hand(model, EXAMPLES[t], LAYER), dim=-1).mean(0), dim=0)
                         for t in ("words", "digits")])
     assert router.tasks == ["words", "digits"] and torch.allclose(router.tensors["prototypes"], want, atol=1e-5)
