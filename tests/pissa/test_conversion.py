@@ -174,8 +174,8 @@ def test_init_record_errors_match_a_direct_computation_from_the_saved_adapter(ti
     pm = _init(tiny_causal_lm(tiny_tok), pissa_config(4, lora_alpha=8), tmp_path / "init", seed=11)
     rec = read_metadata(tmp_path / "init")["pissa"]
     assert (rec["init_lora_weights"], rec["niter"], rec["seed"], rec["dtype"], rec["adapter_dtype"]) == (
-        "pissa", 8, 11, "float32", "float32")
-    assert rec["init_method"].startswith("adaptkit principal_parts (seeded block Krylov, 8 iterations")
+        "pissa", 10, 11, "float32", "float32")
+    assert rec["init_method"].startswith("adaptkit principal_parts (seeded block Krylov, 10 iterations")
     initial = load_file(tmp_path / "init" / "adapter_model.safetensors")
     by_hand, residual = {}, {}
     for name in rec["bf16_residual_error"]:
@@ -248,7 +248,7 @@ def test_the_adapter_card_shows_the_conversion_and_init_and_a_reload_keeps_them(
     card = (tmp_path / "low" / "README.md").read_text()
     assert "**rank 2 (alpha 2, scaling 1)**" in card
     assert f"**max {rec['conversion_error_max']:.3g}, mean {rec['conversion_error_mean']:.3g}**" in card
-    assert "| seed | 3 |" in card and "| iterations (`niter`) | 8 |" in card
+    assert "| seed | 3 |" in card and "| iterations (`niter`) | 10 |" in card
     assert "| base weight dtype | float32 |" in card and "| adapter dtype | float32 |" in card
     assert f"{rec['init']['bf16_residual_error_max']:.2e} (`{rec['init']['bf16_residual_error_layer']}`)" in card
     pulled = PiSSAAdapter.from_pretrained(tmp_path / "low", base=tiny_causal_lm(tiny_tok))
