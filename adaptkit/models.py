@@ -194,6 +194,7 @@ def _cache_arg(model, generate_kwargs: dict) -> str | None:
     from transformers.cache_utils import DynamicLayer
     base = _unwrapped(model)
     params = inspect.signature(base.forward).parameters
+    if getattr(base, "config", None) is None: return None  # not a transformers model (a stand-in): the plain path
     if set(generate_kwargs) - _PREFILL_KWARGS or base.config.is_encoder_decoder or "position_ids" not in params:
         return None
     if getattr(getattr(model, "active_peft_config", None), "is_prompt_learning", False): return None
