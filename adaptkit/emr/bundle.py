@@ -362,6 +362,12 @@ def load_unified_model(
                         f"the unified model (task {task!r}'s own tensors)", **kwargs)
 
 @patch
+def _middle_layer(self: EMRBundle) -> int:
+    "The unified model's middle hidden state: the router's default features (measured best, see `emr.route`)."
+    if self._unified is None: self._unified = self.load_unified_model()
+    return self._unified.config.num_hidden_layers // 2
+
+@patch
 def router_features(
     self: EMRBundle,
     texts: Sequence[str],  # the inputs
@@ -373,10 +379,9 @@ def router_features(
 ) -> torch.Tensor:
     "The router's features of `texts`: the unified model's hidden states at `layer`, mean-pooled over each text."
     feature = self.router.feature if self.router is not None else {}
+    if layer is None: layer = feature["layer"] if "layer" in feature else self._middle_layer()
     if self._unified is None: self._unified = self.load_unified_model()
-    middle = self._unified.config.num_hidden_layers // 2
-    return pooled_features(self._unified, texts, tokenizer, batch_size=batch_size,
-                           layer=feature.get("layer", middle) if layer is None else layer,
+    return pooled_features(self._unified, texts, tokenizer, batch_size=batch_size, layer=layer,
                            max_length=feature.get("max_length", 128) if max_length is None else max_length)
 
 def _check_examples(bundle: EMRBundle, examples, what: str, least: int) -> dict[str, list[str]]:
@@ -416,9 +421,7 @@ def fit_router(
             raise ValueError(f"held_out[{t!r}] repeats an example the router is fitted on: {seen[:60]!r}")
     def features(xs): return self.router_features(xs, tokenizer, layer=layer, max_length=max_length,
                                                   batch_size=batch_size)
-    if layer is None:
-        if self._unified is None: self._unified = self.load_unified_model()
-        layer = self._unified.config.num_hidden_layers // 2  # measured best on the EMR tutorial's tasks (06_route)
+    if layer is None: layer = self._middle_layer()
     feature = {"model": "unified", "layer": layer, "pooling": "mean", "normalize": "l2", "max_length": max_length}
     router = Router.fit({t: features(xs) for t, xs in texts.items()}, method=method, l2=l2,
                         settings={"feature": feature})
