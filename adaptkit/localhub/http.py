@@ -20,6 +20,8 @@ from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, unquote, urlsplit
 
+from fastcore.basics import patch
+
 from adaptkit.localhub.storage import (
     CHUNK,
     USER,
@@ -142,7 +144,8 @@ class _CountingWriter:
     "A connection's output stream, counting what is written to it (for the request log)."
     def __init__(self, raw): self.raw, self.n = raw, 0
     def write(self, data):
-        self.n += len(data); return self.raw.write(data)
+        self.n += len(data)
+        return self.raw.write(data)
     def __getattr__(self, name): return getattr(self.raw, name)
 
 # %% ../../nbs/localhub/03_http.ipynb #513239cf
@@ -153,7 +156,8 @@ class HubHandler(BaseHTTPRequestHandler):
     def log_message(self, fmt, *args): _log.debug("%s " + fmt, self.address_string(), *args)
     def setup(self):
         self.timeout = self.server.socket_timeout  # StreamRequestHandler applies it to the socket: stalled peers go
-        super().setup(); self.server.conns.add(self.connection)
+        super().setup()
+        self.server.conns.add(self.connection)
         self.wfile = _CountingWriter(self.wfile)
     def finish(self):
         self.server.conns.discard(self.connection)
@@ -173,13 +177,15 @@ class HubHandler(BaseHTTPRequestHandler):
 
     def send_response(self, code, message=None):
         "Start an answer: every answer carries its own `X-Request-Id` (the client quotes it in its error messages)."
-        super().send_response(code, message); self._status = code
+        super().send_response(code, message)
+        self._status = code
         self.send_header("X-Request-Id", self.request_id)
 
     def do_GET(self):
         self._src, self._left, self._started, self._t0 = None, 0, False, time.monotonic()
         if not self.server.unwatch(self.connection):  # its headers came too late: the server shut the socket
-            self.close_connection = True; return
+            self.close_connection = True
+            return
         try:
             self._check_framing()  # a body of unknown length is a 400 before anything else
             name, kind, args = match_route(self.command, urlsplit(self.path).path)
@@ -194,6 +200,7 @@ class HubHandler(BaseHTTPRequestHandler):
             self._fail(HubError(500, "LocalHub internal error (see its log)"))
     do_HEAD = do_POST = do_PUT = do_DELETE = do_GET
 
+@patch
 def _log_request(self: HubHandler) -> None:
     "Write this request's line to the server's `request_log` (if any): never a token, nor a signed URL's `sig`."
     if self.server.request_log is None or self._status is None: return
@@ -201,9 +208,8 @@ def _log_request(self: HubHandler) -> None:
                                     _log_target(self.path), self._status, self.wfile.n - self._n0,
                                     time.monotonic() - self._t0, self.request_id))
 
-HubHandler._log_request = _log_request
-
 # %% ../../nbs/localhub/03_http.ipynb #dbe3664a
+@patch
 def _check_framing(self: HubHandler) -> None:
     "Set up the body's reader; a 400 (and the connection closes) if the body's length cannot be known."
     lengths = self.headers.get_all("Content-Length") or []
@@ -223,6 +229,7 @@ def _check_framing(self: HubHandler) -> None:
         self._src, self._left, self.close_connection = iter(()), 0, True
         raise
 
+@patch
 def _check_request(self: HubHandler, kind: str, name: str) -> None:
     "Refuse a foreign Host (421), a cross-site write (403), a wrong or missing token (401)."
     host, port = host_and_port(self.headers.get("Host") or "")
@@ -247,25 +254,30 @@ def _check_request(self: HubHandler, kind: str, name: str) -> None:
     if self.command == "POST" and kind == "w" and not bearer and ctype not in JSON_TYPES and not bare:
         raise HubError(403, "a write without a token must send a JSON body (Content-Type: application/json)")
 
-HubHandler._check_framing, HubHandler._check_request = _check_framing, _check_request
-
 # %% ../../nbs/localhub/03_http.ipynb #70cb1e15
+@patch
 def _source(self: HubHandler):
     "The request body's chunks (made once, from what `_check_framing` found); `_left`: bytes to come, -1 if chunked."
     if self._src is None: self._src = self._fixed()
     return self._src
 
+@patch
 def _chunked(self: HubHandler, first: int):
     "A chunked body's data; broken framing mid-body is a 400 after which the connection closes."
     try: yield from read_chunked(self.rfile, first)
-    except HubError: self.close_connection = True; raise
+    except HubError:
+        self.close_connection = True
+        raise
 
+@patch
 def _fixed(self: HubHandler):
     while self._left > 0:
         data = self.rfile.read(min(self._left, CHUNK))
         if not data: raise ConnectionError("request body ended early")
-        self._left -= len(data); yield data
+        self._left -= len(data)
+        yield data
 
+@patch
 def _body(self: HubHandler, limit: int | None = None):
     "Yield the request body in chunks; a 413 past `limit` bytes."
     src = self._source()
@@ -277,6 +289,7 @@ def _body(self: HubHandler, limit: int | None = None):
         if limit is not None and n > limit: raise HubError(413, f"the request body is over {limit} bytes")
         yield data
 
+@patch
 def _drain(self: HubHandler) -> bool:
     "Read and drop what is left of the request body, up to `MAX_DRAIN` bytes; False if the connection must close."
     try:
@@ -287,8 +300,7 @@ def _drain(self: HubHandler) -> bool:
         return True
     except (ConnectionError, TimeoutError, ValueError, OSError, HubError): return False
 
-HubHandler._source, HubHandler._chunked, HubHandler._fixed = _source, _chunked, _fixed
-HubHandler._body, HubHandler._drain = _body, _drain
+@patch
 def _json(self: HubHandler) -> dict:
     "The request body as a JSON object (or a form, as `paths-info` sends), at most `MAX_JSON` bytes."
     raw = b"".join(self._body(MAX_JSON))
@@ -297,33 +309,37 @@ def _json(self: HubHandler) -> dict:
         except UnicodeDecodeError: raise HubError(400, "the form body is not UTF-8") from None
     return json_body(raw)
 
-HubHandler._json = _json
-
 # %% ../../nbs/localhub/03_http.ipynb #f5af2d5e
+@patch
 def _send(self: HubHandler, status: int = 200, body=b"", headers: dict | None = None, ctype: str = "application/json"):
     "Send a whole answer (dicts and lists as JSON); HEAD gets the headers only."
     if not isinstance(body, bytes): body = json.dumps(body).encode()
     self.send_response(status)
     for k, v in {"Content-Type": ctype, "Content-Length": str(len(body)), **(headers or {})}.items():
         self.send_header(k, v)
-    self.end_headers(); self._started = True
+    self.end_headers()
+    self._started = True
     if self.command != "HEAD": self.wfile.write(body)
 
+@patch
 def _fail(self: HubHandler, e: HubError):
     "Answer with an error after reading what is left of the request body (up to `MAX_DRAIN`; else close after)."
-    if self._started: self.close_connection = True; return
+    if self._started:
+        self.close_connection = True
+        return
     if not self._drain(): self.close_connection = True
     headers = {"X-Error-Message": _header_safe(e.message), **({"X-Error-Code": e.code} if e.code else {}), **e.headers}
     if self.close_connection: headers["Connection"] = "close"
     try: self._send(e.status, {"error": e.message}, headers)
     except OSError: self.close_connection = True
 
+@patch
 def _base(self: HubHandler) -> str: return f"http://{self.headers.get('Host')}"
+@patch
 def _url(self: HubHandler, meta: dict) -> str: return f"{self._base()}/{URL_PREFIXES[meta['type']]}{meta['id']}"
 
-HubHandler._send, HubHandler._fail, HubHandler._base, HubHandler._url = _send, _fail, _base, _url
-
 # %% ../../nbs/localhub/03_http.ipynb #e15e48e0
+@patch
 def _repo(self: HubHandler, t: str, ns: str, name: str, write: bool = False) -> dict:
     "The repo's record if this caller may see it; 404 `RepoNotFound` otherwise."
     typ = REPO_TYPES.get(t, t or "model")
@@ -334,12 +350,14 @@ def _repo(self: HubHandler, t: str, ns: str, name: str, write: bool = False) -> 
         raise HubError(404, f"Repository Not Found: {typ} {ns}/{name} does not exist or is private", "RepoNotFound")
     return meta
 
+@patch
 def _rev(self: HubHandler, meta: dict, rev: str) -> dict:
     "The commit `rev` names in the repo; 404 `RevisionNotFound` if none."
     c = self.server.store.resolve(meta["type"], meta["id"], rev)
     if c is None: raise HubError(404, f"Invalid rev id: {rev[:100]}", "RevisionNotFound", {"X-Repo-Commit": ""})
     return c
 
+@patch
 def _card(self: HubHandler, c: dict) -> dict | None:
     "The README's metadata at commit `c` (cached by blob), None without one or if unreadable."
     e, cache = c["files"].get("README.md"), self.server.cards
@@ -353,32 +371,39 @@ def _card(self: HubHandler, c: dict) -> dict | None:
             cache[e["sha256"]] = None
     return cache[e["sha256"]]
 
+@patch
 def _flag(self: HubHandler, name: str) -> bool: return (self.query.get(name) or ["false"])[-1].lower() in ("1", "true")
 
-HubHandler._repo, HubHandler._rev, HubHandler._card, HubHandler._flag = _repo, _rev, _card, _flag
-
 # %% ../../nbs/localhub/03_http.ipynb #5516a486
+@patch
 def _whoami(self: HubHandler):
     if not self.authed: raise HubError(401, "Invalid username or password: no token was sent")
     self._send(200, {"type": "user", "id": USER, "name": USER, "fullname": "LocalHub user", "email": None,
                      "emailVerified": False, "isPro": False, "canPay": False, "orgs": [], "avatarUrl": "",
                      "auth": {"type": "access_token", "accessToken": {"displayName": "localhub", "role": "write"}}})
 
+@patch
 def _harnesses(self: HubHandler): self._send(200, {"standardEnvVars": [], "harnesses": {}})
+@patch
 def _telemetry(self: HubHandler): self._send(200, {})
+@patch
 def _no_xet(self: HubHandler, **_):
     raise HubError(501, "LocalHub has no Xet storage: upload with HF_HUB_DISABLE_XET=1 (LFS), or serve the hub with "
                         "lfs=False so that every file is uploaded inline")
 
+@patch
 def _no_repo(self: HubHandler, name: str, t: str | None = None):
     "A repo id without a namespace (`gpt2`-style): LocalHub has no such repos, so 404 `RepoNotFound`."
     raise HubError(404, f"Repository Not Found: {REPO_TYPES.get(t, 'model')} {name[:100]} does not exist (LocalHub "
                         "repo ids are 'namespace/name')", "RepoNotFound")
 
+@patch
 def _validate_yaml(self: HubHandler):
     "Check a README's metadata, with or without a token; always answer JSON (the client reads the body first)."
     content = field(self._json(), "content", str, "")
-    try: front_matter(content); self._send(200, {"errors": [], "warnings": []})
+    try:
+        front_matter(content)
+        self._send(200, {"errors": [], "warnings": []})
     except YamlError as e:
         msg = f"Invalid YAML metadata: {e}"
         self._send(400, {"error": msg, "errors": [{"message": msg}], "warnings": []})
@@ -388,14 +413,11 @@ def _repo_type(body: dict) -> str:
     if typ not in URL_PREFIXES: raise HubError(400, f"field 'type' must be model, dataset or space, not {typ[:40]!r}")
     return typ
 
-HubHandler._whoami, HubHandler._harnesses, HubHandler._telemetry = _whoami, _harnesses, _telemetry
-HubHandler._no_xet, HubHandler._no_repo = _no_xet, _no_repo
-HubHandler._validate_yaml = _validate_yaml
-
 # %% ../../nbs/localhub/03_http.ipynb #7d1ef8df
 NO_PRIVATE = ("this LocalHub has no token, so it cannot keep a repo private (anyone who can reach it could read "
               "it): start it with a token (token=... or a token file) to have private repos")
 
+@patch
 def _create_repo(self: HubHandler):
     body = self._json()
     typ, name = _repo_type(body), field(body, "name", str)
@@ -412,6 +434,7 @@ def _create_repo(self: HubHandler):
         return self._send(409, {"error": msg, "url": self._url(meta)}, {"X-Error-Message": msg})
     self._send(200, {"url": url, "name": meta["id"], "id": meta["id"]})
 
+@patch
 def _delete_repo(self: HubHandler):
     body = self._json()
     typ, repo_id = _repo_type(body), f"{field(body, 'organization', str, USER)}/{field(body, 'name', str)}"
@@ -419,12 +442,14 @@ def _delete_repo(self: HubHandler):
         raise HubError(404, f"Repository Not Found: {typ} {repo_id}", "RepoNotFound")
     self._send(200, {})
 
+@patch
 def _move_repo(self: HubHandler):
     body = self._json()
     typ, src, dest = _repo_type(body), field(body, "fromRepo", str), field(body, "toRepo", str)
     self.server.store.move(typ, check_repo_id(src), check_repo_id(dest))
     self._send(200, {})
 
+@patch
 def _settings(self: HubHandler, t, ns, name):
     meta, body = self._repo(t, ns, name), self._json()
     visibility, gated = field(body, "visibility", str, None), field(body, "gated", (str, bool), None)
@@ -437,10 +462,8 @@ def _settings(self: HubHandler, t, ns, name):
     self.server.store.update_settings(meta["type"], meta["id"], private=private, gated=gated)
     self._send(200, {})
 
-HubHandler._create_repo, HubHandler._delete_repo, HubHandler._move_repo, HubHandler._settings = (
-    _create_repo, _delete_repo, _move_repo, _settings)
-
 # %% ../../nbs/localhub/03_http.ipynb #4304388f
+@patch
 def _list_repos(self: HubHandler, t):
     "`list_models`/`list_datasets`: filtered by `author` and `search`, private repos only with the token."
     author, search = (self.query.get("author") or [""])[-1].lower(), [s.lower() for s in self.query.get("search", [])]
@@ -455,11 +478,13 @@ def _list_repos(self: HubHandler, t):
         if limit and len(out) >= limit: break
     self._send(200, out)
 
+@patch
 def _info(self: HubHandler, t, ns, name, rev="main"):
     meta = self._repo(t, ns, name)
     c = self._rev(meta, rev)
     self._send(200, info_json(meta, c, self._card(c)))
 
+@patch
 def _refs(self: HubHandler, t, ns, name):
     "`list_repo_refs`: branches and tags, and the pull requests' `refs/pr/N` with `include_prs=1`."
     meta = self._repo(t, ns, name)
@@ -467,20 +492,21 @@ def _refs(self: HubHandler, t, ns, name):
         if self._flag("include_prs") else []
     self._send(200, refs_json(meta, pulls))
 
+@patch
 def _commits(self: HubHandler, t, ns, name, rev):
     meta = self._repo(t, ns, name)
     history = self.server.store.history(meta["type"], meta["id"], self._rev(meta, rev)["id"])
     self._send(200, [commit_json(x) for x in history])
 
-HubHandler._list_repos, HubHandler._info, HubHandler._refs, HubHandler._commits = _list_repos, _info, _refs, _commits
-
 # %% ../../nbs/localhub/03_http.ipynb #378bfeeb
+@patch
 def _branch(self: HubHandler, t, ns, name, ref):
     meta, store = self._repo(t, ns, name), self.server.store
     if self.command == "DELETE": store.drop_ref(meta["type"], meta["id"], "branch", ref)
     else: store.set_ref(meta["type"], meta["id"], "branch", ref, field(self._json(), "startingPoint", str, None))
     self._send(200, {})
 
+@patch
 def _tag(self: HubHandler, t, ns, name, ref):
     meta, store = self._repo(t, ns, name), self.server.store
     if self.command == "DELETE": store.drop_ref(meta["type"], meta["id"], "tag", ref)
@@ -489,9 +515,8 @@ def _tag(self: HubHandler, t, ns, name, ref):
         store.set_ref(meta["type"], meta["id"], "tag", field(body, "tag", str), ref, field(body, "message", str, ""))
     self._send(200, {})
 
-HubHandler._branch, HubHandler._tag = _branch, _tag
-
 # %% ../../nbs/localhub/03_http.ipynb #67403700
+@patch
 def _entries(self: HubHandler, meta: dict, c: dict, dirs: list, paths: list, expand: bool) -> list:
     "Tree entries for folders `dirs` and files `paths` at commit `c`, with their last commits if `expand`."
     last = self.server.store.last_commits(meta["type"], meta["id"], c["id"], dirs + paths) if expand else {}
@@ -499,6 +524,7 @@ def _entries(self: HubHandler, meta: dict, c: dict, dirs: list, paths: list, exp
         file_json(p, c["files"][p], last.get(p)) for p in paths
     ]
 
+@patch
 def _tree(self: HubHandler, t, ns, name, rev, path=""):
     meta = self._repo(t, ns, name)
     c, base = self._rev(meta, rev), path.strip("/")
@@ -507,6 +533,7 @@ def _tree(self: HubHandler, t, ns, name, rev, path=""):
         raise HubError(404, f"{base} is not a folder at {rev}", "EntryNotFound", {"X-Repo-Commit": c["id"]})
     self._send(200, self._entries(meta, c, *found, self._flag("expand")))
 
+@patch
 def _paths_info(self: HubHandler, t, ns, name, rev):
     meta, body = self._repo(t, ns, name), self._json()
     c, paths = self._rev(meta, rev), body.get("paths") or []
@@ -518,9 +545,8 @@ def _paths_info(self: HubHandler, t, ns, name, rev):
     expand = str(body.get("expand", "")).lower() in ("1", "true")
     self._send(200, self._entries(meta, c, dirs, files, expand))
 
-HubHandler._entries, HubHandler._tree, HubHandler._paths_info = _entries, _tree, _paths_info
-
 # %% ../../nbs/localhub/03_http.ipynb #adb9d355
+@patch
 def _rules(self: HubHandler, c: dict, name: str, parse) -> list:
     "The rules of git file `name` (`.gitignore`, `.gitattributes`) at commit `c`, parsed once per blob; none if absent."
     e = c["files"].get(name)
@@ -532,6 +558,7 @@ def _rules(self: HubHandler, c: dict, name: str, parse) -> list:
         self.server.rules[key] = parse(text)
     return self.server.rules[key]
 
+@patch
 def _git_sha1(self: HubHandler, e: dict) -> str:
     "The git blob id of a stored file's content: kept for regular files, computed once (then cached) for LFS ones."
     if e.get("sha1"): return e["sha1"]
@@ -540,6 +567,7 @@ def _git_sha1(self: HubHandler, e: dict) -> str:
         self.server.sha1s[e["sha256"]] = git_blob_sha1(path, e["size"])
     return self.server.sha1s[e["sha256"]]
 
+@patch
 def _preupload(self: HubHandler, t, ns, name, rev):
     meta, body, out = self._repo(t, ns, name), self._json(), []
     c = self._rev(meta, rev)
@@ -558,6 +586,7 @@ def _preupload(self: HubHandler, t, ns, name, rev):
         out.append({"path": path, "uploadMode": mode, "shouldIgnore": is_ignored(path, ignore), "oid": oid})
     self._send(200, {"files": out, "commitOid": c["id"]})
 
+@patch
 def _commit(self: HubHandler, t, ns, name, rev):
     meta, store = self._repo(t, ns, name), self.server.store
     typ, repo_id, create_pr, num = meta["type"], meta["id"], self._flag("create_pr"), pull_number(rev)
@@ -576,10 +605,8 @@ def _commit(self: HubHandler, t, ns, name, rev):
     self._send(200, {"success": True, "commitOid": c["id"], "commitUrl": f"{self._url(meta)}/commit/{c['id']}",
                      "commitMessage": c["title"], "hookOutput": "", "pullRequestUrl": pr_url})
 
-HubHandler._rules, HubHandler._git_sha1 = _rules, _git_sha1
-HubHandler._preupload, HubHandler._commit = _preupload, _commit
-
 # %% ../../nbs/localhub/03_http.ipynb #b08378e0
+@patch
 def _resolve(self: HubHandler, ns, name, rev, path, t="model"):
     meta = self._repo(t, ns, name)
     if meta.get("gated") and not self.authed:
@@ -597,16 +624,17 @@ def _resolve(self: HubHandler, ns, name, rev, path, t="model"):
     self.send_response(206 if rng else 200)
     for k, v in {"Content-Type": "application/octet-stream", "Content-Length": str(stop - start), **headers}.items():
         self.send_header(k, v)
-    self.end_headers(); self._started = True
+    self.end_headers()
+    self._started = True
     if blob is not None and stop > start:
         with open(blob, "rb") as f: self.wfile.n += self.connection.sendfile(f, start, stop - start)
 
-HubHandler._resolve = _resolve
-
 # %% ../../nbs/localhub/03_http.ipynb #36658b5c
+@patch
 def _sign(self: HubHandler, *parts) -> str:
     return hmac.new(self.server.secret, repr(parts).encode(), "sha256").hexdigest()
 
+@patch
 def _lfs_batch(self: HubHandler, ns, name, t="model"):
     meta, body, out, blobs = self._repo(t, ns, name), self._json(), [], self.server.store.blobs
     if body.get("operation") != "upload":
@@ -633,6 +661,7 @@ def _lfs_batch(self: HubHandler, ns, name, t="model"):
         out.append({"oid": oid, "size": size, **({} if stored else {"authenticated": True, "actions": actions})})
     self._send(200, {"transfer": "basic", "objects": out, "hash_algo": "sha256"}, ctype="application/vnd.git-lfs+json")
 
+@patch
 def _lfs_upload(self: HubHandler, ns, name, oid, t="model"):
     try: size, sig = int(self.query["size"][0]), self.query["sig"][0]
     except (KeyError, ValueError):
@@ -643,6 +672,7 @@ def _lfs_upload(self: HubHandler, ns, name, oid, t="model"):
     self.server.store.blobs.put(self._body(), sha256=oid, size=size, git_sha1=False, threaded=True)
     self._send(200, b"")
 
+@patch
 def _lfs_verify(self: HubHandler, ns, name, t="model"):
     self._repo(t, ns, name)
     body = self._json()
@@ -651,12 +681,10 @@ def _lfs_verify(self: HubHandler, ns, name, t="model"):
         raise HubError(404, f"LFS object {oid[:64]} with {size} bytes is not stored")
     self._send(200, {"oid": oid, "size": size})
 
-HubHandler._sign, HubHandler._lfs_batch = _sign, _lfs_batch
-HubHandler._lfs_upload, HubHandler._lfs_verify = _lfs_upload, _lfs_verify
-
 # %% ../../nbs/localhub/03_http.ipynb #b1605c0d
 PAGE = 50  # discussions per page of `get_repo_discussions`
 
+@patch
 def _discussions(self: HubHandler, t, ns, name):
     "GET: the repo's discussions, newest first, filtered by `type`, `status`, `author`, page `p`; POST: open one."
     meta, store = self._repo(t, ns, name), self.server.store
@@ -680,6 +708,7 @@ def _discussions(self: HubHandler, t, ns, name):
     self._send(200, {"discussions": [discussion_json(meta, d) for d in found[start:start + PAGE]],
                      "count": len(found), "start": start})
 
+@patch
 def _discussion(self: HubHandler, t, ns, name, num):
     "`get_discussion_details`: the events, and a pull request's target, conflicting files and (`diff=1`) diff."
     meta, store = self._repo(t, ns, name), self.server.store
@@ -693,6 +722,7 @@ def _discussion(self: HubHandler, t, ns, name, num):
         diff = pull_diff(files(d["from"]), files(d["head"]), read)
     self._send(200, discussion_details_json(meta, d, store.pull_conflicts(typ, repo_id, d), diff))
 
+@patch
 def _discuss(self: HubHandler, t, ns, name, num, action):
     "Comment on, close or reopen, rename, or merge discussion `num`; the answer carries the new event."
     meta, store, body = self._repo(t, ns, name), self.server.store, self._json()
@@ -705,15 +735,13 @@ def _discuss(self: HubHandler, t, ns, name, num, action):
     else: key, e = "newStatus", store.merge_pull(typ, repo_id, num, field(body, "comment", str, None))
     self._send(200, {key: event_json(e)})
 
+@patch
 def _edit_comment(self: HubHandler, t, ns, name, num, cid, action):
     "Edit a comment (`content`), or hide it for good."
     meta, body = self._repo(t, ns, name), self._json()
     text = field(body, "content", str) if action == "edit" else None
     e = self.server.store.edit_comment(meta["type"], meta["id"], int(num), cid, text)
     self._send(200, {"updatedComment": event_json(e)})
-
-HubHandler._discussions, HubHandler._discussion, HubHandler._discuss = _discussions, _discussion, _discuss
-HubHandler._edit_comment = _edit_comment
 
 # %% ../../nbs/localhub/03_http.ipynb #7ea4d38e
 class HubServer(ThreadingHTTPServer):
@@ -738,15 +766,18 @@ class HubServer(ThreadingHTTPServer):
 class HubServer6(HubServer): address_family = socket.AF_INET6
 
 # %% ../../nbs/localhub/03_http.ipynb #f1a18a64
-def _watch(self: HubServer, conn) -> None:
+@patch
+def watch(self: HubServer, conn) -> None:
     "Give `conn` until `header_timeout` seconds from now to deliver a request's headers."
     with self.deadlines_lock: self.deadlines[conn] = time.monotonic() + self.header_timeout
 
-def _unwatch(self: HubServer, conn) -> bool:
+@patch
+def unwatch(self: HubServer, conn) -> bool:
     "Stop the clock of `conn`; False if its time had run out (`reap` shut it)."
     with self.deadlines_lock: return self.deadlines.pop(conn, None) is not None
 
-def _reap(self: HubServer) -> None:
+@patch
+def reap(self: HubServer) -> None:
     "Shut the connections whose headers are late (slow or idle peers): their threads end and their slots free up."
     now = time.monotonic()
     with self.deadlines_lock:
@@ -756,27 +787,43 @@ def _reap(self: HubServer) -> None:
         try: c.shutdown(socket.SHUT_RDWR)
         except OSError: pass
 
-HubServer.watch, HubServer.unwatch, HubServer.reap, HubServer.service_actions = _watch, _unwatch, _reap, _reap
+@patch
+def service_actions(self: HubServer) -> None:
+    "`serve_forever` calls this between polls: shut the connections whose headers are late."
+    self.reap()
 
-def _process_request(self: HubServer, request, client_address) -> None:
+
+@patch
+def process_request(self: HubServer, request, client_address) -> None:
     "Serve a new connection from a thread of its own once one of `max_connections` slots is free; else a 503."
     give_up = time.monotonic() + self.slot_wait
     with self.slots:
         while self.active >= self.max_connections and (left := give_up - time.monotonic()) > 0:
-            self.reap(); self.slots.wait(min(left, 0.05))
+            self.reap()
+            self.slots.wait(min(left, 0.05))
         if ok := self.active < self.max_connections: self.active += 1
-    if not ok: self.refuse(request, client_address); self.shutdown_request(request); return
+    if not ok:
+        self.refuse(request, client_address)
+        self.shutdown_request(request)
+        return
     try: ThreadingHTTPServer.process_request(self, request, client_address)
-    except BaseException: self.release(); raise
+    except BaseException:
+        self.release()
+        raise
 
-def _process_request_thread(self: HubServer, request, client_address) -> None:
+@patch
+def process_request_thread(self: HubServer, request, client_address) -> None:
     try: ThreadingHTTPServer.process_request_thread(self, request, client_address)
     finally: self.release()
 
-def _release(self: HubServer) -> None:
-    with self.slots: self.active -= 1; self.slots.notify()
+@patch
+def release(self: HubServer) -> None:
+    with self.slots:
+        self.active -= 1
+        self.slots.notify()
 
-def _refuse(self: HubServer, request, client_address) -> None:
+@patch
+def refuse(self: HubServer, request, client_address) -> None:
     "Answer a connection no slot freed up for: a 503 with `Retry-After`, then close; logged like any request."
     rid, msg = secrets.token_hex(12), f"LocalHub is busy: {self.max_connections} connections are open; retry shortly"
     body = json.dumps({"error": msg}).encode()
@@ -790,12 +837,12 @@ def _refuse(self: HubServer, request, client_address) -> None:
     except OSError: pass
     self.write_log(_log_line(client_address[0], "-", "-", "-", 503, len(answer) + len(body), 0.0, rid))
 
-def _write_log(self: HubServer, line: str) -> None:
+@patch
+def write_log(self: HubServer, line: str) -> None:
     "Append `line` to `request_log`, if there is one; a log that fails is reported in the server's own log."
     if (log := self.request_log) is None: return
     with self.log_lock:
-        try: log.write(line + "\n"); log.flush()
+        try:
+            log.write(line + "\n")
+            log.flush()
         except (OSError, ValueError) as e: _log.warning("LocalHub could not write its request log: %s", e)
-
-HubServer.process_request, HubServer.process_request_thread = _process_request, _process_request_thread
-HubServer.release, HubServer.refuse, HubServer.write_log = _release, _refuse, _write_log

@@ -72,7 +72,8 @@ def _new_repo(store: RepoStore, record: dict, commits: list) -> None:
         _write_json(tmp / "repo.json", record)
         os.rename(tmp, final)
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True); raise
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
 
 # %% ../../nbs/localhub/05_mirror.ipynb #18cd9b30
 class MirrorStore(RepoStore):
@@ -94,7 +95,8 @@ class MirrorStore(RepoStore):
         self.online = self.api is not None and not offline
         self._names, self._fetches, self._local = {}, {}, threading.local()
         self.tmp = self.root / "mirror-tmp"
-        shutil.rmtree(self.tmp, ignore_errors=True); self.tmp.mkdir()
+        shutil.rmtree(self.tmp, ignore_errors=True)
+        self.tmp.mkdir()
 
     def __repr__(self):
         return f"MirrorStore({str(self.root)!r}, upstream={self.upstream!r}, {'online' if self.online else 'offline'})"
@@ -329,42 +331,50 @@ def _writable(self: MirrorStore, typ: str, repo_id: str) -> None:
 @patch
 def commit(self: MirrorStore, typ: str, repo_id: str, *args, **kwargs) -> dict:
     "`RepoStore.commit`, refused on a mirrored repo."
-    self._writable(typ, repo_id); return RepoStore.commit(self, typ, repo_id, *args, **kwargs)
+    self._writable(typ, repo_id)
+    return RepoStore.commit(self, typ, repo_id, *args, **kwargs)
 
 @patch
 def set_ref(self: MirrorStore, typ: str, repo_id: str, *args, **kwargs) -> dict:
     "`RepoStore.set_ref`, refused on a mirrored repo."
-    self._writable(typ, repo_id); return RepoStore.set_ref(self, typ, repo_id, *args, **kwargs)
+    self._writable(typ, repo_id)
+    return RepoStore.set_ref(self, typ, repo_id, *args, **kwargs)
 
 @patch
 def drop_ref(self: MirrorStore, typ: str, repo_id: str, *args, **kwargs) -> dict:
     "`RepoStore.drop_ref`, refused on a mirrored repo."
-    self._writable(typ, repo_id); return RepoStore.drop_ref(self, typ, repo_id, *args, **kwargs)
+    self._writable(typ, repo_id)
+    return RepoStore.drop_ref(self, typ, repo_id, *args, **kwargs)
 
 @patch
 def update_settings(self: MirrorStore, typ: str, repo_id: str, *args, **kwargs) -> dict:
     "`RepoStore.update_settings`, refused on a mirrored repo."
-    self._writable(typ, repo_id); return RepoStore.update_settings(self, typ, repo_id, *args, **kwargs)
+    self._writable(typ, repo_id)
+    return RepoStore.update_settings(self, typ, repo_id, *args, **kwargs)
 
 @patch
 def move(self: MirrorStore, typ: str, src: str, dest: str) -> dict:
     "`RepoStore.move`, refused on a mirrored repo."
-    self._writable(typ, src); return RepoStore.move(self, typ, src, dest)
+    self._writable(typ, src)
+    return RepoStore.move(self, typ, src, dest)
 
 @patch
 def open_discussion(self: MirrorStore, typ: str, repo_id: str, *args, **kwargs) -> tuple:
     "`RepoStore.open_discussion` (discussions, pull requests), refused on a mirrored repo."
-    self._writable(typ, repo_id); return RepoStore.open_discussion(self, typ, repo_id, *args, **kwargs)
+    self._writable(typ, repo_id)
+    return RepoStore.open_discussion(self, typ, repo_id, *args, **kwargs)
 
 @patch
 def update_discussion(self: MirrorStore, typ: str, repo_id: str, *args, **kwargs) -> dict:
     "`RepoStore.update_discussion` (comments, status, titles), refused on a mirrored repo."
-    self._writable(typ, repo_id); return RepoStore.update_discussion(self, typ, repo_id, *args, **kwargs)
+    self._writable(typ, repo_id)
+    return RepoStore.update_discussion(self, typ, repo_id, *args, **kwargs)
 
 @patch
 def merge_pull(self: MirrorStore, typ: str, repo_id: str, *args, **kwargs) -> dict:
     "`RepoStore.merge_pull`, refused on a mirrored repo."
-    self._writable(typ, repo_id); return RepoStore.merge_pull(self, typ, repo_id, *args, **kwargs)
+    self._writable(typ, repo_id)
+    return RepoStore.merge_pull(self, typ, repo_id, *args, **kwargs)
 
 # %% ../../nbs/localhub/05_mirror.ipynb #391067c9
 EXPORT_FORMAT = "adaptkit-localhub-export"  # the manifest's `format` (its `version` is 1)
@@ -376,7 +386,9 @@ def parse_repo_spec(
     path, _, rev = spec.partition("@")
     typ = "model"
     for prefix, t in (("models/", "model"), ("datasets/", "dataset"), ("spaces/", "space")):
-        if path.startswith(prefix): typ, path = t, path[len(prefix):]; break
+        if path.startswith(prefix):
+            typ, path = t, path[len(prefix):]
+            break
     try: check_repo_id(path)
     except HubError as e: raise ValueError(f"{spec!r}: {e.message}") from None
     return typ, path, rev or "main"
@@ -397,7 +409,10 @@ class _Hashing:
     "A file read through a sha256."
     def __init__(self, f): self.f, self.h, self.n = f, hashlib.sha256(), 0
     def read(self, n: int = -1) -> bytes:
-        data = self.f.read(n); self.h.update(data); self.n += len(data); return data
+        data = self.f.read(n)
+        self.h.update(data)
+        self.n += len(data)
+        return data
 
 # %% ../../nbs/localhub/05_mirror.ipynb #7b24d28a
 def _chosen(store: RepoStore, repos: list) -> dict:
@@ -455,7 +470,8 @@ def export_repos(
                                      f"{h.h.hexdigest()}, not {sha}): not exported; upload the file again")
         os.replace(tmp, path)
     except BaseException:
-        tmp.unlink(missing_ok=True); raise
+        tmp.unlink(missing_ok=True)
+        raise
     summary = [{"type": r["type"], "id": r["id"], "commits": [c["id"] for c in r["commits"]], "refs": sorted(r["refs"]),
                 "tags": sorted(r["tags"])} for r in manifest["repos"]]
     return {"file": str(path), "repos": summary, "blobs": len(blobs), "bytes": sum(manifest["blobs"].values())}
@@ -605,7 +621,9 @@ def _import_repo(store: RepoStore, r: dict, source: str) -> dict:
             for c in commits:
                 if store.load(typ, r["id"], c["id"]) is None:
                     _write_json(store.dir(typ, r["id"]) / "commits" / f"{c['id']}.json", c)
-            meta["refs"].update(refs); meta["tags"].update(r["tags"]); meta["mirror"] = mark
+            meta["refs"].update(refs)
+            meta["tags"].update(r["tags"])
+            meta["mirror"] = mark
             store._save(meta)
     return {"type": typ, "id": r["id"], "commits": [c["id"] for c in commits], "refs": sorted(refs),
             "tags": sorted(r["tags"]), **({"note": note} if note else {})}

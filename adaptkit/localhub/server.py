@@ -18,6 +18,8 @@ import time
 from collections import Counter
 from pathlib import Path
 
+from fastcore.basics import patch
+
 from .http import LOOPBACK_NAMES, HubHandler, HubServer, HubServer6
 from .mirror import MirrorStore
 from .storage import RepoStore
@@ -80,16 +82,22 @@ class LocalHub:
         "Open the store and create the HTTP server, bound but not serving yet."
         store = self._store()
         try: s = (HubServer6 if ":" in self.host else HubServer)((self.host, self._port), HubHandler)
-        except BaseException: store.close(); raise
+        except BaseException:
+            store.close()
+            raise
         s.store, s.lfs, s.token, s.counts, s.counts_lock = store, self.lfs, self.token, self.counts, threading.Lock()
         s.cards, s.conns, s.secret, s.socket_timeout = {}, set(), secrets.token_bytes(32), self.timeout
         s.allowed_hosts = self.allowed_hosts
         try: s.request_log, self._own_log = _open_log(self.log)
-        except BaseException: s.server_close(); store.close(); raise
+        except BaseException:
+            s.server_close()
+            store.close()
+            raise
         return s
 
 # %% ../../nbs/localhub/04_server.ipynb #a06db463
-def _start(self: LocalHub) -> LocalHub:
+@patch
+def start(self: LocalHub) -> LocalHub:
     "Bind and serve from a background thread."
     if self.server is None:
         self.server = self._bind()
@@ -98,25 +106,42 @@ def _start(self: LocalHub) -> LocalHub:
         self.thread.start()
     return self
 
-def _stop(self: LocalHub) -> None:
+@patch
+def stop(self: LocalHub) -> None:
     "Stop serving, close open connections, release the port and the root."
     if self.server is None: return
-    self.server.shutdown(); self.server.server_close()
+    self.server.shutdown()
+    self.server.server_close()
     for conn in list(self.server.conns):
         try: conn.shutdown(socket.SHUT_RDWR)
         except OSError: pass
-    self.thread.join(5); self.server.store.close()
+    self.thread.join(5)
+    self.server.store.close()
     if self._own_log: self.server.request_log.close()
     self.server, self.thread, self._own_log = None, None, False
 
-LocalHub.start, LocalHub.stop = _start, _stop
-LocalHub.port = property(lambda self: self.server.server_address[1] if self.server else self._port)
-LocalHub.endpoint = property(lambda self: f"http://{f'[{self.host}]' if ':' in self.host else self.host}:{self.port}")
-LocalHub.__enter__, LocalHub.__exit__ = lambda self: self.start(), lambda self, *exc: self.stop()
-LocalHub.__repr__ = lambda self: (f"LocalHub({str(self.root)!r}, endpoint={self.endpoint!r}, lfs={self.lfs}, "
-                                  f"token={'set' if self.token else None}"
-                                  + (f", upstream={self.upstream!r}" if self.upstream else "")
-                                  + (", offline=True" if self.offline else "") + ")")
+@patch(as_prop=True)
+def port(self: LocalHub) -> int:
+    "The port served (the one picked when `port=0`, once started)."
+    return self.server.server_address[1] if self.server else self._port
+
+@patch(as_prop=True)
+def endpoint(self: LocalHub) -> str:
+    "The URL clients use (`HfApi(endpoint=...)`, `HF_ENDPOINT`)."
+    return f"http://{f'[{self.host}]' if ':' in self.host else self.host}:{self.port}"
+
+@patch
+def __enter__(self: LocalHub) -> LocalHub: return self.start()
+
+@patch
+def __exit__(self: LocalHub, *exc) -> None: self.stop()
+
+@patch
+def __repr__(self: LocalHub) -> str:
+    return (f"LocalHub({str(self.root)!r}, endpoint={self.endpoint!r}, lfs={self.lfs}, "
+            f"token={'set' if self.token else None}" + (f", upstream={self.upstream!r}" if self.upstream else "")
+            + (", offline=True" if self.offline else "") + ")")
+
 
 # %% ../../nbs/localhub/04_server.ipynb #54974d10
 def _interrupt(signum, frame):

@@ -26,6 +26,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import yaml
+from fastcore.basics import patch
 
 # %% ../../nbs/localhub/01_storage.ipynb #76247b74
 _log = logging.getLogger(__name__)
@@ -153,9 +154,13 @@ class BlobWriter:
         self.store, self.want, self.want_size, self.n, self.head, self.error = store, sha256, size, 0, b"", None
         fd, self.tmp = tempfile.mkstemp(dir=store.root / "tmp")
         self.f, self.h, self.queue = os.fdopen(fd, "wb"), hashlib.sha256(), queue.Queue(8) if threaded else None
-        if threaded: self.thread = threading.Thread(target=self._drain, daemon=True); self.thread.start()
+        if threaded:
+            self.thread = threading.Thread(target=self._drain, daemon=True)
+            self.thread.start()
 
-    def _consume(self, data: bytes) -> None: self.h.update(data); self.f.write(data)
+    def _consume(self, data: bytes) -> None:
+        self.h.update(data)
+        self.f.write(data)
 
     def _drain(self) -> None:
         "The writer thread: hash and write queued pieces (both release the GIL) until `None`; keep the first error."
@@ -173,20 +178,27 @@ class BlobWriter:
 
     def _finish(self) -> None:
         "Wait for the writer thread to be done; raise its error."
-        if self.queue is not None: self.queue.put(None); self.thread.join(); self.queue = None
+        if self.queue is not None:
+            self.queue.put(None)
+            self.thread.join()
+            self.queue = None
         if self.error is not None: raise self.error
 
     def abort(self) -> None:
         "Drop the temporary file."
         try: self._finish()
         except BaseException: pass
-        self.f.close(); Path(self.tmp).unlink(missing_ok=True)
+        self.f.close()
+        Path(self.tmp).unlink(missing_ok=True)
 
     def close(self, git_sha1: bool = True) -> dict:
         "Check and store the blob; return its sha256, size and (if `git_sha1`, for small files) git blob id."
         try:
             with disk_errors(self.store.root):
-                self._finish(); self.f.flush(); os.fsync(self.f.fileno()); self.f.close()
+                self._finish()
+                self.f.flush()
+                os.fsync(self.f.fileno())
+                self.f.close()
             sha = self.h.hexdigest()
             if (self.want and sha != self.want) or (self.want_size is not None and self.n != self.want_size):
                 raise HubError(400, f"upload does not match: got sha256 {sha} and {self.n} bytes, expected "
@@ -196,7 +208,8 @@ class BlobWriter:
             dest.parent.mkdir(exist_ok=True)
             os.replace(self.tmp, dest)
         except BaseException:
-            self.abort(); raise
+            self.abort()
+            raise
         self.store.mark_verified(sha)
         return {"sha256": sha, "size": self.n, "sha1": sha1}
 
@@ -230,7 +243,8 @@ class BlobStore:
             with disk_errors(self.root):
                 for chunk in chunks: w.write(chunk)
         except BaseException:
-            w.abort(); raise
+            w.abort()
+            raise
         return w.close(git_sha1)
 
     def put_bytes(self, data: bytes) -> dict:
@@ -283,10 +297,13 @@ def _write_json(path: Path, obj) -> None:
     tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
     try:
         with disk_errors(path.parent), open(tmp, "w", encoding="utf-8") as f:
-            json.dump(obj, f, separators=(",", ":")); f.flush(); os.fsync(f.fileno())
+            json.dump(obj, f, separators=(",", ":"))
+            f.flush()
+            os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
-        tmp.unlink(missing_ok=True); raise
+        tmp.unlink(missing_ok=True)
+        raise
 
 def _read_json(path: Path, what: str, keys: tuple = ()) -> dict | None:
     "The JSON object in `path` (`what` it holds, for messages), None if there is no such file; a 500 if it is damaged."
@@ -323,8 +340,12 @@ def _child(store: "RepoStore", typ: str, repo_id: str, head: str, ops: list, tit
 
 def _apply(files: dict, op: str, path: str, entry: dict | None) -> None:
     "Apply one commit operation (`add`, `delete`, `delete_folder`) to a file table in place."
-    if op == "add": files[path] = entry; return
-    if op == "delete" and path in files: del files[path]; return
+    if op == "add":
+        files[path] = entry
+        return
+    if op == "delete" and path in files:
+        del files[path]
+        return
     doomed = [p for p in files if p.startswith(path + "/")]  # `delete` of a folder's name deletes it, as on the Hub
     if not doomed:
         raise HubError(404, f"A file with this name doesn't exist: {path}" if op == "delete" else f"No folder {path}",
@@ -336,10 +357,15 @@ def _lock_root(root: Path):
     f = open(root / "localhub.lock", "a+")
     try: fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
-        f.seek(0); holder = f.read().strip() or "unknown"; f.close()
+        f.seek(0)
+        holder = f.read().strip() or "unknown"
+        f.close()
         raise RuntimeError(f"{root} is already used by another LocalHub (pid {holder}): one server per root; stop it "
                            "or give this one another root") from None
-    f.seek(0); f.truncate(); f.write(str(os.getpid())); f.flush()
+    f.seek(0)
+    f.truncate()
+    f.write(str(os.getpid()))
+    f.flush()
     return f
 
 # %% ../../nbs/localhub/01_storage.ipynb #d040a2c5
@@ -356,7 +382,9 @@ class RepoStore:
 
     def close(self) -> None:
         "Release the root for another server."
-        if self._lockfile: self._lockfile.close(); self._lockfile = None
+        if self._lockfile:
+            self._lockfile.close()
+            self._lockfile = None
 
     def dir(self, typ: str, repo_id: str) -> Path: return self.root / "repos" / typ / check_repo_id(repo_id).lower()
     def repo(self, typ: str, repo_id: str) -> dict | None:
@@ -387,7 +415,8 @@ class RepoStore:
         return meta
 
 # %% ../../nbs/localhub/01_storage.ipynb #96a69e96
-def _create(self: RepoStore, typ: str, repo_id: str, private: bool) -> dict:
+@patch
+def create(self: RepoStore, typ: str, repo_id: str, private: bool) -> dict:
     "Create a repo whose `main` holds the Hub's initial `.gitattributes` commit; `FileExistsError` if it exists."
     with self.names:
         final = self.dir(typ, repo_id)
@@ -403,10 +432,12 @@ def _create(self: RepoStore, typ: str, repo_id: str, private: bool) -> dict:
             _write_json(tmp / "repo.json", meta)
             os.rename(tmp, final)
         except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True); raise
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
         return meta
 
-def _delete(self: RepoStore, typ: str, repo_id: str) -> bool:
+@patch
+def delete(self: RepoStore, typ: str, repo_id: str) -> bool:
     "Delete a repo (its blobs stay: they may be shared); False if there was none."
     with self.names:
         d = self.dir(typ, repo_id)
@@ -417,7 +448,8 @@ def _delete(self: RepoStore, typ: str, repo_id: str) -> bool:
     shutil.rmtree(trash, ignore_errors=True)
     return True
 
-def _move(self: RepoStore, typ: str, src: str, dest: str) -> dict:
+@patch
+def move(self: RepoStore, typ: str, src: str, dest: str) -> dict:
     "Rename repo `src` to `dest` (another name or namespace); 404 if `src` is missing, 409 if `dest` exists."
     with self.lock(typ, src), self.names:
         meta, target = self._need(typ, src), self.dir(typ, dest)
@@ -427,10 +459,12 @@ def _move(self: RepoStore, typ: str, src: str, dest: str) -> dict:
         os.rename(self.dir(typ, src), target)
         try: _write_json(target / "repo.json", {**meta, "id": dest})
         except BaseException:
-            os.rename(target, self.dir(typ, src)); raise
+            os.rename(target, self.dir(typ, src))
+            raise
         return {**meta, "id": dest}
 
-def _update_settings(self: RepoStore, typ: str, repo_id: str, private: bool | None = None, gated=None) -> dict:
+@patch
+def update_settings(self: RepoStore, typ: str, repo_id: str, private: bool | None = None, gated=None) -> dict:
     "Change a repo's visibility (`private`) and gating (`gated`: False, 'auto' or 'manual')."
     with self.lock(typ, repo_id):
         meta = self._need(typ, repo_id)
@@ -439,15 +473,9 @@ def _update_settings(self: RepoStore, typ: str, repo_id: str, private: bool | No
         self._save(meta)
         return meta
 
-RepoStore.create, RepoStore.delete, RepoStore.move, RepoStore.update_settings = (
-    _create,
-    _delete,
-    _move,
-    _update_settings,
-)
-
 # %% ../../nbs/localhub/01_storage.ipynb #b4bb29d7
-def _resolve(self: RepoStore, typ: str, repo_id: str, rev: str) -> dict | None:
+@patch
+def resolve(self: RepoStore, typ: str, repo_id: str, rev: str) -> dict | None:
     "The commit `rev` names (a branch, then a tag, `refs/heads/<b>`, `refs/tags/<t>`, `refs/pr/<n>`, a commit "
     "id), None if none."
     meta = self.repo(typ, repo_id) or {"refs": {}, "tags": {}}
@@ -459,14 +487,16 @@ def _resolve(self: RepoStore, typ: str, repo_id: str, rev: str) -> dict | None:
     else: sha = meta["refs"].get(rev) or (tags.get(rev) or {}).get("commit") or self.full_id(typ, repo_id, rev)
     return self.load(typ, repo_id, sha) if sha else None
 
-def _full_id(self: RepoStore, typ: str, repo_id: str, rev: str) -> str | None:
+@patch
+def full_id(self: RepoStore, typ: str, repo_id: str, rev: str) -> str | None:
     "The commit id `rev` stands for: a full id, or 7-39 leading hex digits of exactly one commit; None otherwise."
     if re.fullmatch(r"[0-9a-f]{40}", rev): return rev
     if not re.fullmatch(r"[0-9a-f]{7,39}", rev): return None
     found = [p.stem for p in (self.dir(typ, repo_id) / "commits").glob(f"{rev}*.json")]
     return found[0] if len(found) == 1 else None
 
-def _commit(self: RepoStore, typ: str, repo_id: str, branch: str, ops: list, title: str, message: str = "",
+@patch
+def commit(self: RepoStore, typ: str, repo_id: str, branch: str, ops: list, title: str, message: str = "",
             parent: str | None = None) -> dict:
     "Apply `ops` [(op, path, entry)] on top of `branch` (or pull request `refs/pr/N`) as a new commit; move it there."
     branch, num = branch.removeprefix("refs/heads/"), pull_number(branch)
@@ -482,22 +512,28 @@ def _commit(self: RepoStore, typ: str, repo_id: str, branch: str, ops: list, tit
             raise HubError(412, f"A commit has happened since. Please refresh and try again. ({branch} of {repo_id} "
                                 f"is at {head}, not {parent[:40]})")
         c = _child(self, typ, repo_id, head, ops, title, message)
-        if num is None: meta["refs"][branch] = c["id"]; self._save(meta); return c
+        if num is None:
+            meta["refs"][branch] = c["id"]
+            self._save(meta)
+            return c
         d = self.pull(typ, repo_id, num, items=items)
-        d["head"] = c["id"]; d["events"].append(_event("commit", {"subject": title, "oid": c["id"]}))
+        d["head"] = c["id"]
+        d["events"].append(_event("commit", {"subject": title, "oid": c["id"]}))
         self._save_discussions(typ, repo_id, items)
         return c
 
-def _history(self: RepoStore, typ: str, repo_id: str, sha: str) -> list:
+@patch
+def history(self: RepoStore, typ: str, repo_id: str, sha: str) -> list:
     "The commits reachable from `sha` by first parents, newest first."
     out = []
-    while sha and (c := self.load(typ, repo_id, sha)): out.append(c); sha = (c["parents"] or [None])[0]
+    while sha and (c := self.load(typ, repo_id, sha)):
+        out.append(c)
+        sha = (c["parents"] or [None])[0]
     return out
 
-RepoStore.resolve, RepoStore.full_id, RepoStore.commit, RepoStore.history = _resolve, _full_id, _commit, _history
-
 # %% ../../nbs/localhub/01_storage.ipynb #f2d72602
-def _set_ref(self: RepoStore, typ: str, repo_id: str, kind: str, name: str, rev: str | None, message: str = "") -> dict:
+@patch
+def set_ref(self: RepoStore, typ: str, repo_id: str, kind: str, name: str, rev: str | None, message: str = "") -> dict:
     "Create branch or tag (`kind`) `name` at `rev` (default: main's head); checks the repo, `rev`, the name, then 409."
     with self.lock(typ, repo_id):
         meta = self._need(typ, repo_id)
@@ -511,7 +547,8 @@ def _set_ref(self: RepoStore, typ: str, repo_id: str, kind: str, name: str, rev:
         self._save(meta)
         return meta
 
-def _drop_ref(self: RepoStore, typ: str, repo_id: str, kind: str, name: str) -> dict:
+@patch
+def drop_ref(self: RepoStore, typ: str, repo_id: str, kind: str, name: str) -> dict:
     "Delete branch or tag (`kind`) `name`; `main` is protected; 404 `RevisionNotFound` if there is none."
     with self.lock(typ, repo_id):
         meta = self._need(typ, repo_id)
@@ -524,7 +561,8 @@ def _drop_ref(self: RepoStore, typ: str, repo_id: str, kind: str, name: str) -> 
         self._save(meta)
         return meta
 
-def _last_commits(self: RepoStore, typ: str, repo_id: str, sha: str, paths: list) -> dict:
+@patch
+def last_commits(self: RepoStore, typ: str, repo_id: str, sha: str, paths: list) -> dict:
     "For each path (file or folder), the newest commit reachable from `sha` that changed it."
     out, todo = {}, set(paths)
     history = self.history(typ, repo_id, sha)
@@ -532,10 +570,9 @@ def _last_commits(self: RepoStore, typ: str, repo_id: str, sha: str, paths: list
         if not todo: break
         changed = {p for p in set(c["files"]) | set(older["files"]) if c["files"].get(p) != older["files"].get(p)}
         for p in [p for p in todo if p in changed or any(q.startswith(p + "/") for q in changed)]:
-            out[p] = c; todo.discard(p)
+            out[p] = c
+            todo.discard(p)
     return out
-
-RepoStore.set_ref, RepoStore.drop_ref, RepoStore.last_commits = _set_ref, _drop_ref, _last_commits
 
 # %% ../../nbs/localhub/01_storage.ipynb #ba50a179
 def _event(kind: str, data: dict) -> dict:
@@ -562,7 +599,8 @@ def check_title(
     if not 3 <= len(t) <= 200: raise HubError(400, f"Invalid title {t[:40]!r}: use 3 to 200 characters")
     return t
 
-def _discussions(self: RepoStore, typ: str, repo_id: str) -> list:
+@patch
+def discussions(self: RepoStore, typ: str, repo_id: str) -> list:
     "The repo's discussions and pull requests, oldest first ([] if none); a 500 naming the file if it is damaged."
     path, what = self.dir(typ, repo_id) / "discussions.json", f"the discussions of the {typ} repo {repo_id}"
     found = _read_json(path, what, ("discussions",))
@@ -573,17 +611,20 @@ def _discussions(self: RepoStore, typ: str, repo_id: str) -> list:
         raise _damaged(path, what, "its discussions are not a list of records with a num and events")
     return items
 
+@patch
 def _save_discussions(self: RepoStore, typ: str, repo_id: str, items: list) -> None:
     _write_json(self.dir(typ, repo_id) / "discussions.json", {"discussions": items})
 
-def _discussion(self: RepoStore, typ: str, repo_id: str, num: int, items: list | None = None) -> dict:
+@patch
+def discussion(self: RepoStore, typ: str, repo_id: str, num: int, items: list | None = None) -> dict:
     "Discussion or pull request `num` (looked up in `items` if given); a 404 if the repo has none."
     for d in self.discussions(typ, repo_id) if items is None else items:
         if d["num"] == num: return d
     raise HubError(404, f"Discussion #{num} not found: the {typ} repo {repo_id} has no discussion or pull request "
                         f"#{num}")
 
-def _pull(self: RepoStore, typ: str, repo_id: str, num: int, writable: bool = False,
+@patch
+def pull(self: RepoStore, typ: str, repo_id: str, num: int, writable: bool = False,
           items: list | None = None) -> dict:
     "Pull request `num`; a 404 `RevisionNotFound` if `refs/pr/<num>` is not one; `writable`: a 400 if closed or merged."
     d = next((d for d in (self.discussions(typ, repo_id) if items is None else items) if d["num"] == num), None)
@@ -595,7 +636,8 @@ def _pull(self: RepoStore, typ: str, repo_id: str, num: int, writable: bool = Fa
                             + (" (reopen it first)" if d["status"] == "closed" else " (open a new one)"))
     return d
 
-def _open_discussion(self: RepoStore, typ: str, repo_id: str, title: str, text: str, pull: bool = False,
+@patch
+def open_discussion(self: RepoStore, typ: str, repo_id: str, title: str, text: str, pull: bool = False,
                      base: str = "main", ops: list | None = None, parent: str | None = None) -> tuple:
     "Open a discussion, or a pull request against `base` (`pull`; `ops`: with a first commit); (record, commit|None)."
     base, pull = base.removeprefix("refs/heads/"), pull or ops is not None
@@ -616,16 +658,15 @@ def _open_discussion(self: RepoStore, typ: str, repo_id: str, title: str, text: 
             d["from"] = start
             if ops is not None:
                 c = _child(self, typ, repo_id, start, ops, title, text)
-                d["head"] = c["id"]; d["events"].append(_event("commit", {"subject": title, "oid": c["id"]}))
+                d["head"] = c["id"]
+                d["events"].append(_event("commit", {"subject": title, "oid": c["id"]}))
         items.append(d)
         self._save_discussions(typ, repo_id, items)
         return d, c
 
-RepoStore.discussions, RepoStore._save_discussions, RepoStore.discussion = _discussions, _save_discussions, _discussion
-RepoStore.pull, RepoStore.open_discussion = _pull, _open_discussion
-
 # %% ../../nbs/localhub/01_storage.ipynb #cefc7450
-def _update_discussion(self: RepoStore, typ: str, repo_id: str, num: int, change) -> dict:
+@patch
+def update_discussion(self: RepoStore, typ: str, repo_id: str, num: int, change) -> dict:
     "Apply `change(record)`, which returns the event it added, to discussion `num` under the repo's lock; that event."
     with self.lock(typ, repo_id):
         self._need(typ, repo_id)
@@ -634,12 +675,16 @@ def _update_discussion(self: RepoStore, typ: str, repo_id: str, num: int, change
         self._save_discussions(typ, repo_id, items)
         return event
 
-def _comment(self: RepoStore, typ: str, repo_id: str, num: int, text: str) -> dict:
+@patch
+def comment(self: RepoStore, typ: str, repo_id: str, num: int, text: str) -> dict:
     "Add a comment to discussion `num`; the comment event."
-    def change(d): d["events"].append(e := _comment_event(_text(text))); return e
+    def change(d):
+        d["events"].append(e := _comment_event(_text(text)))
+        return e
     return self.update_discussion(typ, repo_id, num, change)
 
-def _set_status(self: RepoStore, typ: str, repo_id: str, num: int, status: str, comment: str | None = None) -> dict:
+@patch
+def set_status(self: RepoStore, typ: str, repo_id: str, num: int, status: str, comment: str | None = None) -> dict:
     "Close or (re)open discussion `num` (a draft pull request opens: it is published), with an optional comment."
     if status not in ("open", "closed"): raise HubError(400, f"Invalid status {str(status)[:40]!r}: use open or closed")
     def change(d):
@@ -647,18 +692,22 @@ def _set_status(self: RepoStore, typ: str, repo_id: str, num: int, status: str, 
             raise HubError(400, f"Pull request #{num} of {repo_id} is merged: it cannot be {status} again")
         if comment and comment.strip(): d["events"].append(_comment_event(_text(comment)))
         d["status"] = status
-        d["events"].append(e := _event("status-change", {"status": status})); return e
+        d["events"].append(e := _event("status-change", {"status": status}))
+        return e
     return self.update_discussion(typ, repo_id, num, change)
 
-def _rename_discussion(self: RepoStore, typ: str, repo_id: str, num: int, title: str) -> dict:
+@patch
+def rename_discussion(self: RepoStore, typ: str, repo_id: str, num: int, title: str) -> dict:
     "Give discussion `num` a new title (3 to 200 characters); the title-change event."
     title = check_title(title)
     def change(d):
         d["events"].append(e := _event("title-change", {"from": d["title"], "to": title}))
-        d["title"] = title; return e
+        d["title"] = title
+        return e
     return self.update_discussion(typ, repo_id, num, change)
 
-def _edit_comment(self: RepoStore, typ: str, repo_id: str, num: int, comment_id: str, text: str | None) -> dict:
+@patch
+def edit_comment(self: RepoStore, typ: str, repo_id: str, num: int, comment_id: str, text: str | None) -> dict:
     "Edit comment `comment_id` of discussion `num` to `text`, or hide it for good (`text` None); the comment event."
     def change(d):
         e = next((e for e in d["events"] if e["id"] == comment_id and e["type"] == "comment"), None)
@@ -672,9 +721,6 @@ def _edit_comment(self: RepoStore, typ: str, repo_id: str, num: int, comment_id:
         return e
     return self.update_discussion(typ, repo_id, num, change)
 
-RepoStore.update_discussion, RepoStore.comment, RepoStore.set_status = _update_discussion, _comment, _set_status
-RepoStore.rename_discussion, RepoStore.edit_comment = _rename_discussion, _edit_comment
-
 # %% ../../nbs/localhub/01_storage.ipynb #d1274037
 def _sha(e: dict | None) -> str | None: return e and e["sha256"]
 
@@ -682,7 +728,8 @@ def _changes(old: dict, new: dict) -> dict:
     "{path: its entry in `new`, None if deleted} for every file whose bytes differ between file tables `old` and `new`."
     return {p: new.get(p) for p in old.keys() | new.keys() if _sha(old.get(p)) != _sha(new.get(p))}
 
-def _merge_plan(self: RepoStore, typ: str, repo_id: str, d: dict, meta: dict | None = None) -> tuple:
+@patch
+def merge_plan(self: RepoStore, typ: str, repo_id: str, d: dict, meta: dict | None = None) -> tuple:
     "(target head id, files after merging pull request `d` into it, conflicting paths): a three-way merge by file."
     meta = meta or self._need(typ, repo_id)
     if (target := meta["refs"].get(d["base"])) is None:
@@ -698,13 +745,15 @@ def _merge_plan(self: RepoStore, typ: str, repo_id: str, d: dict, meta: dict | N
         else: files[p] = e
     return target, files, conflicts
 
-def _pull_conflicts(self: RepoStore, typ: str, repo_id: str, d: dict) -> list:
+@patch
+def pull_conflicts(self: RepoStore, typ: str, repo_id: str, d: dict) -> list:
     "The files an open pull request `d` and its target branch both changed, differently (merging it would be a 409)."
     if not d["isPullRequest"] or d["status"] not in ("open", "draft"): return []
     try: return self.merge_plan(typ, repo_id, d)[2]
     except HubError: return []
 
-def _merge_pull(self: RepoStore, typ: str, repo_id: str, num: int, comment: str | None = None) -> dict:
+@patch
+def merge_pull(self: RepoStore, typ: str, repo_id: str, num: int, comment: str | None = None) -> dict:
     "Merge open pull request `num` into its target: a fast-forward, a merge commit, or a 409; the `merged` event."
     with self.lock(typ, repo_id):
         meta, items = self._need(typ, repo_id), self.discussions(typ, repo_id)
@@ -736,5 +785,3 @@ def _merge_pull(self: RepoStore, typ: str, repo_id: str, num: int, comment: str 
         d.update(status="merged", mergeCommitId=merged)
         self._save_discussions(typ, repo_id, items)
         return e
-
-RepoStore.merge_plan, RepoStore.pull_conflicts, RepoStore.merge_pull = _merge_plan, _pull_conflicts, _merge_pull

@@ -33,7 +33,9 @@ def blob_id(
     e: dict,  # a file entry of a commit's tree
 ) -> str:
     "The git blob id the Hub lists for a file: of its content, or of its LFS pointer."
-    if e["lfs"] or not e.get("sha1"): p = _pointer(e); return hashlib.sha1(b"blob %d\0" % len(p) + p).hexdigest()
+    if e["lfs"] or not e.get("sha1"):
+        p = _pointer(e)
+        return hashlib.sha1(b"blob %d\0" % len(p) + p).hexdigest()
     return e["sha1"]
 
 def last_commit_json(
@@ -87,15 +89,24 @@ def _wildmatch(p: str) -> str:
             j = i
             while j < n and p[j] == "*": j += 1
             if j - i >= 2 and (i == 0 or p[i - 1] == "/") and (j == n or p[j] == "/"):  # `**` as a whole segment
-                out.append(".*" if j == n else "(?:[^/]*/)*"); i = j + (j < n); continue
-            out.append("[^/]*"); i = j; continue
+                out.append(".*" if j == n else "(?:[^/]*/)*")
+                i = j + (j < n)
+                continue
+            out.append("[^/]*")
+            i = j
+            continue
         if c == "?": out.append("[^/]")
         elif c == "[" and (j := p.find("]", i + (3 if p[i + 1:i + 2] in ("!", "^") else 2))) > 0:
             body = p[i + 1:j]
             neg = body[:1] in ("!", "^")
             body = "".join(ch if ch == "-" else re.escape(ch) for ch in (body[1:] if neg else body))
-            out.append(f"[{'^/' if neg else ''}{body}]"); i = j + 1; continue
-        elif c == "\\" and i + 1 < n: out.append(re.escape(p[i + 1])); i += 2; continue
+            out.append(f"[{'^/' if neg else ''}{body}]")
+            i = j + 1
+            continue
+        elif c == "\\" and i + 1 < n:
+            out.append(re.escape(p[i + 1]))
+            i += 2
+            continue
         else: out.append(re.escape(c))
         i += 1
     return "".join(out)
@@ -277,7 +288,9 @@ def pull_diff(
         out.append(f"index {blob_id(a)[:7] if a else '0' * 7}..{blob_id(b)[:7] if b else '0' * 7}")
         left, right = f"a/{p}" if a else "/dev/null", f"b/{p}" if b else "/dev/null"
         la, lb = _lines(a, read), _lines(b, read)
-        if la is None or lb is None: out.append(f"Binary files {left} and {right} differ"); continue
+        if la is None or lb is None:
+            out.append(f"Binary files {left} and {right} differ")
+            continue
         out += difflib.unified_diff(la, lb, left, right, lineterm="")
     return "".join(line + "\n" for line in out)
 
@@ -350,7 +363,8 @@ def _stream_content(body: _Body, n: int, blobs: BlobStore) -> dict:
                 if cut: w.write(_decode(piece[:cut], n))
                 rest = piece[cut:]
     except BaseException:
-        w.abort(); raise
+        w.abort()
+        raise
     return w
 
 # %% ../../nbs/localhub/02_wire.ipynb #6f9f959b
@@ -370,7 +384,8 @@ def _next_line(body: _Body, n: int, blobs: BlobStore, line_limit: int):
         tail, body.buf = (body.buf[:i], body.buf[i + 1:]) if i >= 0 else (body.buf, b"")
         return json_body(head + b'""' + tail, f"commit line {n}"), blob
     except BaseException:
-        blob.abort(); raise
+        blob.abort()
+        raise
 
 # %% ../../nbs/localhub/02_wire.ipynb #cc1a74db
 def _operation(item: dict, blob, n: int, blobs: BlobStore, lfs_size) -> tuple:
@@ -447,7 +462,8 @@ def read_chunked(
         while size:
             data = rfile.read(min(size, CHUNK))
             if not data: raise ConnectionError("request body ended early")
-            size -= len(data); yield data
+            size -= len(data)
+            yield data
         if (end := rfile.readline(8)) not in (b"\r\n", b"\n"):
             if not end: raise ConnectionError("request body ended early")
             raise HubError(400, "a chunk of the request's chunked body is longer than its size says")
