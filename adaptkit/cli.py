@@ -398,6 +398,10 @@ class ServeArguments:
     log: str | None = field(
         default=None, metadata={"help": "Log one line per request to this file, or '-' for stderr (default: off)."}
     )
+    drop_privacy: bool = field(
+        default=False, metadata={"help": "Without a token: make the private repos held public (else the start is "
+                                         "refused, naming them)."}
+    )
 
 @dataclass
 class ExportArguments:
@@ -416,6 +420,10 @@ class ImportArguments:
     file: str = field(default=None, metadata={"help": "The export file (also accepted as the first argument)."})
     root: str = field(
         default=None, metadata={"help": "The receiving hub's root folder (stop its server first)."}
+    )
+    drop_privacy: bool = field(
+        default=False, metadata={"help": "Import private repos as public (a hub last served without a token refuses "
+                                         "them)."}
     )
 
 @dataclass
@@ -443,7 +451,8 @@ def run_serve(
     from adaptkit.localhub.server import serve
     serve(Path(args.root), host=args.host, port=args.port, lfs=args.lfs, token=args.token, token_file=args.token_file,
           allowed_hosts=tuple(args.allowed_hosts), upstream=args.upstream,
-          upstream_token_file=args.upstream_token_file, offline=args.offline, refresh=args.refresh, log=args.log)
+          upstream_token_file=args.upstream_token_file, offline=args.offline, refresh=args.refresh, log=args.log,
+          drop_privacy=args.drop_privacy)
     return 0
 
 def _need(args, *names):
@@ -499,7 +508,7 @@ def run_import(
     "Import `--file` into the hub at `--root`."
     _need(args, "file", "root")
     from adaptkit.localhub.mirror import import_repos
-    return _report(None, **import_repos(Path(args.file), Path(args.root)))
+    return _report(None, **import_repos(Path(args.file), Path(args.root), drop_privacy=args.drop_privacy))
 
 # %% ../nbs/20_cli.ipynb #3e401fdd
 def parser_for(

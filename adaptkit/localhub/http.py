@@ -167,6 +167,7 @@ class HubHandler(BaseHTTPRequestHandler):
     def handle_one_request(self):
         "Read one request (its headers due within the server's `header_timeout`), answer it, and log it."
         self.request_id, self.command, self.path, self.authed = secrets.token_hex(12), None, None, False
+        self.verified = False  # the bearer is the hub's token (a hub without a token verifies none)
         self._status = None
         self._t0, self._n0 = time.monotonic(), self.wfile.n
         self.server.watch(self.connection)
@@ -242,7 +243,7 @@ def _check_request(self: HubHandler, kind: str, name: str) -> None:
     want = self.server.token
     if bearer and want and not hmac.compare_digest(bearer.encode(), want.encode()):
         raise HubError(401, "Invalid credentials in Authorization header")
-    self.authed = bool(bearer)
+    self.authed, self.verified = bool(bearer), bool(bearer and want)
     if self.command in ("GET", "HEAD"): return
     origin = self.headers.get("Origin")
     if origin and host_and_port(urlsplit(origin).netloc) != (host, port):
@@ -346,7 +347,10 @@ def _repo(self: HubHandler, t: str, ns: str, name: str, write: bool = False) -> 
     if typ == "model" and ns in ("datasets", "spaces"):  # `/datasets/<name>/resolve/...`: an id without namespace
         return self._no_repo(name, ns)
     meta = self.server.store.repo(typ, check_repo_id(f"{ns}/{name}"))
-    if meta is None or (meta["private"] and not self.authed):
+    if meta is not None and meta["private"] and not self.verified and self.authed:  # a token-less hub: no bearer counts
+        raise HubError(401, f"{typ} {meta['id']} is private and this LocalHub has no token, so no bearer can prove "
+                            "access to it: serve the hub with a token to read it")
+    if meta is None or (meta["private"] and not self.verified):
         raise HubError(404, f"Repository Not Found: {typ} {ns}/{name} does not exist or is private", "RepoNotFound")
     return meta
 
@@ -471,7 +475,7 @@ def _list_repos(self: HubHandler, t):
     limit = int(limit) if limit.isdigit() else 0
     out, store = [], self.server.store
     for meta in store.repos(REPO_TYPES[t]):
-        if (meta["private"] and not self.authed) or (author and meta["id"].split("/")[0].lower() != author) or \
+        if (meta["private"] and not self.verified) or (author and meta["id"].split("/")[0].lower() != author) or \
                 not all(s in meta["id"].lower() for s in search): continue
         c = store.resolve(meta["type"], meta["id"], "main")
         out.append(info_json(meta, c, self._card(c) if full else None, siblings=full))

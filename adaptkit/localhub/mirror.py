@@ -45,6 +45,7 @@ from adaptkit.localhub.storage import (
     check_path,
     check_ref_name,
     check_repo_id,
+    served_without_token,
 )
 
 # %% ../../nbs/localhub/05_mirror.ipynb #ecb3399b
@@ -586,6 +587,7 @@ def _import_blobs(tar: tarfile.TarFile, members: dict, store: RepoStore, m: dict
 def import_repos(
     path,  # a file written by `export_repos` (`adaptkit hub export`)
     root,  # the receiving hub's root folder (stop its server first: the import takes the root's lock)
+    drop_privacy: bool = False,  # import private repos as public (a hub last served without a token refuses them)
 ) -> dict:
     "Load an export into the hub at `root`: the manifest and every member checked first; all or nothing."
     path = Path(path)
@@ -596,6 +598,12 @@ def import_repos(
         try: members = {mb.name: mb for mb in tar.getmembers()}
         except (OSError, tarfile.TarError) as e: raise ValueError(f"{path} is damaged: {e}") from None
         m = _read_manifest(tar, members, path)
+        private = [f"{r['type']} {r['id']}" for r in m["repos"] if r["private"]]
+        if private and not drop_privacy and served_without_token(root):
+            raise ValueError(f"{path} holds private repos ({', '.join(private[:10])}) and the hub at {root} was last "
+                             "served without a token, so anyone could read them: serve it with a token once first, "
+                             "or pass drop_privacy=True (`--drop_privacy`) to import them public; nothing was imported")
+        if drop_privacy: m["repos"] = [{**r, "private": False} for r in m["repos"]]
         try: store = RepoStore(root)
         except RuntimeError as e: raise ValueError(f"cannot import into {root}: {e}") from None
         try:

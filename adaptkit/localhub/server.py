@@ -48,6 +48,23 @@ def _open_log(
     if str(log) == "-": return sys.stderr, False
     return open(log, "a", encoding="utf-8", buffering=1), True
 
+def _unguarded(
+    store: RepoStore,  # the store of a hub about to start without a token
+    drop: bool,  # make its private repos public instead of refusing
+) -> None:
+    "Refuse to serve private repos without a token (no bearer could be checked), naming them; `drop`: make them public."
+    found = store.private_repos()
+    if not found: return
+    names = ", ".join(f"{m['type']} {m['id']}" for m in found[:10]) + (
+        f" and {len(found) - 10} more" if len(found) > 10 else "")
+    if not drop:
+        raise ValueError(f"{store.root} holds private repos ({names}) and this LocalHub has no token: anyone who can "
+                         "reach it could read them. Start it with its token (token= or token_file=; `hub serve "
+                         "--token_file`, $ADAPTKIT_HUB_TOKEN), or with drop_privacy=True (`--drop_privacy`) to make "
+                         "them public")
+    for m in found: RepoStore.update_settings(store, m["type"], m["id"], private=False)
+    _log.warning("LocalHub at %s runs without a token: made public: %s", store.root, names)
+
 class LocalHub:
     "A Hugging Face Hub-protocol server on loopback, storing repos under `root`; use as a context manager."
     def __init__(self,
@@ -64,12 +81,13 @@ class LocalHub:
                  upstream_token: str | bool | None = None,  # token for the upstream (None: huggingface_hub's login)
                  offline: bool = False,  # a mirror that serves only what it holds (never contacts the upstream)
                  refresh: float = 60.0,  # mirror: seconds a branch or tag resolved upstream is trusted
-                 log=None):  # request log: a path, "-" for stderr, or an open text file; None: off
+                 log=None,  # request log: a path, "-" for stderr, or an open text file; None: off
+                 drop_privacy: bool = False):  # without a token: make the private repos held public (else: refused)
         self.root, self.host, self.lfs, self._port, self.timeout = Path(root), host, lfs, port, timeout
         self.token = token if token is not None or token_file is None else read_token_file(token_file)
         self.allowed_hosts = {h.lower() for h in (host.strip("[]"), *allowed_hosts)} | set(LOOPBACK_NAMES)
         self.upstream, self.upstream_token, self.offline, self.refresh = upstream, upstream_token, offline, refresh
-        self.log, self._own_log = log, False
+        self.log, self._own_log, self.drop_privacy = log, False, drop_privacy
         self.server, self.thread, self.counts = None, None, Counter()
 
     def _store(self) -> RepoStore:
@@ -81,7 +99,9 @@ class LocalHub:
     def _bind(self) -> HubServer:
         "Open the store and create the HTTP server, bound but not serving yet."
         store = self._store()
-        try: s = (HubServer6 if ":" in self.host else HubServer)((self.host, self._port), HubHandler)
+        try:
+            if self.token is None: _unguarded(store, self.drop_privacy)
+            s = (HubServer6 if ":" in self.host else HubServer)((self.host, self._port), HubHandler)
         except BaseException:
             store.close()
             raise
@@ -93,6 +113,7 @@ class LocalHub:
             s.server_close()
             store.close()
             raise
+        store.record_start(self.token is not None)
         return s
 
 # %% ../../nbs/localhub/04_server.ipynb #a06db463
@@ -168,6 +189,7 @@ def serve(
     offline: bool = False,  # serve only what is held, never contacting the upstream
     refresh: float = 60.0,  # mirror: seconds a branch or tag resolved upstream is trusted
     log=None,  # request log: a path, or "-" for stderr; None: off
+    drop_privacy: bool = False,  # without a token: make the private repos held public (else the start is refused)
 ) -> None:
     "Run a `LocalHub` in the foreground until interrupted (Ctrl-C, or SIGTERM from a process manager)."
     main = threading.current_thread() is threading.main_thread()
@@ -175,7 +197,7 @@ def serve(
     upstream_token = read_token_file(upstream_token_file) if upstream_token_file else None
     hub = LocalHub(root, host=host, port=port, lfs=lfs, token=token, token_file=token_file,
                    allowed_hosts=allowed_hosts, upstream=upstream, upstream_token=upstream_token, offline=offline,
-                   refresh=refresh, log=log)
+                   refresh=refresh, log=log, drop_privacy=drop_privacy)
     sigterm = signal.signal(signal.SIGTERM, _interrupt) if main else None  # SIGTERM stops it as cleanly as Ctrl-C
     try:
         hub.start()
