@@ -563,6 +563,13 @@ def _rules(self: HubHandler, c: dict, name: str, parse) -> list:
     return self.server.rules[key]
 
 @patch
+def _intact(self: HubHandler, e: dict) -> bool:
+    "Whether the stored blob of file entry `e` holds its bytes (hashed once per blob file, then remembered)."
+    try: self.server.store.blobs.verified_path(e["sha256"], e["size"])
+    except HubError: return False  # missing or corrupted (the store logged it)
+    return True
+
+@patch
 def _git_sha1(self: HubHandler, e: dict) -> str:
     "The git blob id of a stored file's content: kept for regular files, computed once (then cached) for LFS ones."
     if e.get("sha1"): return e["sha1"]
@@ -586,6 +593,7 @@ def _preupload(self: HubHandler, t, ns, name, rev):
         except ValueError: raise HubError(400, f"field 'sample' of {what} is not base64") from None
         mode = "lfs" if self.server.lfs and is_lfs(path, size, sample, attributes) else "regular"
         old = c["files"].get(path)  # its oid is the hash the client computes for `mode`: equal means unchanged
+        if old is not None and not self._intact(old): old = None  # damaged on disk: the client uploads it again
         oid = None if old is None else old["sha256"] if mode == "lfs" else self._git_sha1(old)
         out.append({"path": path, "uploadMode": mode, "shouldIgnore": is_ignored(path, ignore), "oid": oid})
     self._send(200, {"files": out, "commitOid": c["id"]})

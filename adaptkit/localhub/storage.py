@@ -5,7 +5,7 @@
 # %% auto #0
 __all__ = ['CHUNK', 'LFS_MIN_SIZE', 'LFS_SUFFIXES', 'USER', 'RESERVED_NAMESPACES', 'GITATTRIBUTES', 'SERVED', 'HubError',
            'check_repo_id', 'check_path', 'check_ref_name', 'pull_number', 'YamlError', 'front_matter', 'disk_errors',
-           'git_blob_sha1', 'BlobWriter', 'BlobStore', 'served_without_token', 'RepoStore', 'check_title']
+           'git_blob_sha1', 'BlobWriter', 'BlobStore', 'check_tree', 'served_without_token', 'RepoStore', 'check_title']
 
 # %% ../../nbs/localhub/01_storage.ipynb #30e2d35c
 import errno
@@ -276,7 +276,7 @@ class BlobStore:
             raise HubError(
                 500,
                 f"blob {sha256} is corrupted in the LocalHub store (sha256 mismatch): it is not served; "
-                "upload the file again to repair it (delete it first: clients skip unchanged files)",
+                "push the file again to repair it",
             )
         self.verified[sha256] = stamp
         return p
@@ -329,11 +329,24 @@ def _new_commit(parents: list, files: dict, title: str, message: str) -> dict:
     c["id"] = hashlib.sha1(json.dumps({**c, "nonce": uuid.uuid4().hex}, sort_keys=True).encode()).hexdigest()
     return c
 
+def check_tree(
+    files: dict,  # a commit's file table {path: entry}
+    what: str = "this commit",  # what would make the tree, for the message
+) -> dict:
+    "Return `files` if no path in it is both a file and a folder (git cannot hold that); a 409 naming both otherwise."
+    for p in files:
+        for i, c in enumerate(p):
+            if c == "/" and p[:i] in files:
+                raise HubError(409, f"{what} would make {p[:i]!r} both a file and a folder (it holds {p!r}): a repo "
+                                    "cannot hold both; delete or rename one of them")
+    return files
+
 def _child(store: "RepoStore", typ: str, repo_id: str, head: str, ops: list, title: str, message: str,
            parents: list | None = None) -> dict:
     "A new commit applying `ops` to commit `head`'s files, written to the repo's commits (no ref moves)."
     files = dict(store.load(typ, repo_id, head)["files"])
     for op in ops: _apply(files, *op)
+    check_tree(files)
     c = _new_commit(parents or [head], files, title, message)
     _write_json(store.dir(typ, repo_id) / "commits" / f"{c['id']}.json", c)
     return c
@@ -787,6 +800,7 @@ def merge_pull(self: RepoStore, typ: str, repo_id: str, num: int, comment: str |
             raise HubError(409, f"Pull request #{num} of {repo_id} cannot be merged into {d['base']}: the branch "
                                 f"changed {shown} since the pull request started, and so did the pull request; make "
                                 f"refs/pr/{num} agree with {d['base']} on these files and merge again")
+        check_tree(files, f"merging pull request #{num} of {repo_id} into {d['base']}")
         if target == d["from"]: merged = d["head"]  # the target has not moved: a fast-forward
         elif {p: e["sha256"] for p, e in files.items()} == {p: e["sha256"] for p, e in
                                                            self.load(typ, repo_id, target)["files"].items()}:
