@@ -18,7 +18,7 @@ import threading
 import time
 from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from urllib.parse import parse_qs, unquote, urlsplit
+from urllib.parse import parse_qs, unquote, unquote_plus, urlsplit
 
 from fastcore.basics import patch
 
@@ -123,22 +123,36 @@ def match_route(
 # %% ../../nbs/localhub/03_http.ipynb #fb2f6253
 def _header_safe(s: str) -> str: return re.sub(r"[^\x20-\x7e]", " ", s)[:500]
 
-_SECRET = re.compile(r"sig|token|key|secret|pass|auth|credential", re.I)
+_SECRET = re.compile(r"sig|token|key|secret|pass|auth(?!ors?(?![a-z]))|credential", re.I)  # anywhere in a key
+_TOKEN = re.compile(r"(?<![A-Za-z0-9])(?:hf|api_org)_[A-Za-z0-9_-]{3,}|(?<![A-Za-z0-9])eyJ[A-Za-z0-9_-]{8,}"
+                    r"(?:\.[A-Za-z0-9_-]*){0,2}|[Bb][Ee][Aa][Rr][Ee][Rr]\s+\S+")  # a token by its shape
+
+def _escaped(s: str) -> str:
+    "`s` with every character outside printable ASCII %-escaped (a control character never reaches a log raw)."
+    return re.sub(r"[^\x21-\x7e]", lambda m: f"%{ord(m[0]):02X}", s)
 
 def _log_target(target: str | None) -> str:
-    "A request target for the log: the values of query fields that may be secrets (an LFS URL's `sig`) hidden."
+    "A request target for the log: query values under a secret's name, and anything shaped like a token, hidden."
     if not target: return "-"
     path, _, query = target.partition("?")
-    fields = [f"{k}=<hidden>" if _SECRET.search(unquote(k)) else f"{k}{s}{v}"
-              for k, s, v in (item.partition("=") for item in query.split("&") if item)]
-    out = path + ("?" + "&".join(fields) if fields else "")
-    return re.sub(r"[^\x21-\x7e]", lambda m: f"%{ord(m[0]):02X}", out)[:1000]
+    fields = []
+    for item in (i for i in query.split("&") if i):
+        k, s, v = item.partition("=")
+        if _TOKEN.search(unquote_plus(k)): fields.append("<hidden>")  # a bare token (`?hf_...`), or one as a key
+        elif s and (_SECRET.search(unquote_plus(k)) or _TOKEN.search(unquote_plus(v))): fields.append(f"{k}=<hidden>")
+        else: fields.append(item)
+    return _escaped(path + ("?" + "&".join(fields) if fields else ""))[:1000]
+
+def _log_text(text: str) -> str:
+    "A message for the server's own log: every target in it as `_log_target` shows it, tokens hidden, no controls."
+    text = re.sub(r"\S*\?\S*", lambda m: _log_target(m[0]), text)
+    return re.sub(r"[\x00-\x1f\x7f-\x9f]", lambda m: f"%{ord(m[0]):02X}", _TOKEN.sub("<hidden>", text))
 
 def _log_line(client: str, user: str, method: str, target: str, status: int, sent: int, seconds: float,
               request_id: str) -> str:
     "One request-log line: UTC time, client, user or '-', method, target, status, bytes sent, duration, request id."
     stamp = datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-    return f"{stamp} {client} {user} {method} {target} {status} {sent} {seconds * 1000:.1f}ms {request_id}"
+    return f"{stamp} {client} {user} {_escaped(method)[:100]} {target} {status} {sent} {seconds * 1000:.1f}ms {request_id}"
 
 class _CountingWriter:
     "A connection's output stream, counting what is written to it (for the request log)."
@@ -153,7 +167,7 @@ class HubHandler(BaseHTTPRequestHandler):
     "One request handler for the whole hub: checks the request, finds its route, answers or fails cleanly."
     protocol_version, server_version, disable_nagle_algorithm = "HTTP/1.1", "LocalHub/2", True
 
-    def log_message(self, fmt, *args): _log.debug("%s " + fmt, self.address_string(), *args)
+    def log_message(self, fmt, *args): _log.debug("%s %s", self.address_string(), _log_text(fmt % args))
     def setup(self):
         self.timeout = self.server.socket_timeout  # StreamRequestHandler applies it to the socket: stalled peers go
         super().setup()
@@ -197,7 +211,7 @@ class HubHandler(BaseHTTPRequestHandler):
         except HubError as e: self._fail(e)
         except (ConnectionError, TimeoutError): self.close_connection = True
         except Exception:
-            _log.exception("LocalHub failed on %s %s", self.command, _log_target(self.path))
+            _log.exception("LocalHub failed on %s %s", _escaped(self.command), _log_target(self.path))
             self._fail(HubError(500, "LocalHub internal error (see its log)"))
     do_HEAD = do_POST = do_PUT = do_DELETE = do_GET
 
