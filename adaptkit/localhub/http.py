@@ -152,7 +152,8 @@ def _log_line(client: str, user: str, method: str, target: str, status: int, sen
               request_id: str) -> str:
     "One request-log line: UTC time, client, user or '-', method, target, status, bytes sent, duration, request id."
     stamp = datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-    return f"{stamp} {client} {user} {_escaped(method)[:100]} {target} {status} {sent} {seconds * 1000:.1f}ms {request_id}"
+    method = _escaped(method)[:100]
+    return f"{stamp} {client} {user} {method} {target} {status} {sent} {seconds * 1000:.1f}ms {request_id}"
 
 class _CountingWriter:
     "A connection's output stream, counting what is written to it (for the request log)."

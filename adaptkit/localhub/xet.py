@@ -11,7 +11,7 @@ __all__ = ['DATA_KEY', 'INTERNAL_NODE_KEY', 'VERIFICATION_KEY', 'ZERO_HASH', 'MI
            'xorb_from_footer', 'parse_xorb', 'serialize_xorb', 'Term', 'ShardFile', 'ShardXorb', 'Shard', 'parse_shard',
            'serialize_shard', 'XetFile', 'XetStore', 'parse_byte_range']
 
-# %% ../../nbs/localhub/06_xet.ipynb #287fe96e
+# %% ../../nbs/localhub/06_xet.ipynb #3cef33f1
 import errno
 import hashlib
 import json
@@ -33,7 +33,7 @@ import lz4.frame
 import numpy as np
 from fastcore.basics import patch
 
-# %% ../../nbs/localhub/06_xet.ipynb #5f8e874e
+# %% ../../nbs/localhub/06_xet.ipynb #69362158
 class XetError(ValueError):
     "A refused Xet object or request: the message names the hash and what failed; `status` is the HTTP answer."
     def __init__(self,
@@ -42,7 +42,7 @@ class XetError(ValueError):
         super().__init__(message)
         self.status = status
 
-# %% ../../nbs/localhub/06_xet.ipynb #8144d5e5
+# %% ../../nbs/localhub/06_xet.ipynb #59d27297
 DATA_KEY = bytes([102, 151, 245, 119, 91, 149, 80, 222, 49, 53, 203, 172, 165, 151, 24, 28, 157, 228, 33, 16, 155,
                   235, 43, 88, 180, 208, 176, 75, 147, 173, 242, 41])
 INTERNAL_NODE_KEY = bytes([1, 126, 197, 199, 165, 71, 41, 150, 253, 148, 102, 102, 180, 138, 2, 230, 93, 221, 83, 111,
@@ -124,7 +124,7 @@ def keyed_hash(
     "A chunk hash as a global-dedup shard lists it: BLAKE3 of the hash, keyed with the shard's key."
     return blake3.blake3(bytes(h), key=bytes(key)).digest()
 
-# %% ../../nbs/localhub/06_xet.ipynb #4deec8c8
+# %% ../../nbs/localhub/06_xet.ipynb #a860d129
 MIN_CHUNK_SIZE = 8 * 1024
 MAX_CHUNK_SIZE = 128 * 1024
 GEAR_TABLE = np.array([
@@ -249,7 +249,7 @@ def hash_file(
         chunks.append((chunk_hash(c), len(c)))
     return FileHashes(hash_to_hex(file_hash(chunks)), sha.hexdigest(), sum(n for _, n in chunks))
 
-# %% ../../nbs/localhub/06_xet.ipynb #4e3db6d4
+# %% ../../nbs/localhub/06_xet.ipynb #b2a73721
 XORB_MAX_BYTES = 64 << 20  # a xorb's serialized chunks, at most (the spec's limit)
 CHUNK_HEADER_SIZE = 8
 COMPRESSION = {"none": 0, "lz4": 1, "bg4-lz4": 2}  # the spec's chunk compression schemes
@@ -419,12 +419,14 @@ def serialize_xorb(
     xorb = Xorb(merkle_root((c.hash, c.size) for c in table), tuple(table))
     return xorb.hex, b"".join(parts) + (xorb_footer(xorb) if footer else b"")
 
-# %% ../../nbs/localhub/06_xet.ipynb #b2222e20
+# %% ../../nbs/localhub/06_xet.ipynb #c669d418
 SHARD_TAG = b"HFRepoMetaData\x00" + bytes([85, 105, 103, 69, 106, 123, 129, 87, 131, 165, 189, 217, 92, 205, 209, 74,
                                           169])
 SHARD_FOOTER_SIZE = 200
 FILE_FLAG_VERIFICATION, FILE_FLAG_METADATA = 1 << 31, 1 << 30
 _BOOKEND = b"\xff" * 32 + bytes(16)
+
+def _trunc(h: bytes) -> int: return int.from_bytes(h[:8], "little")  # how the lookup tables sort and find a hash
 
 @dataclass(frozen=True)
 class Term:
@@ -507,42 +509,60 @@ def parse_shard(
         rows = [_record(data, pos + 48 * k, end, f"shard xorb {hash_to_hex(h)}") for k in range(n)]
         xorbs.append(ShardXorb(h, tuple((ch, start, size) for ch, (start, size, _, _) in rows), stored))
         pos += 48 * n
-    if pos != end: raise XetError(f"shard: {end - pos} bytes after the xorb section's bookend")
     key, created, expiry = ZERO_HASH, 0, 0
     if footer_size:
-        fv, file_off, xorb_off = struct.unpack_from("<QQQ", data, end)
+        (fv, file_off, xorb_off, file_lookup, n_files, xorb_lookup, n_xorbs, chunk_lookup,
+         n_chunks) = struct.unpack_from("<9Q", data, end)
         key, (created, expiry), (footer_off,) = (data[end + 72:end + 104], struct.unpack_from("<QQ", data, end + 104),
                                                 struct.unpack_from("<Q", data, end + 192))
-        if (fv, file_off, xorb_off, footer_off) != (1, 48, xorb_start, end):
-            raise XetError("shard: its footer's version or section offsets do not match the shard")
+        tables = (pos, pos + 12 * n_files, pos + 12 * (n_files + n_xorbs), end)
+        if ((fv, file_off, xorb_off, footer_off) != (1, 48, xorb_start, end)
+                or (file_lookup, xorb_lookup, chunk_lookup + 16 * n_chunks) != tables[:2] + tables[3:]
+                or chunk_lookup != tables[2]):
+            raise XetError("shard: its footer's version, section offsets or lookup tables do not match the shard")
+    elif pos != end: raise XetError(f"shard: {end - pos} bytes after the xorb section's bookend")
     return Shard(tuple(files), tuple(xorbs), key, created, expiry)
 
 def serialize_shard(
     shard: Shard,  # what to write
-    footer: bool = True,  # write the footer (an uploaded shard may omit it; a dedup answer needs it for its key)
+    footer: bool = True,  # write the lookup tables and footer (an upload may omit them; a dedup answer needs them)
 ) -> bytes:
     "A shard's bytes, as `hf_xet` writes and reads them."
-    out = [SHARD_TAG, struct.pack("<QQ", 2, SHARD_FOOTER_SIZE if footer else 0)]
+    out, size = [SHARD_TAG, struct.pack("<QQ", 2, SHARD_FOOTER_SIZE if footer else 0)], 48
+    files, xorbs, chunks = [], [], []  # lookup rows: (truncated hash, packed row)
+    def put(*parts):
+        nonlocal size
+        out.extend(parts)
+        size += sum(map(len, parts))
     for f in shard.files:
+        files.append((_trunc(f.hash), struct.pack("<QI", _trunc(f.hash), (size - 48) // 48)))
         verified = bool(f.terms) and all(t.verification is not None for t in f.terms)
         flags = (FILE_FLAG_VERIFICATION if verified else 0) | (FILE_FLAG_METADATA if f.sha256 is not None else 0)
-        out.append(f.hash + struct.pack("<IIQ", flags, len(f.terms), 0))
-        out += [t.xorb + struct.pack("<IIII", 0, t.size, t.start, t.end) for t in f.terms]
-        if verified: out += [t.verification + bytes(16) for t in f.terms]
-        if f.sha256 is not None: out.append(hex_to_hash(f.sha256, "sha256") + bytes(16))
-    out.append(_BOOKEND)
-    xorb_start = sum(map(len, out))
+        put(f.hash + struct.pack("<IIQ", flags, len(f.terms), 0))
+        put(*(t.xorb + struct.pack("<IIII", 0, t.size, t.start, t.end) for t in f.terms))
+        if verified: put(*(t.verification + bytes(16) for t in f.terms))
+        if f.sha256 is not None: put(hex_to_hash(f.sha256, "sha256") + bytes(16))
+    put(_BOOKEND)
+    xorb_start = size
     for x in shard.xorbs:
-        out.append(x.hash + struct.pack("<IIII", 0, len(x.chunks), x.size, x.stored_size))
-        out += [h + struct.pack("<IIQ", start, size, 0) for h, start, size in x.chunks]
-    out.append(_BOOKEND)
-    if footer:
-        end = sum(map(len, out))
-        out.append(struct.pack("<QQQ", 1, 48, xorb_start) + bytes(48) + shard.key
-                   + struct.pack("<QQ", shard.created, shard.expiry) + bytes(72) + struct.pack("<Q", end))
+        index = (size - xorb_start) // 48
+        xorbs.append((_trunc(x.hash), struct.pack("<QI", _trunc(x.hash), index)))
+        chunks += [(_trunc(h), struct.pack("<QII", _trunc(h), index, i)) for i, (h, _, _) in enumerate(x.chunks)]
+        put(x.hash + struct.pack("<IIII", 0, len(x.chunks), x.size, x.stored_size))
+        put(*(h + struct.pack("<IIQ", start, n, 0) for h, start, n in x.chunks))
+    put(_BOOKEND)
+    if not footer: return b"".join(out)
+    offsets = []
+    for rows in (files, xorbs, chunks):
+        offsets.append(size)
+        put(*(row for _, row in sorted(rows, key=lambda r: r[0])))
+    put(struct.pack("<9Q", 1, 48, xorb_start, offsets[0], len(files), offsets[1], len(xorbs), offsets[2], len(chunks))
+        + shard.key + struct.pack("<QQ", shard.created, shard.expiry) + bytes(48)
+        + struct.pack("<4Q", sum(x.stored_size for x in shard.xorbs), sum(f.size for f in shard.files),
+                      sum(x.size for x in shard.xorbs), size))
     return b"".join(out)
 
-# %% ../../nbs/localhub/06_xet.ipynb #94fee9c3
+# %% ../../nbs/localhub/06_xet.ipynb #d1e60569
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 
 @dataclass(frozen=True)
@@ -590,7 +610,7 @@ def _write(self: XetStore, path: Path, parts: Iterable[bytes]):
                        507) from None
     finally: Path(tmp).unlink(missing_ok=True)
 
-# %% ../../nbs/localhub/06_xet.ipynb #a116ce46
+# %% ../../nbs/localhub/06_xet.ipynb #e86b4c83
 @patch
 def has_xorb(self: XetStore, xorb: str) -> bool:
     "Whether the xorb with this hash (hex) is stored."
@@ -659,7 +679,7 @@ def xorb_bytes(self: XetStore,
                 yield block
     return read()
 
-# %% ../../nbs/localhub/06_xet.ipynb #c6354823
+# %% ../../nbs/localhub/06_xet.ipynb #7972d7a1
 @patch
 def _plan(self: XetStore, terms, start: int, end: int) -> tuple[int, list[tuple[Xorb, int, int, int]]]:
     "The chunk ranges (xorb, first, end, bytes) covering file bytes `[start, end)`, and the bytes to skip first."
@@ -814,7 +834,7 @@ def put_file(self: XetStore,
     shard = Shard(files=(ShardFile(file_hash(file_chunks), tuple(terms), sha.hexdigest()),))
     return self.put_shard(serialize_shard(shard, footer=False), verify_sha256=False)[0]
 
-# %% ../../nbs/localhub/06_xet.ipynb #d0e24472
+# %% ../../nbs/localhub/06_xet.ipynb #26c10108
 def parse_byte_range(
     header: str | None,  # a `Range` header (`bytes=a-b`, `bytes=a-`, `bytes=-n`), or None
     size: int,  # the file's size
@@ -875,7 +895,7 @@ def reconstruction(self: XetStore,
                           for h, v in fetch.items()}}
     raise ValueError(f"reconstruction version {version}: 1 or 2")
 
-# %% ../../nbs/localhub/06_xet.ipynb #23b90f7a
+# %% ../../nbs/localhub/06_xet.ipynb #b8430554
 @patch
 def dedup_shard(self: XetStore,
                 chunk: str,  # the chunk hash asked about (hex)
@@ -891,7 +911,7 @@ def dedup_shard(self: XetStore,
     return serialize_shard(Shard(xorbs=(ShardXorb(x.hash, tuple(rows), x.data_length),), key=key, created=now,
                                  expiry=now + self.dedup_expiry))
 
-# %% ../../nbs/localhub/06_xet.ipynb #6d99c7a3
+# %% ../../nbs/localhub/06_xet.ipynb #f54b353a
 @patch
 def collect_garbage(self: XetStore,
                     keep: Iterable[str],  # Xet hashes (hex) of every file some repo still names
