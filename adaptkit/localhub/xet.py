@@ -11,7 +11,7 @@ __all__ = ['DATA_KEY', 'INTERNAL_NODE_KEY', 'VERIFICATION_KEY', 'ZERO_HASH', 'MI
            'xorb_from_footer', 'parse_xorb', 'serialize_xorb', 'Term', 'ShardFile', 'ShardXorb', 'Shard', 'parse_shard',
            'serialize_shard', 'XetFile', 'XetStore', 'parse_byte_range']
 
-# %% ../../nbs/localhub/06_xet.ipynb #3cef33f1
+# %% ../../nbs/localhub/06_xet.ipynb #6611143c
 import errno
 import hashlib
 import json
@@ -33,7 +33,7 @@ import lz4.frame
 import numpy as np
 from fastcore.basics import patch
 
-# %% ../../nbs/localhub/06_xet.ipynb #69362158
+# %% ../../nbs/localhub/06_xet.ipynb #d5500b83
 class XetError(ValueError):
     "A refused Xet object or request: the message names the hash and what failed; `status` is the HTTP answer."
     def __init__(self,
@@ -42,7 +42,7 @@ class XetError(ValueError):
         super().__init__(message)
         self.status = status
 
-# %% ../../nbs/localhub/06_xet.ipynb #59d27297
+# %% ../../nbs/localhub/06_xet.ipynb #804f19b3
 DATA_KEY = bytes([102, 151, 245, 119, 91, 149, 80, 222, 49, 53, 203, 172, 165, 151, 24, 28, 157, 228, 33, 16, 155,
                   235, 43, 88, 180, 208, 176, 75, 147, 173, 242, 41])
 INTERNAL_NODE_KEY = bytes([1, 126, 197, 199, 165, 71, 41, 150, 253, 148, 102, 102, 180, 138, 2, 230, 93, 221, 83, 111,
@@ -124,7 +124,7 @@ def keyed_hash(
     "A chunk hash as a global-dedup shard lists it: BLAKE3 of the hash, keyed with the shard's key."
     return blake3.blake3(bytes(h), key=bytes(key)).digest()
 
-# %% ../../nbs/localhub/06_xet.ipynb #a860d129
+# %% ../../nbs/localhub/06_xet.ipynb #41293e76
 MIN_CHUNK_SIZE = 8 * 1024
 MAX_CHUNK_SIZE = 128 * 1024
 GEAR_TABLE = np.array([
@@ -249,7 +249,7 @@ def hash_file(
         chunks.append((chunk_hash(c), len(c)))
     return FileHashes(hash_to_hex(file_hash(chunks)), sha.hexdigest(), sum(n for _, n in chunks))
 
-# %% ../../nbs/localhub/06_xet.ipynb #b2a73721
+# %% ../../nbs/localhub/06_xet.ipynb #b8f46546
 XORB_MAX_BYTES = 64 << 20  # a xorb's serialized chunks, at most (the spec's limit)
 CHUNK_HEADER_SIZE = 8
 COMPRESSION = {"none": 0, "lz4": 1, "bg4-lz4": 2}  # the spec's chunk compression schemes
@@ -297,7 +297,8 @@ def encode_chunk(
     compression: str = "auto",  # "none", "lz4", "bg4-lz4", or "auto": the smallest, stored plain if nothing helps
 ) -> bytes:
     "A chunk as a xorb holds it: its 8-byte header, then its data."
-    if not 0 < len(data) <= MAX_CHUNK_SIZE: raise ValueError(f"a chunk holds 1 to {MAX_CHUNK_SIZE} bytes, not {len(data)}")
+    if not 0 < len(data) <= MAX_CHUNK_SIZE:
+        raise ValueError(f"a chunk holds 1 to {MAX_CHUNK_SIZE} bytes, not {len(data)}")
     if compression not in (*COMPRESSION, "auto"): raise ValueError(f"unknown compression {compression!r}")
     options = {"none": data}
     if compression in ("lz4", "auto"): options["lz4"] = lz4.frame.compress(data)
@@ -419,7 +420,7 @@ def serialize_xorb(
     xorb = Xorb(merkle_root((c.hash, c.size) for c in table), tuple(table))
     return xorb.hex, b"".join(parts) + (xorb_footer(xorb) if footer else b"")
 
-# %% ../../nbs/localhub/06_xet.ipynb #c669d418
+# %% ../../nbs/localhub/06_xet.ipynb #2fa98ef0
 SHARD_TAG = b"HFRepoMetaData\x00" + bytes([85, 105, 103, 69, 106, 123, 129, 87, 131, 165, 189, 217, 92, 205, 209, 74,
                                           169])
 SHARD_FOOTER_SIZE = 200
@@ -562,7 +563,7 @@ def serialize_shard(
                       sum(x.size for x in shard.xorbs), size))
     return b"".join(out)
 
-# %% ../../nbs/localhub/06_xet.ipynb #d1e60569
+# %% ../../nbs/localhub/06_xet.ipynb #f4ec32fb
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 
 @dataclass(frozen=True)
@@ -610,7 +611,7 @@ def _write(self: XetStore, path: Path, parts: Iterable[bytes]):
                        507) from None
     finally: Path(tmp).unlink(missing_ok=True)
 
-# %% ../../nbs/localhub/06_xet.ipynb #e86b4c83
+# %% ../../nbs/localhub/06_xet.ipynb #73533bd4
 @patch
 def has_xorb(self: XetStore, xorb: str) -> bool:
     "Whether the xorb with this hash (hex) is stored."
@@ -679,7 +680,7 @@ def xorb_bytes(self: XetStore,
                 yield block
     return read()
 
-# %% ../../nbs/localhub/06_xet.ipynb #7972d7a1
+# %% ../../nbs/localhub/06_xet.ipynb #0dd3c486
 @patch
 def _plan(self: XetStore, terms, start: int, end: int) -> tuple[int, list[tuple[Xorb, int, int, int]]]:
     "The chunk ranges (xorb, first, end, bytes) covering file bytes `[start, end)`, and the bytes to skip first."
@@ -834,7 +835,7 @@ def put_file(self: XetStore,
     shard = Shard(files=(ShardFile(file_hash(file_chunks), tuple(terms), sha.hexdigest()),))
     return self.put_shard(serialize_shard(shard, footer=False), verify_sha256=False)[0]
 
-# %% ../../nbs/localhub/06_xet.ipynb #26c10108
+# %% ../../nbs/localhub/06_xet.ipynb #72185dc9
 def parse_byte_range(
     header: str | None,  # a `Range` header (`bytes=a-b`, `bytes=a-`, `bytes=-n`), or None
     size: int,  # the file's size
@@ -895,7 +896,7 @@ def reconstruction(self: XetStore,
                           for h, v in fetch.items()}}
     raise ValueError(f"reconstruction version {version}: 1 or 2")
 
-# %% ../../nbs/localhub/06_xet.ipynb #b8430554
+# %% ../../nbs/localhub/06_xet.ipynb #ef6764aa
 @patch
 def dedup_shard(self: XetStore,
                 chunk: str,  # the chunk hash asked about (hex)
@@ -911,7 +912,7 @@ def dedup_shard(self: XetStore,
     return serialize_shard(Shard(xorbs=(ShardXorb(x.hash, tuple(rows), x.data_length),), key=key, created=now,
                                  expiry=now + self.dedup_expiry))
 
-# %% ../../nbs/localhub/06_xet.ipynb #f54b353a
+# %% ../../nbs/localhub/06_xet.ipynb #b2744d1b
 @patch
 def collect_garbage(self: XetStore,
                     keep: Iterable[str],  # Xet hashes (hex) of every file some repo still names
