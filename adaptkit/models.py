@@ -5,6 +5,7 @@
 # %% ../nbs/03_models.ipynb #20c7fc00
 from __future__ import annotations
 
+import base64
 import importlib.util
 import inspect
 import json
@@ -13,6 +14,7 @@ import os
 import warnings
 from pathlib import Path
 
+import numpy as np
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerFast
 
@@ -337,50 +339,115 @@ def completion_collator(
 class BaseMismatchError(ValueError):
     "An artifact loaded on a base model other than the one it was made from."
 
-def _weights(model) -> dict[str, torch.Tensor]:
-    "The weight matrices of `model` by their plain names (through a PEFT wrapper: no adapter tensors, no `base_layer`)."
-    model = model.get_base_model() if hasattr(model, "get_base_model") else model
-    return {n.replace(".base_layer.", "."): p for n, p in model.named_parameters() if p.dim() == 2 and "lora_" not in n}
+_SAMPLE = 8  # values a fingerprint keeps of each tensor
+_FIBONACCI = 0x9E3779B97F4A7C15  # 2**64 over the golden ratio: spreads the sampled positions over a tensor
+
+def _tensors(model) -> dict[str, torch.Tensor]:
+    "The floating-point parameters of `model` by their plain names (through a PEFT wrapper: the base's own tensors)."
+    inner = model.get_base_model() if hasattr(model, "get_base_model") else model
+    prefix = (getattr(getattr(model, "base_model", None), "prefix", None) if inner is not model else None) or "lora_"
+    return {n.replace(".base_layer.", ".").replace(".original_module.", "."): p for n, p in inner.named_parameters()
+            if p.is_floating_point() and prefix not in n and ".modules_to_save." not in n}
+
+def _positions(numel: int, k: int = _SAMPLE) -> list[int]:
+    "`k` fixed flat positions spread over `numel` elements (all of them when fewer), the same for every model."
+    return list(range(numel)) if numel <= k else [((j + 1) * _FIBONACCI % 2**64) * numel >> 64 for j in range(k)]
+
+def _sample(t: torch.Tensor) -> dict:
+    "A tensor's shape and its values at the fixed positions, as float32 (little-endian, base64)."
+    flat = t.detach().reshape(-1)
+    values = flat[torch.tensor(_positions(flat.numel()), device=flat.device)].float().cpu().numpy().astype("<f4")
+    return {"shape": list(t.shape), "sample": base64.b64encode(values.tobytes()).decode("ascii")}
 
 def fingerprint(
     model,  # a transformers model, possibly PEFT-wrapped
-    n: int = 4,  # how many weight matrices (the first by name)
-    names: list[str] | None = None,  # exactly these weights instead (a recorded fingerprint's names)
-) -> dict[str, list[float]]:
-    "Sum and sum of squares (float64) of a few named weight matrices: cheap evidence of which base a model is."
-    weights = _weights(model)
-    out = {}
-    for name in names if names is not None else sorted(weights)[:n]:
-        w = weights.get(name)
-        out[name] = None if w is None else [w.detach().double().sum().item(), w.detach().double().square().sum().item()]
-    return out
+    names: list[str] | None = None,  # only these tensors (a recorded fingerprint's names); default every one
+) -> dict[str, dict | None]:
+    "Shape and a fixed sample of values of every floating-point weight: cheap evidence of which base a model is."
+    tensors = _tensors(model)
+    with torch.no_grad():
+        return {n: None if (t := tensors.get(n)) is None else _sample(t) for n in (names or sorted(tensors))}
 
+# %% ../nbs/03_models.ipynb #f1a7c3e2
+def _values(entry: dict) -> torch.Tensor:
+    "The sampled values of a fingerprint entry."
+    return torch.from_numpy(np.frombuffer(base64.b64decode(entry["sample"], validate=True), dtype="<f4").copy())
+
+def _precision(v: torch.Tensor) -> torch.dtype:
+    "The coarsest of bfloat16, float16 and float32 that holds every value of `v` exactly."
+    return next((dt for dt in (torch.bfloat16, torch.float16) if torch.equal(v.to(dt).float(), v)), torch.float32)
+
+def _same_tensor(a: torch.Tensor, b: torch.Tensor) -> bool:
+    "Whether the samples `a` and `b` are of one tensor, either side possibly rounded to bfloat16 or float16."
+    if a.shape != b.shape: return False
+    if torch.equal(a, b): return True
+    pa, pb = _precision(a), _precision(b)
+    if pa == pb: return False  # the same precision: any difference is a change
+    if torch.float32 in (pa, pb):  # one side holds the other's values rounded
+        low = pb if pa == torch.float32 else pa
+        return torch.equal(a.to(low), b.to(low))
+    # one side bfloat16, the other float16, each rounded from the same float32: one bfloat16 step apart at most
+    steps = (a.to(torch.bfloat16).view(torch.int16).int() - b.to(torch.bfloat16).view(torch.int16).int()).abs()
+    return bool(((steps <= 1) | ((a - b).abs() <= 2**-24)).all())  # 2**-24: float16's smallest step
+
+def _entry_differs(want, got, rtol: float) -> bool:
+    "Whether a recorded fingerprint entry and the same tensor's now differ (or cannot be compared)."
+    if got is None: return True
+    if isinstance(want, dict) and isinstance(got, dict):
+        return want["shape"] != got["shape"] or not _same_tensor(_values(want), _values(got))
+    if isinstance(want, list) and isinstance(got, list):  # the old form: [sum, sum of squares]
+        return not all(math.isclose(x, y, rel_tol=rtol, abs_tol=1e-6) for x, y in zip(want, got))
+    return True
+
+def fingerprint_mismatch(
+    want: dict,  # a recorded `fingerprint`
+    got: dict,  # the fingerprint of the same tensors now
+    rtol: float = 1e-4,  # relative tolerance of an old fingerprint's sums
+) -> str | None:
+    "The first tensor whose recorded sample differs from `got`'s (or that `got` lacks); None when they agree."
+    return next((k for k in want if _entry_differs(want[k], got.get(k), rtol)), None)
+
+# %% ../nbs/03_models.ipynb #b8d4e6a1
 def _model_name(model) -> str:
     name = getattr(getattr(model, "config", None), "name_or_path", "") or ""
     return repr(name) if name else f"an in-memory {type(model).__name__}"
 
-def fingerprint_mismatch(
-    want: dict,  # a recorded `fingerprint`
-    got: dict,  # the fingerprint of the same weights now
-    rtol: float = 1e-4,  # relative tolerance of each sum
-) -> str | None:
-    "The first weight whose sums differ between `want` and `got` (or that `got` lacks); None when they agree."
-    close = lambda a, b: all(math.isclose(x, y, rel_tol=rtol, abs_tol=1e-6) for x, y in zip(a, b))
-    return next((k for k in want if got.get(k) is None or not close(want[k], got[k])), None)
+def _is_entry(v) -> bool:
+    "Whether `v` is an entry of today's fingerprint: a shape and a sample of the size the shape calls for."
+    if not (isinstance(v, dict) and isinstance(v.get("shape"), list) and isinstance(v.get("sample"), str)): return False
+    try: return len(_values(v)) == len(_positions(math.prod(v["shape"])))
+    except (ValueError, TypeError): return False
+
+def _is_old_entry(v) -> bool:
+    "Whether `v` is an entry of the fingerprint of adaptkit before it sampled every tensor: `[sum, sum of squares]`."
+    return isinstance(v, list) and len(v) == 2 and all(isinstance(x, (int, float)) for x in v)
+
+def _fingerprint_as(model, want: dict, what: str) -> dict:
+    "`model`'s fingerprint in the form `want` was recorded in (the old form warns that it checks a few weights only)."
+    if isinstance(want, dict) and all(map(_is_entry, want.values())): return fingerprint(model, names=list(want))
+    if not (isinstance(want, dict) and all(map(_is_old_entry, want.values()))):
+        raise ValueError(f"{what}: the base fingerprint in its record is not a fingerprint adaptkit writes "
+                         "(the record was edited or damaged)")
+    warnings.warn(f"{what} records adaptkit's old base fingerprint (sums of {len(want)} weights), which a base with a "
+                  "merged LoRA or a fine-tune can pass: only those weights were checked; save the artifact again, "
+                  "on its base, to record the full fingerprint", stacklevel=3)
+    sums = lambda t: [t.detach().double().sum().item(), t.detach().double().square().sum().item()]
+    tensors = _tensors(model)
+    return {n: sums(tensors[n]) if n in tensors else None for n in want}
 
 def check_base(
     model,  # the base the artifact is about to be used with
     source: dict,  # the artifact's record: `base_model`, `base_revision`, `fingerprint`
     what: str,  # the artifact, for the message
     ignore_base_mismatch: bool = False,  # warn instead of raising
-    rtol: float = 1e-4,  # relative tolerance of each sum
+    rtol: float = 1e-4,  # relative tolerance of an old fingerprint's sums
 ) -> None:
     """Raise `BaseMismatchError` naming both bases when `model` is not the base `source` records.
 
     When `source` records no fingerprint, nothing is checked."""
     want = source.get("fingerprint")
     if not want: return
-    got = fingerprint(model, names=list(want))
+    got = _fingerprint_as(model, want, what)
     if (bad := fingerprint_mismatch(want, got, rtol)) is None: return
     recorded = source.get("base_model") or "a local base"
     if source.get("base_revision"): recorded += f"@{source['base_revision'][:12]}"

@@ -144,7 +144,7 @@ def test_check_base_names_both_bases_and_the_tensor(tiny):
     check_base(model, {"fingerprint": recorded}, "the adapter 'x'")  # its own base: no error
     check_base(model, {}, "the adapter 'x'")  # nothing recorded: nothing to check
     name = sorted(recorded)[1]
-    wrong = {**recorded, name: [recorded[name][0] + 1.0, recorded[name][1]]}
+    wrong = {**recorded, name: fingerprint(tiny_causal_lm(tiny[1], seed=7), names=[name])[name]}  # another base's
     source = {"fingerprint": wrong, "base_model": "team/base", "base_revision": "0123456789abcdef"}
     with pytest.raises(
         BaseMismatchError,
@@ -153,8 +153,9 @@ def test_check_base_names_both_bases_and_the_tensor(tiny):
         check_base(model, source, "the adapter 'x'")
     with pytest.warns(UserWarning, match="pass ignore_base_mismatch=True"):
         check_base(model, source, "the adapter 'x'", ignore_base_mismatch=True)
+    missing = {"no.such.weight": recorded[name]}
     with pytest.raises(BaseMismatchError, match="has no tensor 'no.such.weight'"):
-        check_base(model, {"fingerprint": {"no.such.weight": [1.0, 1.0]}}, "the adapter 'x'")
+        check_base(model, {"fingerprint": missing}, "the adapter 'x'")
 
 
 def test_a_completion_row_trains_on_the_completion_and_eos_only(tiny_tok):
@@ -191,11 +192,11 @@ def test_completion_rows_are_right_padded_with_minus_100_labels_and_a_mask(tiny_
 
 
 def test_a_base_a_fraction_of_a_percent_away_is_another_base(tiny_tok):
-    "`check_base` compares four weights' sums to 1e-4 relative: a base scaled by 1.001 is refused, its own accepted."
+    "A base scaled by 1.001 is refused, its own accepted."
     from adaptkit.models import BaseMismatchError, check_base, fingerprint
     model = tiny_causal_lm(tiny_tok)
     source = {"base_model": "team/base", "fingerprint": fingerprint(model)}
-    assert len(source["fingerprint"]) == 4
+    assert len(source["fingerprint"]) == len(list(model.parameters()))
     check_base(model, source, "the adapter 'a'")
     near = copy.deepcopy(model)
     with torch.no_grad():
@@ -303,3 +304,105 @@ def test_share_prefix_takes_what_it_can_and_falls_back_on_the_rest(tiny, case):
     finally: hook.remove()
     assert got == alone
     assert (shapes[0] == (1, 4)) == (case == "peft lora"), shapes[0]
+
+
+# --- the base fingerprint: every weight sampled, precision-aware (issue 38, item 3) ---------------------------------
+def _merged_lora(model, targets=("q_proj", "v_proj"), scale=0.05, seed=0):
+    "A copy of `model` with a random q/v LoRA merged in, its change `scale` of the weights' size (a trained one's)."
+    from peft import LoraConfig, get_peft_model
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        peft_model = get_peft_model(copy.deepcopy(model), LoraConfig(r=4, target_modules=list(targets),
+                                                                    init_lora_weights=False))
+    with torch.no_grad():
+        for name, p in peft_model.named_parameters():
+            if "lora_B" in name: p.mul_(scale)
+    return peft_model.merge_and_unload()
+
+
+def _logits(model, tok):
+    ids = tok(["what is six plus two"], return_tensors="pt")
+    with torch.no_grad(): return model(**ids).logits
+
+
+def test_a_base_with_a_merged_qv_lora_is_another_base(tiny_tok):
+    "The probe's case: a q/v LoRA merged into the base changes the logits, and the check now refuses it."
+    from adaptkit.models import BaseMismatchError, check_base, fingerprint
+    base = tiny_causal_lm(tiny_tok, num_layers=3)
+    source = {"base_model": "team/base", "fingerprint": fingerprint(base)}
+    merged_base = _merged_lora(base)
+    assert (_logits(merged_base, tiny_tok) - _logits(base, tiny_tok)).abs().max() > 1e-3  # it matters
+    with pytest.raises(BaseMismatchError, match=r"differs in 'model\.layers\.0\.self_attn\.[qv]_proj\.weight'"):
+        check_base(merged_base, source, "the adapter 'a'")
+    for layer in range(3):  # one layer's q alone is caught too
+        with pytest.raises(BaseMismatchError, match=rf"model\.layers\.{layer}\.self_attn\.q_proj\.weight"):
+            check_base(_merged_lora(base, targets=[f"layers.{layer}.self_attn.q_proj"]), source, "a")
+    check_base(base, source, "the adapter 'a'")
+
+
+def test_a_fine_tuned_base_is_another_base(tiny_tok):
+    "One AdamW step at lr 1e-5 (each weight moves by about 1e-5) makes another base."
+    from adaptkit.models import BaseMismatchError, check_base, fingerprint
+    base = tiny_causal_lm(tiny_tok)
+    source = {"fingerprint": fingerprint(base)}
+    tuned = copy.deepcopy(base).train()
+    opt = torch.optim.AdamW(tuned.parameters(), lr=1e-5, weight_decay=0.0)
+    ids = tiny_tok(["one two three four"], return_tensors="pt")["input_ids"]
+    tuned(input_ids=ids, labels=ids).loss.backward(); opt.step()
+    with pytest.raises(BaseMismatchError, match="differs in"):
+        check_base(tuned.eval(), source, "the adapter 'a'")
+
+
+def test_the_fingerprint_samples_every_weight_an_adapter_touches(tiny_tok):
+    "Every parameter is in it (every LoRA target, norms, embeddings, head), and a PEFT wrapper changes nothing."
+    from peft import LoraConfig, get_peft_model
+
+    from adaptkit.models import fingerprint
+    base = tiny_causal_lm(tiny_tok)
+    fp = fingerprint(base)
+    assert sorted(fp) == sorted(n for n, _ in base.named_parameters())
+    assert all(set(v) == {"shape", "sample"} for v in fp.values())
+    assert fp["model.layers.1.self_attn.v_proj.weight"]["shape"] == [16, 32]
+    wrapped = get_peft_model(copy.deepcopy(base), LoraConfig(r=2, target_modules="all-linear", init_lora_weights=False))
+    assert fingerprint(wrapped) == fp
+    saved = get_peft_model(copy.deepcopy(base), LoraConfig(r=2, target_modules=["q_proj"], modules_to_save=["lm_head"]))
+    assert fingerprint(saved) == fp  # `modules_to_save` copies are the adapter's, the original is the base's
+    assert json.loads(json.dumps(fp)) == fp  # it goes into adaptkit.json as it is
+    assert len(json.dumps(fp)) < 120 * len(fp)  # a small sample of each: about 100 bytes a tensor
+
+
+def test_the_same_base_in_bf16_or_fp16_passes_the_check(tiny_tok):
+    "A base loaded in another precision is its base: each side is compared at the coarser precision of the two."
+    from adaptkit.models import BaseMismatchError, check_base, fingerprint
+    base = tiny_causal_lm(tiny_tok)
+    for low in (torch.bfloat16, torch.float16):
+        fp32_record = {"fingerprint": fingerprint(base)}
+        check_base(copy.deepcopy(base).to(low), fp32_record, "a")  # recorded in float32, loaded in low precision
+        low_record = {"fingerprint": fingerprint(copy.deepcopy(base).to(low))}
+        check_base(base, low_record, "a")  # and the other way round
+        check_base(copy.deepcopy(base).to(low).float(), fp32_record, "a")  # a low-precision copy saved as float32
+    check_base(copy.deepcopy(base).to(torch.bfloat16), {"fingerprint": fingerprint(base.to(torch.float16))}, "a")
+    base = tiny_causal_lm(tiny_tok)  # float32 values (the one above was rounded to float16 in place)
+    near = copy.deepcopy(base)
+    with torch.no_grad():
+        for p in near.parameters(): p.mul_(1 + 2**-12)  # far below bf16's step, yet another float32 base
+    with pytest.raises(BaseMismatchError):
+        check_base(near, {"fingerprint": fingerprint(base)}, "a")
+    with pytest.raises(BaseMismatchError):  # a base that differs by more than its rounding, in bf16
+        check_base(_merged_lora(base).to(torch.bfloat16), {"fingerprint": fingerprint(base)}, "a")
+
+
+def test_an_old_fingerprint_is_checked_on_its_sums_and_says_it_is_partial(tiny_tok):
+    "A record from before (sums of 4 weights) is still checked on what it holds, with a warning that it is partial."
+    from adaptkit.models import BaseMismatchError, check_base
+    base = tiny_causal_lm(tiny_tok)
+    weights = dict(base.named_parameters())
+    old = {n: [weights[n].double().sum().item(), weights[n].double().square().sum().item()]
+           for n in sorted(n for n, p in weights.items() if p.dim() == 2)[:4]}
+    partial = r"the adapter 'a' records adaptkit's old base fingerprint \(sums of 4 weights"
+    with pytest.warns(UserWarning, match=partial):
+        check_base(base, {"fingerprint": old}, "the adapter 'a'")
+    with pytest.raises(BaseMismatchError, match="differs in"), pytest.warns(UserWarning, match="old base fingerprint"):
+        check_base(tiny_causal_lm(tiny_tok, seed=3), {"fingerprint": old}, "the adapter 'a'")
+    with pytest.raises(ValueError, match="not a fingerprint adaptkit writes"):
+        check_base(base, {"fingerprint": "abc"}, "the adapter 'a'")
