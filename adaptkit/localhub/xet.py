@@ -11,7 +11,7 @@ __all__ = ['DATA_KEY', 'INTERNAL_NODE_KEY', 'VERIFICATION_KEY', 'ZERO_HASH', 'MI
            'xorb_from_footer', 'parse_xorb', 'serialize_xorb', 'Term', 'ShardFile', 'ShardXorb', 'Shard', 'parse_shard',
            'serialize_shard', 'XetFile', 'XetStore', 'parse_byte_range']
 
-# %% ../../nbs/localhub/06_xet.ipynb #6611143c
+# %% ../../nbs/localhub/06_xet.ipynb #51cebe85
 import errno
 import hashlib
 import json
@@ -33,7 +33,7 @@ import lz4.frame
 import numpy as np
 from fastcore.basics import patch
 
-# %% ../../nbs/localhub/06_xet.ipynb #d5500b83
+# %% ../../nbs/localhub/06_xet.ipynb #b438143a
 class XetError(ValueError):
     "A refused Xet object or request: the message names the hash and what failed; `status` is the HTTP answer."
     def __init__(self,
@@ -42,7 +42,7 @@ class XetError(ValueError):
         super().__init__(message)
         self.status = status
 
-# %% ../../nbs/localhub/06_xet.ipynb #804f19b3
+# %% ../../nbs/localhub/06_xet.ipynb #a8f3fbf1
 DATA_KEY = bytes([102, 151, 245, 119, 91, 149, 80, 222, 49, 53, 203, 172, 165, 151, 24, 28, 157, 228, 33, 16, 155,
                   235, 43, 88, 180, 208, 176, 75, 147, 173, 242, 41])
 INTERNAL_NODE_KEY = bytes([1, 126, 197, 199, 165, 71, 41, 150, 253, 148, 102, 102, 180, 138, 2, 230, 93, 221, 83, 111,
@@ -124,7 +124,7 @@ def keyed_hash(
     "A chunk hash as a global-dedup shard lists it: BLAKE3 of the hash, keyed with the shard's key."
     return blake3.blake3(bytes(h), key=bytes(key)).digest()
 
-# %% ../../nbs/localhub/06_xet.ipynb #41293e76
+# %% ../../nbs/localhub/06_xet.ipynb #21c5eacf
 MIN_CHUNK_SIZE = 8 * 1024
 MAX_CHUNK_SIZE = 128 * 1024
 GEAR_TABLE = np.array([
@@ -249,7 +249,7 @@ def hash_file(
         chunks.append((chunk_hash(c), len(c)))
     return FileHashes(hash_to_hex(file_hash(chunks)), sha.hexdigest(), sum(n for _, n in chunks))
 
-# %% ../../nbs/localhub/06_xet.ipynb #b8f46546
+# %% ../../nbs/localhub/06_xet.ipynb #3c7db83f
 XORB_MAX_BYTES = 64 << 20  # a xorb's serialized chunks, at most (the spec's limit)
 CHUNK_HEADER_SIZE = 8
 COMPRESSION = {"none": 0, "lz4": 1, "bg4-lz4": 2}  # the spec's chunk compression schemes
@@ -420,7 +420,7 @@ def serialize_xorb(
     xorb = Xorb(merkle_root((c.hash, c.size) for c in table), tuple(table))
     return xorb.hex, b"".join(parts) + (xorb_footer(xorb) if footer else b"")
 
-# %% ../../nbs/localhub/06_xet.ipynb #2fa98ef0
+# %% ../../nbs/localhub/06_xet.ipynb #ab26bdc7
 SHARD_TAG = b"HFRepoMetaData\x00" + bytes([85, 105, 103, 69, 106, 123, 129, 87, 131, 165, 189, 217, 92, 205, 209, 74,
                                           169])
 SHARD_FOOTER_SIZE = 200
@@ -563,7 +563,7 @@ def serialize_shard(
                       sum(x.size for x in shard.xorbs), size))
     return b"".join(out)
 
-# %% ../../nbs/localhub/06_xet.ipynb #f4ec32fb
+# %% ../../nbs/localhub/06_xet.ipynb #398d4bbf
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 
 @dataclass(frozen=True)
@@ -611,7 +611,7 @@ def _write(self: XetStore, path: Path, parts: Iterable[bytes]):
                        507) from None
     finally: Path(tmp).unlink(missing_ok=True)
 
-# %% ../../nbs/localhub/06_xet.ipynb #73533bd4
+# %% ../../nbs/localhub/06_xet.ipynb #9ef28c0f
 @patch
 def has_xorb(self: XetStore, xorb: str) -> bool:
     "Whether the xorb with this hash (hex) is stored."
@@ -625,7 +625,9 @@ def put_xorb(self: XetStore,
     "Check a xorb completely and store it once; True if it was new (the API's `was_inserted`)."
     x = parse_xorb(data, xorb)
     path = self._path("xorbs", xorb)
-    if path.is_file(): return False
+    if path.is_file():
+        os.utime(path)  # in use again: `collect_garbage`'s grace period starts over
+        return False
     self._write(path, [memoryview(data)[:x.data_length], xorb_footer(x)])
     for c in x.chunks:
         if _eligible(c.hash): self._index_chunk(c.hash, xorb)
@@ -680,7 +682,7 @@ def xorb_bytes(self: XetStore,
                 yield block
     return read()
 
-# %% ../../nbs/localhub/06_xet.ipynb #0dd3c486
+# %% ../../nbs/localhub/06_xet.ipynb #8dda0596
 @patch
 def _plan(self: XetStore, terms, start: int, end: int) -> tuple[int, list[tuple[Xorb, int, int, int]]]:
     "The chunk ranges (xorb, first, end, bytes) covering file bytes `[start, end)`, and the bytes to skip first."
@@ -753,7 +755,7 @@ def _check_shard_file(self: XetStore, f: ShardFile, verify_sha256: bool) -> XetF
     rec = XetFile(f.hex, f.size, f.sha256, tuple(terms))
     if verify_sha256:
         sha = hashlib.sha256()
-        for piece in self._iter_terms(rec.terms, 0, rec.size): sha.update(piece)
+        for piece in self._iter_terms(rec.terms, 0, rec.size, verify=False): sha.update(piece)  # chunks: checked
         if sha.hexdigest() != f.sha256:
             raise XetError(f"{where}: its bytes have sha256 {sha.hexdigest()}, not the {f.sha256} the shard gives")
     return rec
@@ -835,7 +837,7 @@ def put_file(self: XetStore,
     shard = Shard(files=(ShardFile(file_hash(file_chunks), tuple(terms), sha.hexdigest()),))
     return self.put_shard(serialize_shard(shard, footer=False), verify_sha256=False)[0]
 
-# %% ../../nbs/localhub/06_xet.ipynb #72185dc9
+# %% ../../nbs/localhub/06_xet.ipynb #79a11e36
 def parse_byte_range(
     header: str | None,  # a `Range` header (`bytes=a-b`, `bytes=a-`, `bytes=-n`), or None
     size: int,  # the file's size
@@ -868,7 +870,7 @@ def reconstruction(self: XetStore,
                    file: str,  # the file's Xet hash (hex)
                    range_header: str | None = None,  # the request's `Range` header, if any
                    *,
-                   xorb_url: Callable[[str], str],  # the URL that serves a xorb's bytes, given its hash (hex)
+                   xorb_url: Callable[[str, list[tuple[int, int]]], str],  # URL serving a xorb's (first, last) bytes
                    version: int = 1,  # 1: /v1/reconstructions (terms + fetch_info); 2: /v2 (terms + xorbs)
                   ) -> dict:
     "The reconstruction a Xet client downloads a file (or the range asked) by: JSON-ready."
@@ -888,15 +890,17 @@ def reconstruction(self: XetStore,
     terms = [{"hash": x.hex, "unpacked_length": n, "range": {"start": a, "end": b}} for x, a, b, n in plan]
     if version == 1:
         return {"offset_into_first_range": skip, "terms": terms,
-                "fetch_info": {h: [{"range": c, "url": xorb_url(h), "url_range": r} for c, r in v]
+                "fetch_info": {h: [{"range": c, "url": xorb_url(h, [(r["start"], r["end"])]), "url_range": r}
+                                   for c, r in v]
                                for h, v in fetch.items()}}
     if version == 2:
         return {"offset_into_first_range": skip, "terms": terms,
-                "xorbs": {h: [{"url": xorb_url(h), "ranges": [{"chunks": c, "bytes": r} for c, r in v]}]
+                "xorbs": {h: [{"url": xorb_url(h, [(r["start"], r["end"]) for _, r in v]),
+                               "ranges": [{"chunks": c, "bytes": r} for c, r in v]}]
                           for h, v in fetch.items()}}
     raise ValueError(f"reconstruction version {version}: 1 or 2")
 
-# %% ../../nbs/localhub/06_xet.ipynb #ef6764aa
+# %% ../../nbs/localhub/06_xet.ipynb #b7e041b2
 @patch
 def dedup_shard(self: XetStore,
                 chunk: str,  # the chunk hash asked about (hex)
@@ -906,13 +910,14 @@ def dedup_shard(self: XetStore,
     try: xhex = path.read_text()
     except FileNotFoundError: raise XetError(f"chunk {chunk} is not in the global dedup index", 404) from None
     x, key, now, offset, rows = self.xorb(xhex), secrets.token_bytes(32), int(time.time()), 0, []
+    os.utime(self._path("xorbs", xhex))  # a client may build on it now: renew its grace period
     for c in x.chunks:
         rows.append((keyed_hash(c.hash, key), offset, c.size))
         offset += c.size
     return serialize_shard(Shard(xorbs=(ShardXorb(x.hash, tuple(rows), x.data_length),), key=key, created=now,
                                  expiry=now + self.dedup_expiry))
 
-# %% ../../nbs/localhub/06_xet.ipynb #b2744d1b
+# %% ../../nbs/localhub/06_xet.ipynb #67743469
 @patch
 def collect_garbage(self: XetStore,
                     keep: Iterable[str],  # Xet hashes (hex) of every file some repo still names

@@ -4,10 +4,13 @@
 here on `XetStore`: the same endpoints, headers and token JSON the Hub's CAS answers with. What it sends is recorded,
 so the tests also check the exact objects it produced (xorbs, shards) against the module's own parsers."""
 import hashlib
+import hmac
 import json
 import re
 import threading
 import time
+import urllib.error
+import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import numpy as np
@@ -26,6 +29,7 @@ from adaptkit.localhub.xet import (  # noqa: E402
 )
 
 XET_TOKEN = "xet-access-token"  # what the token endpoint hands out; every CAS request must carry it
+SIGNING_KEY = b"the CAS's own secret"  # signs fetch URLs: hf_xet sends no Authorization there
 
 
 class CAS(BaseHTTPRequestHandler):
@@ -71,9 +75,13 @@ class CAS(BaseHTTPRequestHandler):
                 return self._reply(200, json.dumps(token).encode(), headers=[
                     ("X-Xet-Cas-Url", base), ("X-Xet-Access-Token", XET_TOKEN), ("X-Xet-Token-Expiration", str(exp))])
             if path.startswith("/xorbs/"):  # the fetch URL a reconstruction hands out (presigned on the Hub)
-                if self.path.split("?", 1)[-1] != f"sig={XET_TOKEN}": return self._reply(403)
                 xhex = path.rsplit("/", 1)[1]
+                query = dict(q.split("=", 1) for q in self.path.split("?", 1)[1].split("&"))
                 start, end = _range(self.headers.get("Range"))
+                allowed = [tuple(map(int, r.split("-"))) for r in query["r"].split(",")]
+                if (not hmac.compare_digest(query["sig"], _sign(xhex, query["r"]))
+                        or not any(a <= start and end - 1 <= b for a, b in allowed)):
+                    return self._reply(403, b'{"error": "not a range this URL was signed for"}')
                 data = b"".join(srv.store.xorb_bytes(xhex, start, end))
                 return self._reply(206, data, "application/octet-stream",
                                    [("Content-Range", f"bytes {start}-{end - 1}/*")])
@@ -81,7 +89,7 @@ class CAS(BaseHTTPRequestHandler):
             if method == "GET" and (m := re.fullmatch(r"/v([12])/reconstructions/([0-9a-f]{64})", path)):
                 if srv.v1_only and m.group(1) == "2": return self._reply(404)
                 plan = srv.store.reconstruction(m.group(2), self.headers.get("Range"), version=int(m.group(1)),
-                                                xorb_url=lambda h: f"{base}/xorbs/{h}?sig={XET_TOKEN}")
+                                                xorb_url=lambda h, ranges: _signed_url(base, h, ranges))
                 return self._reply(200, json.dumps(plan).encode())
             if method == "GET" and (m := re.fullmatch(r"/v1/chunks/(default|default-merkledb)/([0-9a-f]{64})", path)):
                 return self._reply(200, srv.store.dedup_shard(m.group(2)), "application/octet-stream")
@@ -99,6 +107,15 @@ class CAS(BaseHTTPRequestHandler):
 def _range(header):
     a, b = re.fullmatch(r"bytes=(\d+)-(\d+)", header).groups()
     return int(a), int(b) + 1
+
+
+def _sign(xorb, ranges): return hmac.new(SIGNING_KEY, f"{xorb}:{ranges}".encode(), "sha256").hexdigest()
+
+
+def _signed_url(base, xorb, ranges):
+    "A fetch URL good for these (first, last) byte ranges of one xorb only, as the Hub presigns them."
+    spec = ",".join(f"{a}-{b}" for a, b in ranges)
+    return f"{base}/xorbs/{xorb}?r={spec}&sig={_sign(xorb, spec)}"
 
 
 @pytest.fixture
@@ -187,6 +204,22 @@ def test_hf_xet_uploads_and_downloads_through_the_store(cas, tmp_path, monkeypat
         for start, end in [(0, 10), (131_000, 400_000), (size - 7, size)]:
             assert b"".join(group.download_stream(info, start, end)) == contents["noise"][start:end]
     assert any(rng for _, p, _, rng in cas.log if rng and "/reconstructions/" in p)  # ranges reached the CAS
+    # a fetch URL serves the bytes it was signed for, and no others (a xorb may hold other files' chunks)
+    (fetch,) = _get_json(cas, f"/v1/reconstructions/{sent[0][0]}", "bytes=0-9")["fetch_info"].values()
+    url, first, last = fetch[0]["url"], fetch[0]["url_range"]["start"], fetch[0]["url_range"]["end"]
+    assert len(_get(url, f"bytes={first}-{last}")) == last - first + 1
+    with pytest.raises(urllib.error.HTTPError, match="403"):
+        _get(url, f"bytes={first}-{last + 1}")
+
+
+def _get(url, byte_range=None, headers=()):
+    request = urllib.request.Request(url, headers=dict(headers, **({"Range": byte_range} if byte_range else {})))
+    with urllib.request.urlopen(request, timeout=30) as r: return r.read()
+
+
+def _get_json(cas, path, byte_range=None):
+    url = f"http://127.0.0.1:{cas.server_port}{path}"
+    return json.loads(_get(url, byte_range, {"Authorization": f"Bearer {XET_TOKEN}"}))
 
 
 @pytest.mark.parametrize("compression", ["none", "lz4", "bg4-lz4"])
