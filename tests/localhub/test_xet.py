@@ -157,7 +157,7 @@ def _contents(seed=0):
     rng = np.random.default_rng(seed)
     noise = rng.integers(0, 256, 1_500_000, dtype=np.uint8).tobytes()
     floats = rng.normal(size=150_000).astype(np.float32).tobytes()  # bg4 territory
-    return {"noise": noise, "floats": floats, "text": b"adaptkit " * 30_000, "small": b"hello xet"}
+    return {"noise": noise, "floats": floats, "text": b"adaptkit " * 30_000, "small": b"hello xet", "empty": b""}
 
 
 def test_hash_file_matches_hf_xet(tmp_path):
