@@ -11,7 +11,7 @@ __all__ = ['DATA_KEY', 'INTERNAL_NODE_KEY', 'VERIFICATION_KEY', 'ZERO_HASH', 'MI
            'xorb_from_footer', 'parse_xorb', 'serialize_xorb', 'Term', 'ShardFile', 'ShardXorb', 'Shard', 'parse_shard',
            'serialize_shard', 'XetFile', 'XetStore', 'parse_byte_range']
 
-# %% ../../nbs/localhub/06_xet.ipynb #a01126ea
+# %% ../../nbs/localhub/06_xet.ipynb #135b9e80
 import errno
 import hashlib
 import json
@@ -33,7 +33,7 @@ import lz4.frame
 import numpy as np
 from fastcore.basics import patch
 
-# %% ../../nbs/localhub/06_xet.ipynb #f7082947
+# %% ../../nbs/localhub/06_xet.ipynb #1a77d514
 class XetError(ValueError):
     "A refused Xet object or request: the message names the hash and what failed; `status` is the HTTP answer."
     def __init__(self,
@@ -42,7 +42,7 @@ class XetError(ValueError):
         super().__init__(message)
         self.status = status
 
-# %% ../../nbs/localhub/06_xet.ipynb #6b224b95
+# %% ../../nbs/localhub/06_xet.ipynb #3ed87f1f
 DATA_KEY = bytes([102, 151, 245, 119, 91, 149, 80, 222, 49, 53, 203, 172, 165, 151, 24, 28, 157, 228, 33, 16, 155,
                   235, 43, 88, 180, 208, 176, 75, 147, 173, 242, 41])
 INTERNAL_NODE_KEY = bytes([1, 126, 197, 199, 165, 71, 41, 150, 253, 148, 102, 102, 180, 138, 2, 230, 93, 221, 83, 111,
@@ -124,7 +124,7 @@ def keyed_hash(
     "A chunk hash as a global-dedup shard lists it: BLAKE3 of the hash, keyed with the shard's key."
     return blake3.blake3(bytes(h), key=bytes(key)).digest()
 
-# %% ../../nbs/localhub/06_xet.ipynb #0efb8a27
+# %% ../../nbs/localhub/06_xet.ipynb #5be210cd
 MIN_CHUNK_SIZE = 8 * 1024
 MAX_CHUNK_SIZE = 128 * 1024
 GEAR_TABLE = np.array([
@@ -249,7 +249,7 @@ def hash_file(
         chunks.append((chunk_hash(c), len(c)))
     return FileHashes(hash_to_hex(file_hash(chunks)), sha.hexdigest(), sum(n for _, n in chunks))
 
-# %% ../../nbs/localhub/06_xet.ipynb #6bd1e4ce
+# %% ../../nbs/localhub/06_xet.ipynb #8a7ad27c
 XORB_MAX_BYTES = 64 << 20  # a xorb's serialized chunks, at most (the spec's limit)
 CHUNK_HEADER_SIZE = 8
 COMPRESSION = {"none": 0, "lz4": 1, "bg4-lz4": 2}  # the spec's chunk compression schemes
@@ -420,7 +420,7 @@ def serialize_xorb(
     xorb = Xorb(merkle_root((c.hash, c.size) for c in table), tuple(table))
     return xorb.hex, b"".join(parts) + (xorb_footer(xorb) if footer else b"")
 
-# %% ../../nbs/localhub/06_xet.ipynb #3afe2aba
+# %% ../../nbs/localhub/06_xet.ipynb #2e08b537
 SHARD_TAG = b"HFRepoMetaData\x00" + bytes([85, 105, 103, 69, 106, 123, 129, 87, 131, 165, 189, 217, 92, 205, 209, 74,
                                           169])
 SHARD_FOOTER_SIZE = 200
@@ -563,7 +563,7 @@ def serialize_shard(
                       sum(x.size for x in shard.xorbs), size))
     return b"".join(out)
 
-# %% ../../nbs/localhub/06_xet.ipynb #a0458611
+# %% ../../nbs/localhub/06_xet.ipynb #af20dbe1
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 
 @dataclass(frozen=True)
@@ -611,7 +611,7 @@ def _write(self: XetStore, path: Path, parts: Iterable[bytes]):
                        507) from None
     finally: Path(tmp).unlink(missing_ok=True)
 
-# %% ../../nbs/localhub/06_xet.ipynb #349c9091
+# %% ../../nbs/localhub/06_xet.ipynb #6cc10baf
 @patch
 def has_xorb(self: XetStore, xorb: str) -> bool:
     "Whether the xorb with this hash (hex) is stored."
@@ -682,7 +682,7 @@ def xorb_bytes(self: XetStore,
                 yield block
     return read()
 
-# %% ../../nbs/localhub/06_xet.ipynb #662413de
+# %% ../../nbs/localhub/06_xet.ipynb #cd7d42eb
 @patch
 def _plan(self: XetStore, terms, start: int, end: int) -> tuple[int, list[tuple[Xorb, int, int, int]]]:
     "The chunk ranges (xorb, first, end, bytes) covering file bytes `[start, end)`, and the bytes to skip first."
@@ -837,7 +837,7 @@ def put_file(self: XetStore,
     shard = Shard(files=(ShardFile(file_hash(file_chunks), tuple(terms), sha.hexdigest()),))
     return self.put_shard(serialize_shard(shard, footer=False), verify_sha256=False)[0]
 
-# %% ../../nbs/localhub/06_xet.ipynb #dce93e38
+# %% ../../nbs/localhub/06_xet.ipynb #69c3e0aa
 def parse_byte_range(
     header: str | None,  # a `Range` header (`bytes=a-b`, `bytes=a-`, `bytes=-n`), or None
     size: int,  # the file's size
@@ -900,7 +900,7 @@ def reconstruction(self: XetStore,
                           for h, v in fetch.items()}}
     raise ValueError(f"reconstruction version {version}: 1 or 2")
 
-# %% ../../nbs/localhub/06_xet.ipynb #af3ef90a
+# %% ../../nbs/localhub/06_xet.ipynb #968a5d34
 @patch
 def dedup_shard(self: XetStore,
                 chunk: str,  # the chunk hash asked about (hex)
@@ -917,7 +917,7 @@ def dedup_shard(self: XetStore,
     return serialize_shard(Shard(xorbs=(ShardXorb(x.hash, tuple(rows), x.data_length),), key=key, created=now,
                                  expiry=now + self.dedup_expiry))
 
-# %% ../../nbs/localhub/06_xet.ipynb #763eef3b
+# %% ../../nbs/localhub/06_xet.ipynb #9d93ef98
 @patch
 def collect_garbage(self: XetStore,
                     keep: Iterable[str],  # Xet hashes (hex) of every file some repo still names
