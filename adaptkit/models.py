@@ -11,6 +11,7 @@ import inspect
 import json
 import math
 import os
+import re
 import warnings
 from pathlib import Path
 
@@ -18,13 +19,13 @@ import numpy as np
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerFast
 
-from .hub import pull, read_metadata, source_of, write_folder
+from .hub import pull, read_metadata, source_of, verify_checksums, write_folder
 
 # %% auto #0
 __all__ = ['CHATML_TEMPLATE', 'SMOLLM2_REPO', 'load_causal_lm', 'load_tokenizer', 'load_base', 'load_adapter', 'tiny_tokenizer',
            'tiny_causal_lm', 'default_bf16', 'merged', 'generate_batched', 'encode_completion', 'completion_collator',
-           'BaseMismatchError', 'fingerprint', 'fingerprint_mismatch', 'check_base', 'from_gguf', 'cache_dir',
-           'packaged_file', 'smollm2']
+           'BaseMismatchError', 'fingerprint', 'fingerprint_mismatch', 'check_base', 'check_adapter_base', 'from_gguf',
+           'cache_dir', 'packaged_file', 'smollm2']
 
 # %% ../nbs/03_models.ipynb #798be5b5
 def load_causal_lm(
@@ -79,12 +80,12 @@ def load_adapter(
     adapter_name: str = "default",  # the adapter's name in the PEFT model
     ignore_base_mismatch: bool = False,  # load even when `model` is not the base the adapter records
 ):
-    "A `peft.PeftModel`: `model` with the adapter at `repo_or_path`, refused when the adapter records another base."
+    """A `peft.PeftModel`: `model` with the adapter at `repo_or_path`, refused when a file differs from its record or
+    the adapter records another base (`check_adapter_base`)."""
     from peft import PeftModel
     folder = pull(repo_or_path, revision=revision, token=token, endpoint=endpoint)
-    check_base(
-        model, read_metadata(folder).get("source") or {}, f"the adapter {str(repo_or_path)!r}", ignore_base_mismatch
-    )
+    name = str(repo_or_path) + (f"@{revision}" if revision else "")
+    check_adapter_base(model, folder, name=name, ignore_base_mismatch=ignore_base_mismatch)
     return PeftModel.from_pretrained(model, folder, is_trainable=is_trainable, adapter_name=adapter_name)
 
 # %% ../nbs/03_models.ipynb #470a0375
@@ -408,6 +409,14 @@ def fingerprint_mismatch(
     return next((k for k in want if _entry_differs(want[k], got.get(k), rtol)), None)
 
 # %% ../nbs/03_models.ipynb #b8d4e6a1
+def _plain_name(name: str | Path) -> str:
+    "A Hub snapshot folder as `repo_id@commit` (its first 12 digits); any other name or folder as it is."
+    parts = Path(name).parts
+    if len(parts) >= 3 and parts[-2] == "snapshots" and re.fullmatch(r"[0-9a-f]{40}", parts[-1]):
+        kind, _, repo = parts[-3].partition("--")
+        if kind in ("models", "datasets", "spaces") and repo: return f"{repo.replace('--', '/')}@{parts[-1][:12]}"
+    return str(name)
+
 def _model_name(model) -> str:
     name = getattr(getattr(model, "config", None), "name_or_path", "") or ""
     return repr(name) if name else f"an in-memory {type(model).__name__}"
@@ -458,6 +467,23 @@ def check_base(
     )
     if not ignore_base_mismatch: raise BaseMismatchError(msg)
     warnings.warn(msg, stacklevel=2)
+
+def check_adapter_base(
+    model,  # the base the adapter's weights are about to go on
+    adapter_dir: str | Path,  # the adapter's local folder (pulled)
+    *,
+    name: str | None = None,  # the adapter, for messages (default: its repo id@commit, or its folder)
+    ignore_base_mismatch: bool = False,  # warn instead of raising when `model` is another base (never for files)
+) -> dict:
+    """The adapter's adaptkit record, once its files match the record's sha256s and `model` is the base it records.
+
+    The one check before any adapter's weights go on a base; an adapter without a record (plain PEFT) passes."""
+    folder = Path(adapter_dir)
+    record = read_metadata(folder)
+    verify_checksums(folder, record.get("files") or {})  # before any weight is read
+    what = f"the adapter {name or _plain_name(folder)!r}"
+    check_base(model, record.get("source") or {}, what, ignore_base_mismatch)
+    return record
 
 # %% ../nbs/03_models.ipynb #ae1c69cf
 def from_gguf(

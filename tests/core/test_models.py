@@ -2,6 +2,7 @@
 import copy
 import json
 import os
+import re
 
 import pytest
 import torch
@@ -406,3 +407,60 @@ def test_an_old_fingerprint_is_checked_on_its_sums_and_says_it_is_partial(tiny_t
         check_base(tiny_causal_lm(tiny_tok, seed=3), {"fingerprint": old}, "the adapter 'a'")
     with pytest.raises(ValueError, match="not a fingerprint adaptkit writes"):
         check_base(base, {"fingerprint": "abc"}, "the adapter 'a'")
+
+
+# --- one check before adapter weights go on a base: files, then base (issue 38, item 4) -----------------------------
+def _recorded_adapter(base, folder):
+    "A LoRA of `base` saved with an adaptkit record: its base (repo id, fingerprint) and its files' sha256s."
+    from peft import LoraConfig, get_peft_model
+
+    from adaptkit.hub import file_checksums, write_metadata
+    from adaptkit.models import fingerprint
+    lora = LoraConfig(r=4, target_modules="all-linear", init_lora_weights=False)
+    get_peft_model(copy.deepcopy(base), lora).save_pretrained(folder)
+    write_metadata(folder, source={"base_model": "team/base", "base_revision": None, "fingerprint": fingerprint(base)},
+                   files=file_checksums(folder))
+    return folder
+
+
+def _flip_last_bit(path):
+    raw = bytearray(path.read_bytes()); raw[-1] ^= 1; path.write_bytes(bytes(raw))
+
+
+def test_load_adapter_refuses_a_flipped_bit_naming_the_file(tiny_tok, tmp_path):
+    "The probe's case: one bit of adapter_model.safetensors flipped loaded silently; the record's sha256 refuses it."
+    base = tiny_causal_lm(tiny_tok)
+    folder = _recorded_adapter(base, tmp_path / "lora")
+    load_adapter(copy.deepcopy(base), folder)  # intact: it loads
+    weights = folder / "adapter_model.safetensors"
+    _flip_last_bit(weights)
+    for ignore in (False, True):  # ignoring the base does not ignore damaged files
+        with pytest.raises(ValueError, match=rf"{re.escape(str(weights))}: sha256 .* differs from adaptkit.json's"):
+            load_adapter(copy.deepcopy(base), folder, ignore_base_mismatch=ignore)
+
+
+def test_check_adapter_base_checks_the_files_then_the_base(tiny_tok, tmp_path, monkeypatch):
+    "`check_adapter_base` is the one check: the record's files, then the base; `load_adapter` goes through it."
+    import adaptkit.models
+    from adaptkit.models import BaseMismatchError, check_adapter_base
+    base = tiny_causal_lm(tiny_tok)
+    folder = _recorded_adapter(base, tmp_path / "lora")
+    assert check_adapter_base(base, folder)["source"]["base_model"] == "team/base"  # the record, checked
+    named = rf"the adapter '{re.escape(str(folder))}' was made on the base team/base"
+    with pytest.raises(BaseMismatchError, match=named):
+        check_adapter_base(tiny_causal_lm(tiny_tok, seed=4), folder)
+    with pytest.raises(BaseMismatchError, match="the adapter 'me/lora' was made"):
+        check_adapter_base(tiny_causal_lm(tiny_tok, seed=4), folder, name="me/lora")
+    with pytest.warns(UserWarning, match="ignore_base_mismatch=True"):
+        check_adapter_base(tiny_causal_lm(tiny_tok, seed=4), folder, ignore_base_mismatch=True)
+    (folder / "adapter_config.json").write_text((folder / "adapter_config.json").read_text() + " ")
+    with pytest.raises(ValueError, match="adapter_config.json: sha256"):  # before the base is looked at
+        check_adapter_base(tiny_causal_lm(tiny_tok, seed=4), folder)
+    plain = tmp_path / "plain"
+    from peft import LoraConfig, get_peft_model
+    get_peft_model(copy.deepcopy(base), LoraConfig(r=2, target_modules=["q_proj"])).save_pretrained(plain)
+    assert check_adapter_base(tiny_causal_lm(tiny_tok, seed=4), plain) == {}  # no record: nothing to check
+    calls = []
+    monkeypatch.setattr(adaptkit.models, "check_adapter_base", lambda *a, **kw: calls.append(kw) or {})
+    load_adapter(copy.deepcopy(base), plain)
+    assert len(calls) == 1
