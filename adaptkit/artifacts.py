@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import tempfile
 from pathlib import Path
 
@@ -14,6 +15,7 @@ from fastcore.basics import patch
 from huggingface_hub import ModelCard, constants
 
 from adaptkit.hub import (
+    Method,
     file_checksums,
     is_repo_id,
     leftover_folders,
@@ -34,7 +36,7 @@ __all__ = ['Artifact', 'ModelArtifact', 'AdapterArtifact', 'ArtifactTrainerMixin
 class Artifact:
     "Base of every adaptkit artifact: `save_pretrained`, `from_pretrained`, `push_to_hub`, each with the method's card."
     kind: str = "artifact"  # recorded as `artifact` in adaptkit.json; `from_pretrained` checks it
-    method: str | None = None  # key of PAPERS: picks the card template and tags
+    method: Method | None = None  # its method's declaration (the package's METHOD): card template, tags, paper
     library_name: str = "transformers"  # the card's library_name (`peft` for adapters)
     pipeline_tag: str | None = "text-generation"  # the card's pipeline tag
     commit_message: str = "Upload with adaptkit"  # default commit message of `push_to_hub`
@@ -44,6 +46,7 @@ class Artifact:
     results: list | None = None  # measured results for the card: dicts with task, dataset, metric, value
     datasets: list | None = None  # names of the training data for the card
     settings: dict | None = None  # the exact settings it was made with, for the card and the record
+    tags: list | None = None  # more tags for the card (beside `adaptkit`, the method and its paper)
 
     def _write(self, folder: Path) -> None: raise NotImplementedError  # weights, tokenizer, method record
     @classmethod
@@ -86,7 +89,7 @@ def model_card(
         datasets=self.datasets,
         results=self.results,
         hub_url=hub_url,
-        **fields,
+        **{**fields, "tags": [*(self.tags or []), *fields.get("tags", [])]},
     )
 
 @patch
@@ -270,15 +273,29 @@ class ArtifactTrainerMixin:
         "The artifact this trainer produces (subclasses build it from the trained model)."
         raise NotImplementedError
 
-    def create_model_card(self, model_name: str | None = None, dataset_name: str | None = None, tags=None, **kwargs):
+    def _described(self) -> Artifact:
+        "`self.artifact()` as its card names it: by TRL's hooks `_name`, `_paper` and `_tag_names` of this trainer."
+        art = self.artifact()
+        if art.method is not None: art.method = dataclasses.replace(art.method, name=self._name, paper=self._paper)
+        art.tags = [*(art.tags or []), *self._tag_names]
+        return art
+
+    def create_model_card(self,
+                          model_name: str | None = None,  # the card's name when there is no `hub_model_id`
+                          dataset_name: str | None = None,  # the training data's name, added to the card's datasets
+                          tags: str | list[str] | None = None,  # more tags, beside the trainer's `_tag_names`
+                          **kwargs):  # what else `push_to_hub` passes on (unused)
         "Write adaptkit's card of the trained artifact to `output_dir/README.md` (TRL's hook; `push_to_hub` calls it)."
         if not self.is_world_process_zero(): return
+        art = self._described()
+        art.tags += [tags] if isinstance(tags, str) else list(tags or [])
+        if dataset_name: art.datasets = list(dict.fromkeys([*(art.datasets or []), dataset_name]))
         name = self.args.hub_model_id or model_name or Path(self.args.output_dir).name
-        self.artifact().model_card(name).save(Path(self.args.output_dir) / "README.md")
+        art.model_card(name).save(Path(self.args.output_dir) / "README.md")
 
     def _save(self, output_dir: str | None = None, state_dict=None):
         "Final saves write the artifact (files, record, card) into the folder; checkpoints stay the trainer's own."
         out = Path(output_dir or self.args.output_dir)
         if out.name.startswith("checkpoint-"): return super()._save(output_dir, state_dict)
         out.mkdir(parents=True, exist_ok=True)
-        self.artifact()._fill(out, self.args.hub_model_id)
+        self._described()._fill(out, self.args.hub_model_id)

@@ -178,7 +178,7 @@ def _aligner(args: DemoArguments, hub: dict, base: tuple, data, work: Path, log:
     "Train an aligner on the base's own answers, push it, pull it, and score base vs base + aligner."
     from peft import LoraConfig
 
-    from adaptkit.aligner.trainer import Aligner, AlignerConfig, AlignerTrainer, chat_answers
+    from adaptkit.aligner import Aligner, AlignerConfig, AlignerTrainer, chat_answers
     from adaptkit.models import load_causal_lm, load_tokenizer
     from adaptkit.tasks import first_number_accuracy
     tok, upstream = load_tokenizer(base[0], revision=base[1], **hub), load_causal_lm(base[0], revision=base[1], **hub)

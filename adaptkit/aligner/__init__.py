@@ -6,8 +6,10 @@
 __all__ = []
 
 # %% ../../nbs/aligner/00_aligner.ipynb #10d80fbe
-from . import dpo, trainer
+from . import artifact, config, dpo, trainer
+from .artifact import *
+from .config import *
 from .dpo import *
 from .trainer import *
 
-__all__ = [*trainer.__all__, *dpo.__all__]
+__all__ = [*config.__all__, *trainer.__all__, *artifact.__all__, *dpo.__all__]

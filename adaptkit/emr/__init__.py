@@ -6,12 +6,14 @@
 __all__ = []
 
 # %% ../../nbs/emr/00_emr.ipynb #46944bce
-from . import bundle, format, inputs, merge, methods, route
+from . import bundle, config, format, inputs, merge, methods, route
 from .bundle import *
+from .config import *
 from .format import *
 from .inputs import *
 from .merge import *
 from .methods import *
 from .route import *
 
-__all__ = [*inputs.__all__, *format.__all__, *bundle.__all__, *merge.__all__, *methods.__all__, *route.__all__]
+__all__ = [*config.__all__, *inputs.__all__, *format.__all__, *bundle.__all__, *merge.__all__, *methods.__all__,
+           *route.__all__]

@@ -18,6 +18,7 @@ import torch
 from fastcore.basics import patch
 
 from ..artifacts import Artifact
+from .config import METHOD
 from .format import FORMAT, VERSION, BundleError, _check_results, _read_meta, _weight_files
 from .inputs import _build_model
 from .route import MIN_EXAMPLES, ROUTER_FILE, RoutedModel, Router, _check_method, _texts, pooled_features
@@ -113,7 +114,7 @@ def _card_parts(meta: dict, configs: dict) -> dict:
 # %% ../../nbs/emr/03_bundle.ipynb #d99a7c92
 class EMRBundle(Artifact):
     "An EMR-Merging bundle: a unified task vector, a 1-bit mask and a rescaler per task, and each task's own tensors."
-    kind, method, commit_message = "emr-bundle", "emr", "Upload EMR-Merging bundle with adaptkit"
+    kind, method, commit_message = "emr-bundle", METHOD, "Upload EMR-Merging bundle with adaptkit"
 
     def __init__(
         self,

@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import importlib.resources
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
@@ -13,27 +14,30 @@ from huggingface_hub import EvalResult, ModelCard, ModelCardData
 from .client import is_repo_id
 
 # %% auto #0
-__all__ = ['PAPERS', 'markdown_table', 'repo_link', 'render_card']
+__all__ = ['Method', 'markdown_table', 'repo_link', 'render_card']
 
 # %% ../../nbs/hub/02_cards.ipynb #5cb92ac4
-PAPERS = {
-    "aligner": ("Aligner: Efficient Alignment by Learning to Correct", "2402.02416"),
-    "pissa": (
-        "PiSSA: Principal Singular Values and Singular Vectors Adaptation of Large Language Models",
-        "2404.02948",
-    ),
-    "repnoise": ("Representation Noising: A Defence Mechanism Against Harmful Finetuning", "2405.14577"),
-    "translora": ("Trans-LoRA: Towards Data-free Transferable Parameter Efficient Finetuning", "2405.17258"),
-    "emr": ("EMR-Merging: Tuning-Free High-Performance Model Merging", "2405.17461"),
-}
+@dataclass(frozen=True)
+class Method:
+    "A method as its cards cite it: its package (the card template and the tag), its name and its paper."
+    package: str  # the method's package, e.g. "adaptkit.aligner": its `card.md` is the template, its last name the tag
+    name: str  # the name cards and TRL's `_name` show, e.g. "Aligner"
+    paper: dict = field(hash=False)  # TRL's `_paper`: {"title": ..., "id": arXiv id}
 
+    def __post_init__(self):
+        if not {"title", "id"} <= set(self.paper):
+            raise ValueError(f"{self.package}: paper needs a title and an arXiv id, got the keys {sorted(self.paper)}")
+
+    @property
+    def tag(self) -> str: return self.package.rpartition(".")[2]
+
+    @property
+    def template(self) -> Path: return Path(str(importlib.resources.files(self.package))) / "card.md"
 
 # %% ../../nbs/hub/02_cards.ipynb #bbd778d9
-_PACKAGE = Path(str(importlib.resources.files("adaptkit")))
-
-def _template(method: str | None) -> Path:
+def _template(method: Method | None) -> Path:
     "A method's card template, `card.md` in its package; `hub/checkpoint.md` for a plain checkpoint (package data)."
-    return _PACKAGE / method / "card.md" if method else _PACKAGE / "hub" / "checkpoint.md"
+    return method.template if method else Path(str(importlib.resources.files("adaptkit.hub"))) / "checkpoint.md"
 
 def _eval_result(r: dict) -> EvalResult:
     "A `model-index` entry from a plain result dict (task, dataset, metric, value; optional split, names)."
@@ -49,11 +53,10 @@ def markdown_table(
     return "\n".join(["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
                      + ["| " + " | ".join(str(c) for c in row) + " |" for row in rows])
 
-def _made_with(method: str | None) -> str:
+def _made_with(method: Method | None) -> str:
     if method is None: return "Made with [adaptkit](https://github.com/adaptkit/adaptkit)."
-    title, arxiv = PAPERS[method]
-    return (f"Made with [adaptkit](https://github.com/adaptkit/adaptkit) using **{method}** "
-            f"([{title}](https://arxiv.org/abs/{arxiv}), NeurIPS 2024).")
+    return (f"Made with [adaptkit](https://github.com/adaptkit/adaptkit) using **{method.name}** "
+            f"([{method.paper['title']}](https://arxiv.org/abs/{method.paper['id']}), NeurIPS 2024).")
 
 # %% ../../nbs/hub/02_cards.ipynb #d4a3835c
 def repo_link(
@@ -67,7 +70,7 @@ def repo_link(
 
 # %% ../../nbs/hub/02_cards.ipynb #831300ee
 def render_card(
-    method: str | None,  # one of PAPERS (aligner, pissa, repnoise, translora, emr); None for a plain checkpoint
+    method: Method | None,  # the method's declaration (e.g. `adaptkit.pissa.METHOD`); None for a plain checkpoint
     *,
     model_name: str,  # the artifact's name, shown as the title and in model-index
     base_model: str | list[str] | None = None,  # Hub repo id(s) of the base model(s), never a local path
@@ -85,14 +88,15 @@ def render_card(
     **template_kwargs,  # more variables the method's template uses (e.g. the aligner's `template`)
 ) -> ModelCard:
     "The model card of an artifact, rendered from the method's template; its metadata is what the Hub indexes."
-    if method is not None and method not in PAPERS:
-        raise ValueError(f"unknown method {method!r}; expected one of {', '.join(PAPERS)}")
+    if method is not None and not isinstance(method, Method):
+        raise TypeError(f"method must be a Method (a method package's METHOD, e.g. adaptkit.pissa.METHOD) or None, "
+                        f"got {method!r}")
     bases = [base_model] if isinstance(base_model, str) else list(base_model or [])
     if (bad := [b for b in bases if not is_repo_id(b)]):
         raise ValueError(f"base_model must be a Hub repo id, not a local path: {', '.join(map(repr, bad))} "
                          "(push the base first, or name the repo it came from)")
     results = list(results or [])
-    method_tags = [] if method is None else [method, f"arxiv:{PAPERS[method][1]}"]
+    method_tags = [] if method is None else [method.tag, f"arxiv:{method.paper['id']}"]
     data = ModelCardData(
         model_name=model_name,
         base_model=base_model,
@@ -100,7 +104,7 @@ def render_card(
         library_name=library_name,
         license=license,
         pipeline_tag=pipeline_tag,
-        tags=["adaptkit", *method_tags, *(tags or [])],
+        tags=list(dict.fromkeys(["adaptkit", *method_tags, *(tags or [])])),  # each once, in order
         eval_results=[_eval_result(r) for r in results] or None,
     )
     base_line = ("Base model: " + ", ".join(repo_link(b, None, hub_url) for b in bases)

@@ -6,8 +6,9 @@
 __all__ = []
 
 # %% ../../nbs/pissa/00_pissa.ipynb #aa909688
-from . import principal, trainer
+from . import config, principal, trainer
+from .config import *
 from .principal import *
 from .trainer import *
 
-__all__ = [*principal.__all__, *trainer.__all__]
+__all__ = [*config.__all__, *principal.__all__, *trainer.__all__]

@@ -23,8 +23,8 @@ from fastcore.basics import patch
 from trl import SFTConfig, SFTTrainer
 
 from ..artifacts import AdapterArtifact, ArtifactTrainerMixin
-from ..hub import PAPERS
-from ..models import default_bf16
+from ..config import MethodConfig
+from .config import METHOD
 
 
 def _lora_rank(value, r: int) -> str | int:
@@ -37,7 +37,7 @@ def _lora_rank(value, r: int) -> str | int:
 
 
 @dataclass
-class PiSSAConfig(SFTConfig):
+class PiSSAConfig(MethodConfig, SFTConfig):
     "`SFTConfig` with PiSSA's recipe (lr 2e-5, cosine, 3% warm-up) and the adapter's settings, the one place for both."
     pissa_r: int = field(default=16, metadata={"help": "Adapter rank r (the shared plain LoRA has rank 2r)."})
     pissa_alpha: int | None = field(default=None, metadata={"help": "lora_alpha; default r (the paper's scaling 1)."})
@@ -61,10 +61,8 @@ class PiSSAConfig(SFTConfig):
         default=0.03, metadata={"help": "Warm-up steps, or a ratio of all steps when below 1 (paper: 3 percent)."}
     )
     weight_decay: float = field(default=0.0, metadata={"help": "AdamW weight decay (paper: none)."})
-    report_to: str | list[str] = field(default="none", metadata={"help": "Where to report metrics."})
 
     def __post_init__(self):
-        if self.bf16 is None: self.bf16 = default_bf16()
         if self.pissa_r < 1: raise ValueError(f"pissa_r must be at least 1, got {self.pissa_r}")
         self.pissa_lora_rank = _lora_rank(self.pissa_lora_rank, self.pissa_r)
         super().__post_init__()
@@ -74,8 +72,8 @@ class PiSSAConfig(SFTConfig):
         return pissa_config(self.pissa_r, niter=self.pissa_niter or None, target_modules=self.pissa_target_modules,
                             lora_alpha=self.pissa_alpha or self.pissa_r)
 
-PISSA_RECIPE = {"learning_rate": 2e-5, "lr_scheduler_type": "cosine", "warmup_steps": 0.03, "weight_decay": 0.0,
-                "bf16": default_bf16(), "report_to": "none"}  # PiSSAConfig's defaults, for the CLI's recipe
+PISSA_RECIPE = {"learning_rate": 2e-5, "lr_scheduler_type": "cosine", "warmup_steps": 0.03, "weight_decay": 0.0}
+# PiSSAConfig's recipe, for the CLI
 
 # %% ../../nbs/pissa/02_trainer.ipynb #fe637f87
 def _conversion_text(c: dict) -> str:
@@ -108,7 +106,7 @@ def _init_table(c: dict) -> str:
 
 class PiSSAAdapter(AdapterArtifact):
     "A PiSSA adapter shared as a plain LoRA (exact: rank and alpha doubled; or truncated) for the untouched base."
-    kind, method, commit_message = "pissa-lora", "pissa", "PiSSA adapter as a plain LoRA"
+    kind, method, commit_message = "pissa-lora", METHOD, "PiSSA adapter as a plain LoRA"
 
     def __init__(self,
                  model: PeftModel,  # a PiSSA model from `init_pissa` (converted on save), or a loaded plain LoRA
@@ -162,8 +160,7 @@ class PiSSAAdapter(AdapterArtifact):
 # %% ../../nbs/pissa/02_trainer.ipynb #21b8c48c
 class PiSSATrainer(ArtifactTrainerMixin, SFTTrainer):
     "TRL's `SFTTrainer` with a PiSSA adapter; its artifact is the adapter as a plain LoRA with adaptkit's card."
-    _tag_names, _name = ["adaptkit", "pissa"], "PiSSA"
-    _paper = {"title": PAPERS["pissa"][0], "id": PAPERS["pissa"][1]}
+    _tag_names, _name, _paper = ["adaptkit", METHOD.tag], METHOD.name, METHOD.paper  # TRL's hooks: the card reads them
 
     def __init__(
         self,

@@ -6,9 +6,10 @@
 __all__ = []
 
 # %% ../../nbs/repnoise/00_repnoise.ipynb #81b9dd44
-from . import harness, loss, trainer
+from . import config, harness, loss, trainer
+from .config import *
 from .harness import *
 from .loss import *
 from .trainer import *
 
-__all__ = [*loss.__all__, *trainer.__all__, *harness.__all__]
+__all__ = [*config.__all__, *loss.__all__, *trainer.__all__, *harness.__all__]

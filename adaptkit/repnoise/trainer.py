@@ -17,9 +17,11 @@ from fastcore.basics import patch
 from transformers import Trainer, TrainingArguments
 
 from ..artifacts import ArtifactTrainerMixin, ModelArtifact
+from ..config import MethodConfig
 from ..data import HARMFUL_PAIRS, DataError, load_rows, validate_rows
-from ..hub import PAPERS, markdown_table, write_metadata
-from ..models import completion_collator, default_bf16, encode_completion
+from ..hub import markdown_table, write_metadata
+from ..models import completion_collator, encode_completion
+from .config import METHOD
 from .loss import LayerCapture, repnoise_loss
 
 _logger = logging.getLogger(__name__)
@@ -30,7 +32,7 @@ __all__ = ['RepNoiseConfig', 'pair_rows', 'format_prompt', 'encode_answer', 'rep
 
 # %% ../../nbs/repnoise/02_trainer.ipynb #7ef90bcb
 @dataclass
-class RepNoiseConfig(TrainingArguments):
+class RepNoiseConfig(MethodConfig, TrainingArguments):
     "`TrainingArguments` for RepNoise: the loss weights, the MMD kernel, the layers, and the paper's training defaults."
     alpha: float = field(
         default=1.0, metadata={"help": "Weight of the ascent term -log(1 + mean per-layer harmful CE)."}
@@ -58,10 +60,6 @@ class RepNoiseConfig(TrainingArguments):
         default=0.1, metadata={"help": "Warm-up steps, or a ratio of all steps when below 1 (paper: 10%)."}
     )
     weight_decay: float = field(default=0.0, metadata={"help": "AdamW weight decay (paper: none)."})
-    bf16: bool | None = field(
-        default=None, metadata={"help": "bf16 mixed precision; default: on a CUDA GPU that supports it."}
-    )
-    report_to: str | list[str] = field(default="none", metadata={"help": "Where to report metrics."})
 
     def __post_init__(self):
         for name in ("alpha", "beta"):
@@ -73,7 +71,6 @@ class RepNoiseConfig(TrainingArguments):
         if self.max_length < 2: raise ValueError(f"max_length must be >= 2, got {self.max_length}")
         if self.layers is not None and not len(self.layers):
             raise ValueError("layers must name at least one decoder layer (or be None: all layers)")
-        if self.bf16 is None: self.bf16 = default_bf16() and not self.use_cpu
         super().__post_init__()
         self.remove_unused_columns = False
 
@@ -171,8 +168,7 @@ class RepNoiseCollator:
 # %% ../../nbs/repnoise/02_trainer.ipynb #63b27489
 class RepNoiseTrainer(ArtifactTrainerMixin, Trainer):
     "A `Trainer` whose loss is RepNoise's, on `{prompt, harmful, harmless}` rows tokenised by `processing_class`."
-    _tag_names, _name = ["adaptkit", "repnoise"], "RepNoise"
-    _paper = {"title": PAPERS["repnoise"][0], "id": PAPERS["repnoise"][1]}
+    _tag_names, _name, _paper = ["adaptkit", METHOD.tag], METHOD.name, METHOD.paper  # TRL's hooks: the card reads them
     loss_is_scaled_for_ga = False  # compute_loss returns a per-batch mean: Trainer divides it by the accumulation steps
 
     def __init__(
@@ -290,7 +286,7 @@ def _attack_table(report: Mapping | None) -> str:
 
 class ImmunisedModel(ModelArtifact):
     "A causal LM immunised with RepNoise: a plain checkpoint, with its defence settings and attack report on the card."
-    kind, method, commit_message = "repnoise-model", "repnoise", "RepNoise-immunised model"
+    kind, method, commit_message = "repnoise-model", METHOD, "RepNoise-immunised model"
 
     def __init__(self,
                  model,  # the defended causal LM (a PEFT model is saved merged, from a copy)

@@ -16,18 +16,25 @@ import torch
 from safetensors import safe_open
 from trl import SFTConfig
 
+from ..config import MethodConfig
 from ..data import SEEDS, DataError, load_rows
-from ..hub import read_metadata
-from ..models import check_base, default_bf16
+from ..hub import Method, read_metadata
+from ..models import check_base
 
 if TYPE_CHECKING:  # annotations only: peft and TRL's experimental GKD are imported where they are used
     import peft
     import trl.experimental.gkd
 
 # %% auto #0
-__all__ = ['SYNTHESIS_TEMPLATE', 'EXAMPLE_TEMPLATE', 'DISCRIMINATOR_TEMPLATE', 'EmptyGenerationError', 'AdapterMismatchError',
-           'load_seeds', 'prompt_affixes', 'check_adapter', 'vocabularies_match', 'SynthesisConfig',
-           'DiscriminatorConfig', 'DistillationConfig', 'stage_config']
+__all__ = ['METHOD', 'SYNTHESIS_TEMPLATE', 'EXAMPLE_TEMPLATE', 'DISCRIMINATOR_TEMPLATE', 'EmptyGenerationError',
+           'AdapterMismatchError', 'load_seeds', 'prompt_affixes', 'check_adapter', 'vocabularies_match',
+           'SynthesisConfig', 'DiscriminatorConfig', 'DistillationConfig', 'stage_config']
+
+# %% ../../nbs/translora/01_config.ipynb #7c0nf004
+METHOD = Method("adaptkit.translora", "Trans-LoRA", {
+    "title": "Trans-LoRA: Towards Data-free Transferable Parameter Efficient Finetuning",
+    "id": "2405.17258",
+})
 
 # %% ../../nbs/translora/01_config.ipynb #b79a90ec
 SYNTHESIS_TEMPLATE = "Here are examples of inputs for one task. Every input is different.\n\n{examples}### Input\n"
@@ -159,7 +166,7 @@ def _lora(r: int, alpha: int | None, target_modules) -> "peft.LoraConfig":
     return LoraConfig(r=r, lora_alpha=alpha or 2 * r, target_modules=target_modules, task_type="CAUSAL_LM")
 
 @dataclass
-class DiscriminatorConfig(SFTConfig):
+class DiscriminatorConfig(MethodConfig, SFTConfig):
     "`SFTConfig` of the discriminator: its prompt, labels, keep threshold and LoRA, with small-LoRA training defaults."
     discriminator_template: str = field(
         default=DISCRIMINATOR_TEMPLATE, metadata=_help("Discriminator prompt with {text}.")
@@ -182,10 +189,8 @@ class DiscriminatorConfig(SFTConfig):
     save_strategy: str = field(
         default="no", metadata=_help("Checkpoints: none by default (the artifact is saved instead).")
     )
-    report_to: str | list[str] = field(default="none", metadata=_help("Where to report metrics."))
 
     def __post_init__(self):
-        if self.bf16 is None: self.bf16 = default_bf16()
         if "{text}" not in self.discriminator_template: raise ValueError("discriminator_template needs a {text} field")
         if not self.real_label or self.real_label == self.synthetic_label:
             raise ValueError(f"real_label and synthetic_label must be two different non-empty strings, got "
@@ -200,7 +205,7 @@ class DiscriminatorConfig(SFTConfig):
 
 # %% ../../nbs/translora/01_config.ipynb #b7487fd8
 @dataclass
-class DistillationConfig(SFTConfig):
+class DistillationConfig(MethodConfig, SFTConfig):
     "`SFTConfig` of the distillation into the target LoRA: sequence or logit level, the target LoRA, GKD's settings."
     distillation: str = field(default="sequence", metadata=_help(
         "'sequence' (SFT on the teacher's answers, any tokenizers) or 'logit' (GKD on the teacher's logits, "
@@ -225,10 +230,8 @@ class DistillationConfig(SFTConfig):
     save_strategy: str = field(
         default="no", metadata=_help("Checkpoints: none by default (the artifact is saved instead).")
     )
-    report_to: str | list[str] = field(default="none", metadata=_help("Where to report metrics."))
 
     def __post_init__(self):
-        if self.bf16 is None: self.bf16 = default_bf16()
         if self.distillation not in ("sequence", "logit"):
             raise ValueError(f"distillation must be 'sequence' or 'logit', got {self.distillation!r}")
         if not 0 <= self.gkd_beta <= 1: raise ValueError(f"gkd_beta must be in [0, 1], got {self.gkd_beta}")

@@ -18,7 +18,13 @@ from trl import SFTTrainer
 from ..artifacts import AdapterArtifact
 from ..hub import write_metadata
 from ..models import completion_collator, encode_completion, fingerprint, load_base
-from .config import DISCRIMINATOR_TEMPLATE, DiscriminatorConfig, EmptyGenerationError, stage_config
+from adaptkit.translora.config import (
+    DISCRIMINATOR_TEMPLATE,
+    METHOD,
+    DiscriminatorConfig,
+    EmptyGenerationError,
+    stage_config,
+)
 
 _logger = logging.getLogger("adaptkit.translora")
 
@@ -70,7 +76,7 @@ class Discriminator(AdapterArtifact):
     "A base model + LoRA that scores how likely a text is a real task input (P(real)), with its template and labels."
     kind, method, commit_message, pipeline_tag = (
         "translora-discriminator",
-        "translora",
+        METHOD,
         "Trans-LoRA discriminator",
         "text-classification",
     )

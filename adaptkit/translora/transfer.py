@@ -19,7 +19,7 @@ from fastcore.basics import patch
 from trl import SFTTrainer
 
 from ..artifacts import AdapterArtifact, ArtifactTrainerMixin
-from ..hub import PAPERS, is_repo_id, markdown_table, pull, read_metadata, repo_link, source_of, write_metadata
+from ..hub import is_repo_id, markdown_table, pull, read_metadata, repo_link, source_of, write_metadata
 from adaptkit.models import (
     completion_collator,
     encode_completion,
@@ -27,6 +27,7 @@ from adaptkit.models import (
     load_tokenizer,
 )
 from adaptkit.translora.config import (
+    METHOD,
     DistillationConfig,
     EmptyGenerationError,
     SynthesisConfig,
@@ -116,7 +117,7 @@ def _markdown_link(ref: dict | None) -> str:
 
 class TransferredAdapter(AdapterArtifact):
     "A LoRA moved to a new base with Trans-LoRA: the target base + LoRA, its provenance, stage counts and timings."
-    kind, method, commit_message = "translora-adapter", "translora", "Trans-LoRA transfer"
+    kind, method, commit_message = "translora-adapter", METHOD, "Trans-LoRA transfer"
 
     def __init__(
         self,
@@ -201,7 +202,6 @@ def target_lora_config(
     "The target's `peft.LoraConfig`: the source adapter's rank/alpha unless the config sets them."
     return stage_config(config, DistillationConfig).lora_config(source_adapter_config)
 
-_TRANSLORA_PAPER = {"title": PAPERS["translora"][0], "id": PAPERS["translora"][1]}
 
 def _student(trainer, model, base_model, base_revision, endpoint, token, provenance):
     "The target base, its repo id, revision and fingerprint stamped on `trainer` (and the transfer's provenance)."
@@ -232,7 +232,7 @@ class TransLoRATrainer(ArtifactTrainerMixin, SFTTrainer):
     """TRL's `SFTTrainer` distilling the teacher's answers into a LoRA on the target base.
 
     Its artifact is a `TransferredAdapter`."""
-    _tag_names, _name, _paper = ["adaptkit", "translora"], "Trans-LoRA", _TRANSLORA_PAPER
+    _tag_names, _name, _paper = ["adaptkit", METHOD.tag], METHOD.name, METHOD.paper
     distillation = "sequence"
     artifact = _transfer_artifact
 
@@ -267,7 +267,7 @@ def _gkd_trainer_class() -> type:
         """TRL's `GKDTrainer` (off-policy: `lmbda=0`) matching the teacher's logits on its answers.
 
         Its artifact is a `TransferredAdapter`."""
-        _tag_names, _name, _paper = ["adaptkit", "translora"], "Trans-LoRA", _TRANSLORA_PAPER
+        _tag_names, _name, _paper = ["adaptkit", METHOD.tag], METHOD.name, METHOD.paper
         distillation = "logit"
         artifact = _transfer_artifact
 

@@ -7,20 +7,23 @@ import datasets
 import pytest
 from huggingface_hub import HfApi
 
-from adaptkit.aligner.trainer import (
+from adaptkit.aligner import (
     ALIGNER_QAC_TEMPLATE,
     ALIGNER_V1_TEMPLATE,
+    METHOD,
+    AlignedPolicy,
     Aligner,
     AlignerConfig,
     AlignerTrainer,
     aligner_rows,
     check_template,
+    dpo_rounds,
     format_aligner_prompt,
+    preference_pairs,
 )
 from adaptkit.data import DataError
 from adaptkit.hub import push_folder
-from adaptkit.localhub.server import LocalHub
-from adaptkit.models import load_tokenizer
+from adaptkit.models import load_tokenizer, tiny_causal_lm
 
 
 def _qac_file(path, rows):
@@ -28,7 +31,7 @@ def _qac_file(path, rows):
     return path
 
 
-def test_train_push_pull_correct(tiny_model_dir, tmp_path):
+def test_train_push_pull_correct(hub, tiny_model_dir, tmp_path):
     rows = [
         {"question": f"What is {i} times 2?", "answer": f"{i}", "correction": f"{i} times 2 is {2 * i}."}
         for i in range(8)
@@ -45,21 +48,20 @@ def test_train_push_pull_correct(tiny_model_dir, tmp_path):
         use_cpu=True,
         disable_tqdm=True,
     )
-    with LocalHub(tmp_path / "hub") as hub:
-        push_folder(tiny_model_dir, "team/base", endpoint=hub.endpoint)
-        trainer = AlignerTrainer("team/base", args, _qac_file(tmp_path / "qac.jsonl", rows), processing_class=tok,
-                                 hub_endpoint=hub.endpoint)
-        assert trainer.base_model == "team/base"
-        trainer.train()
-        art = trainer.artifact()
-        art.results = [{"task": "text-generation", "dataset": "tiny-times", "metric": "accuracy", "value": 0.0}]
-        art.datasets = ["tiny-times"]
-        out = art.save_pretrained(tmp_path / "aligner")
-        commit = push_folder(out, "team/tiny-aligner", endpoint=hub.endpoint)
-        data = HfApi(endpoint=hub.endpoint).model_info("team/tiny-aligner").card_data
-        assert (data.base_model, data.datasets) == ("team/base", ["tiny-times"])
-        assert "aligner" in data.tags and data.eval_results[0].metric_value == 0.0
-        aligner = Aligner.from_pretrained("team/tiny-aligner", endpoint=hub.endpoint, revision=commit)
+    push_folder(tiny_model_dir, "team/base", endpoint=hub.endpoint)
+    trainer = AlignerTrainer("team/base", args, _qac_file(tmp_path / "qac.jsonl", rows), processing_class=tok,
+                             hub_endpoint=hub.endpoint)
+    assert trainer.base_model == "team/base"
+    trainer.train()
+    art = trainer.artifact()
+    art.results = [{"task": "text-generation", "dataset": "tiny-times", "metric": "accuracy", "value": 0.0}]
+    art.datasets = ["tiny-times"]
+    out = art.save_pretrained(tmp_path / "aligner")
+    commit = push_folder(out, "team/tiny-aligner", endpoint=hub.endpoint)
+    data = HfApi(endpoint=hub.endpoint).model_info("team/tiny-aligner").card_data
+    assert (data.base_model, data.datasets) == ("team/base", ["tiny-times"])
+    assert "aligner" in data.tags and data.eval_results[0].metric_value == 0.0
+    aligner = Aligner.from_pretrained("team/tiny-aligner", endpoint=hub.endpoint, revision=commit)
     assert aligner.template == ALIGNER_QAC_TEMPLATE  # the template travels with the aligner
     local = Aligner.from_pretrained(out)
     qs, ans = [r["question"] for r in rows[:3]], [r["answer"] for r in rows[:3]]
@@ -92,9 +94,6 @@ def _prompt_ids(tok, template, row):
 
 @pytest.mark.parametrize("identity", [False, True])
 def test_aligner_rows_hold_the_template_token_for_token(tiny_tok, identity):
-    import datasets
-
-    from adaptkit.aligner.trainer import aligner_rows
     out = aligner_rows(datasets.Dataset.from_list(ROWS), CUSTOM, tiny_tok, identity=identity)
     assert out.column_names == ["input_ids", "labels"]
     for row, enc in zip(ROWS, out):
@@ -119,7 +118,6 @@ def test_trainer_rows_use_the_configured_template(tiny_model_dir, tiny_tok, tmp_
 
 
 def test_correct_feeds_the_model_its_own_template_token_for_token(tiny_tok):
-    from adaptkit.models import tiny_causal_lm
     aligner = Aligner(tiny_causal_lm(tiny_tok), tiny_tok, CUSTOM)
     seen, generate = [], aligner.model.generate
     def recording_generate(input_ids, attention_mask, **kw):
@@ -132,7 +130,6 @@ def test_correct_feeds_the_model_its_own_template_token_for_token(tiny_tok):
 
 def test_correct_runs_the_template_opening_once_and_changes_no_correction(tiny_tok):
     "The V1 template's text up to 'harmless:' runs once, first and alone; every correction is the pair's own."
-    from adaptkit.models import tiny_causal_lm
     aligner = Aligner(tiny_causal_lm(tiny_tok, hidden_size=64), tiny_tok)  # one whose corrections differ
     qs = ["What is 2 + 3?", "Why?", "what is six plus two, and why is it not seven or nine?", "7 - 1"]
     answers = ["-4 maybe", "because", "eight", "6, I think, or maybe five"]
@@ -154,10 +151,6 @@ def test_correct_runs_the_template_opening_once_and_changes_no_correction(tiny_t
 
 def test_training_prompt_equals_inference_prompt_on_a_merging_boundary(tiny_tok, tiny_model_dir, tmp_path):
     "A correction starting with '-' after a template ending on ':' : the ids before the answer stay the prompt's own."
-    import datasets
-
-    from adaptkit.aligner.trainer import ALIGNER_V1_TEMPLATE, aligner_rows
-    from adaptkit.models import tiny_causal_lm
     row = ROWS[0]
     aligner = Aligner(tiny_causal_lm(tiny_tok), tiny_tok)
     seen = []
@@ -173,8 +166,6 @@ def test_training_prompt_equals_inference_prompt_on_a_merging_boundary(tiny_tok,
 # --- the template an aligner loads with ---
 
 def test_template_fallbacks(tiny_tok, tmp_path, caplog):
-    from adaptkit.aligner.trainer import ALIGNER_V1_TEMPLATE
-    from adaptkit.models import tiny_causal_lm
     plain = tmp_path / "plain"
     tiny_causal_lm(tiny_tok).save_pretrained(plain); tiny_tok.save_pretrained(plain)
     with caplog.at_level("WARNING", logger="adaptkit.aligner"):
@@ -197,8 +188,6 @@ def test_dpo_rounds_push_each_round_tagged(hub, tiny_tok, tmp_path):
     import torch
     from trl import DPOConfig
 
-    from adaptkit.aligner import dpo_rounds
-    from adaptkit.models import tiny_causal_lm
     policy, aligner = tiny_causal_lm(tiny_tok, seed=3), Aligner(tiny_causal_lm(tiny_tok, seed=1), tiny_tok, CUSTOM)
     args = DPOConfig(str(tmp_path / "dpo"), beta=0.02, learning_rate=1e-3, max_steps=1, per_device_train_batch_size=2,
                      report_to="none", save_strategy="no", use_cpu=True, disable_tqdm=True, bf16=False)
@@ -221,12 +210,35 @@ def test_dpo_rounds_push_each_round_tagged(hub, tiny_tok, tmp_path):
         tags == {"round-1": metrics[0]["commit"], "round-2": metrics[1]["commit"]}
         and metrics[0]["commit"] != metrics[1]["commit"]
     )
-    from adaptkit.aligner import AlignedPolicy
     pulled = AlignedPolicy.from_pretrained("team/policy", endpoint=hub.endpoint, revision="round-2")
     assert pulled.settings["round"] == 2 and pulled.settings["pairs"] == metrics[1]["pairs"]
     assert all(torch.equal(a, b) for a, b in zip(pulled.model.state_dict().values(), policy.state_dict().values()))
     card = api.model_info("team/policy", revision="round-1").card_data
     assert card.base_model == "team/base" and "aligner" in card.tags
+
+
+# --- the card: TRL's hooks on the trainer, the method declared once ---
+
+def test_the_card_reads_the_trainers_trl_hooks(tiny_model_dir, tiny_tok, tmp_path):
+    "TRL's `_name`, `_paper` and `_tag_names` are what the card says: a subclass that changes them changes its card."
+    from huggingface_hub import ModelCard
+
+    class HouseTrainer(AlignerTrainer):
+        _tag_names, _name = [*AlignerTrainer._tag_names, "house-style"], "House Aligner"
+
+    assert (AlignerTrainer._name, AlignerTrainer._paper) == (METHOD.name, METHOD.paper) == (
+        "Aligner", {"title": "Aligner: Efficient Alignment by Learning to Correct", "id": "2402.02416"})
+    args = AlignerConfig(str(tmp_path / "run"), max_steps=1, use_cpu=True, identity_warmup_ratio=0.0)
+    trainer = HouseTrainer(str(tiny_model_dir), args, ROWS, processing_class=tiny_tok)
+    trainer.save_model()
+    card = ModelCard.load(tmp_path / "run" / "README.md")
+    assert ("using **House Aligner** ([Aligner: Efficient Alignment by Learning to Correct]"
+            "(https://arxiv.org/abs/2402.02416)") in card.text
+    assert card.data.tags == ["adaptkit", "aligner", "arxiv:2402.02416", "house-style"]
+    trainer.create_model_card(dataset_name="me/qac", tags="extra")  # what `trainer.push_to_hub(...)` passes on
+    card = ModelCard.load(tmp_path / "run" / "README.md")
+    assert card.data.datasets == ["me/qac"] and card.data.tags[-2:] == ["house-style", "extra"]
+    assert "using **Aligner**" in str(Aligner.from_pretrained(tmp_path / "run").model_card())  # the artifact: METHOD
 
 
 # --- every input check: its error type and the name it reports ---
@@ -245,10 +257,6 @@ def test_config_checks(kwargs, error, name):
 
 
 def test_aligner_and_rows_checks(tiny_tok, tiny_model_dir, tmp_path):
-    import datasets
-
-    from adaptkit.aligner import aligner_rows, dpo_rounds, preference_pairs
-    from adaptkit.models import tiny_causal_lm
     with pytest.raises(ValueError, match=re.escape("missing {question}")):
         Aligner(tiny_causal_lm(tiny_tok), tiny_tok, "{answer}")
     with pytest.raises(ValueError, match=re.escape("missing {answer}")):

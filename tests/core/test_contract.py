@@ -276,8 +276,8 @@ def test_a_damaged_file_of_any_artifact_is_named_on_load(hub, base_repo, tiny_to
 def test_an_unknown_method_or_a_missing_base_is_named(tmp_path):
     from adaptkit.artifacts import _load_base_for
     from adaptkit.hub import render_card
-    with pytest.raises(ValueError, match=re.escape("unknown method 'lora'; expected one of aligner, pissa, repnoise, "
-                                                   "translora, emr")):
+    with pytest.raises(TypeError, match=re.escape("method must be a Method (a method package's METHOD, e.g. "
+                                                  "adaptkit.pissa.METHOD) or None, got 'lora'")):
         render_card("lora", model_name="x")
     with pytest.raises(ValueError, match=re.escape("my adapter records no base model repo id: pass base=")):
         _load_base_for({"source": {"fingerprint": "abc"}}, None, "my adapter")
@@ -320,3 +320,51 @@ def test_an_adapter_goes_on_its_recorded_base_at_its_recorded_commit(hub, tiny_t
     )
     given = _load_base_for(record, "me/base", "x", endpoint=hub.endpoint)  # a base given by hand: its own main
     assert fingerprint(given) == fingerprint(load_causal_lm(moved)) and latest != first
+
+
+# --- a method is declared once, in its package; every config stands on one base ---
+
+def test_every_method_declares_itself_once_and_its_artifacts_and_trainers_use_it():
+    "Each package's METHOD names its paper; its artifacts carry it and its trainers give it to TRL; the hub names none."
+    import importlib
+
+    from adaptkit.artifacts import ArtifactTrainerMixin
+    from adaptkit.hub import Method, cards
+    assert not hasattr(cards, "PAPERS")
+    for name, arxiv in PAPER.items():
+        method = importlib.import_module(f"adaptkit.{name}").METHOD
+        assert isinstance(method, Method) and (method.tag, method.paper["id"]) == (name, arxiv)
+        assert method.template.is_file(), method.template
+    owner = lambda cls: importlib.import_module(".".join(cls.__module__.split(".")[:2])).METHOD
+    with_method = [cls for cls in artifact_classes() if cls.method is not None]
+    assert {cls.__name__ for cls in with_method} >= {"PiSSAAdapter", "Aligner", "AlignedPolicy", "ImmunisedModel",
+                                                     "Discriminator", "TransferredAdapter", "EMRBundle"}
+    assert all(cls.method is owner(cls) for cls in with_method), [c for c in with_method if c.method is not owner(c)]
+    from adaptkit.translora.transfer import TransLoRAGKDTrainer  # built on first use
+    trainers = _subclasses(ArtifactTrainerMixin)
+    assert {t.__name__ for t in trainers} >= {"PiSSATrainer", "AlignerTrainer", "RepNoiseTrainer", "TransLoRATrainer",
+                                              TransLoRAGKDTrainer.__name__}
+    for t in trainers:
+        assert (t._name, t._paper) == (owner(t).name, owner(t).paper) and owner(t).tag in t._tag_names, t
+
+
+def test_every_method_config_resolves_bf16_and_report_to_on_the_one_base(monkeypatch):
+    "Every TrainingArguments adaptkit defines stands on `MethodConfig`, which asks `default_bf16` once per config."
+    from transformers import TrainingArguments
+
+    import adaptkit.config
+    from adaptkit.config import MethodConfig
+    artifact_classes()  # every module imported
+    seen, todo = set(), [TrainingArguments]  # through TRL's configs too
+    while todo: todo += [sub for sub in todo.pop().__subclasses__() if sub not in seen and not seen.add(sub)]
+    configs = [c for c in seen if c.__module__.startswith("adaptkit.")]
+    assert {c.__name__ for c in configs} >= {"PiSSAConfig", "AlignerConfig", "RepNoiseConfig", "DiscriminatorConfig",
+                                             "DistillationConfig"}
+    calls = []
+    monkeypatch.setattr(adaptkit.config, "default_bf16", lambda: calls.append(1) or True)  # as on a GPU with bf16
+    for cls in configs:
+        assert issubclass(cls, MethodConfig) and cls.__mro__[1] is MethodConfig, cls
+        cfg = cls("x", use_cpu=True)
+        assert (cfg.bf16, cfg.report_to) == (False, []), cls  # never bf16 with use_cpu; no tracker unless asked
+        assert cls("x", use_cpu=True, report_to="tensorboard").report_to == ["tensorboard"]
+    assert len(calls) == 2 * len(configs)

@@ -22,6 +22,7 @@ from adaptkit.hub import render_card as model_card
 from adaptkit.hub.client import _folder_files, _metadata_upload
 from adaptkit.localhub.server import LocalHub
 from adaptkit.models import load_adapter, load_causal_lm, load_tokenizer
+from adaptkit.pissa import METHOD as PISSA
 
 TOKEN = "hf_adaptkit_secret_token_123"
 DEAD = "http://127.0.0.1:9"  # a closed port: a request would fail with a connection error, not the errors asserted
@@ -34,7 +35,7 @@ def hub(tmp_path):
 
 
 def _card(**kw):
-    return model_card("pissa", model_name="tiny", base_model="adaptkit/tiny-base", library_name="peft",
+    return model_card(PISSA, model_name="tiny", base_model="adaptkit/tiny-base", library_name="peft",
                       datasets=["adaptkit/arith"], settings={"r": 4}, **kw)
 
 
@@ -99,7 +100,7 @@ def test_bad_push_inputs_fail_before_any_request(tmp_path):
     with pytest.raises(ValueError, match="nothing to push"):
         push_folder(tmp_path, "team/x", endpoint="http://127.0.0.1:9")
     with pytest.raises(ValueError, match="not a local path"):
-        model_card("emr", model_name="x", base_model=str(tmp_path))
+        model_card(None, model_name="x", base_model=str(tmp_path))
 
 
 def test_load_rows_from_a_hub_dataset_repo(hub, tmp_path):

@@ -95,7 +95,7 @@ def test_aligner_recipe_with_lora_saves_template(tiny_model_dir, tmp_path, capsy
                "--dataset_name", jsonl(tmp_path / "qac.jsonl", rows), "--lora_r", "2", "--lora_alpha", "4",
                "--output_dir", tmp_path / "out", *TINY_TRAIN], capsys)
     assert res["warmup_rows"] == 2 and Path(res["aligner"]).is_dir()
-    from adaptkit.aligner.trainer import ALIGNER_V1_TEMPLATE, Aligner
+    from adaptkit.aligner import ALIGNER_V1_TEMPLATE, Aligner
     assert Aligner.from_pretrained(res["aligner"]).template == ALIGNER_V1_TEMPLATE
 
 
