@@ -418,8 +418,17 @@ def _plain_name(name: str | Path) -> str:
     return str(name)
 
 def _model_name(model) -> str:
+    "The model given, for a message: its `name_or_path` (a Hub snapshot as repo@commit), else its class."
     name = getattr(getattr(model, "config", None), "name_or_path", "") or ""
-    return repr(name) if name else f"an in-memory {type(model).__name__}"
+    return repr(_plain_name(name)) if name else f"an in-memory {type(_unwrapped(model)).__name__}"
+
+def _recorded_base(source: dict) -> str:
+    "The base a record names, for a message: repo@revision, else the folder it was loaded from."
+    if (repo := source.get("base_model")):
+        rev = source.get("base_revision")
+        return _plain_name(repo) + (f"@{rev[:12]}" if rev and "@" not in _plain_name(repo) else "")
+    if source.get("base_path"): return _plain_name(source["base_path"])
+    return "its record does not name (no repo id or folder)"
 
 def _is_entry(v) -> bool:
     "Whether `v` is an entry of today's fingerprint: a shape and a sample of the size the shape calls for."
@@ -446,7 +455,7 @@ def _fingerprint_as(model, want: dict, what: str) -> dict:
 
 def check_base(
     model,  # the base the artifact is about to be used with
-    source: dict,  # the artifact's record: `base_model`, `base_revision`, `fingerprint`
+    source: dict,  # the artifact's record: `fingerprint`; `base_model` and `base_revision` (or `base_path`) name it
     what: str,  # the artifact, for the message
     ignore_base_mismatch: bool = False,  # warn instead of raising
     rtol: float = 1e-4,  # relative tolerance of an old fingerprint's sums
@@ -458,13 +467,9 @@ def check_base(
     if not want: return
     got = _fingerprint_as(model, want, what)
     if (bad := fingerprint_mismatch(want, got, rtol)) is None: return
-    recorded = source.get("base_model") or "a local base"
-    if source.get("base_revision"): recorded += f"@{source['base_revision'][:12]}"
     why = "has no tensor" if got[bad] is None else "differs in"
-    msg = (
-        f"{what} was made on the base {recorded}, but the model given ({_model_name(model)}) {why} {bad!r}: load it on "
-        "its own base (or pass ignore_base_mismatch=True to use it anyway)"
-    )
+    msg = (f"{what} was made on the base {_recorded_base(source)}, but the model given ({_model_name(model)}) {why} "
+           f"{bad!r}: load it on its own base (or pass ignore_base_mismatch=True to use it anyway)")
     if not ignore_base_mismatch: raise BaseMismatchError(msg)
     warnings.warn(msg, stacklevel=2)
 

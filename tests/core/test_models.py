@@ -464,3 +464,35 @@ def test_check_adapter_base_checks_the_files_then_the_base(tiny_tok, tmp_path, m
     monkeypatch.setattr(adaptkit.models, "check_adapter_base", lambda *a, **kw: calls.append(kw) or {})
     load_adapter(copy.deepcopy(base), plain)
     assert len(calls) == 1
+
+
+# --- a wrong-base refusal names both bases plainly (issue 38, item 12) ----------------------------------------------
+def test_a_wrong_base_refusal_names_both_bases_plainly(hub, tiny_tok, tiny_model_dir):
+    "Recorded base: repo@revision (or its folder); given model: its name_or_path, a Hub snapshot as repo@commit."
+    from peft import LoraConfig, get_peft_model
+
+    from adaptkit.hub import push_folder
+    from adaptkit.models import BaseMismatchError, check_base, fingerprint
+    source = {"base_model": "team/base", "base_revision": "0123456789abcdef" * 2 + "01234567",
+              "fingerprint": fingerprint(tiny_causal_lm(tiny_tok, seed=9))}
+
+    def refusal(model, src=source) -> str:
+        with pytest.raises(BaseMismatchError) as e: check_base(model, src, "the adapter 'a'")
+        return str(e.value)
+
+    commit = push_folder(tiny_model_dir, "me/other", endpoint=hub.endpoint)
+    pulled = load_causal_lm("me/other", endpoint=hub.endpoint)
+    assert "snapshots" in pulled.config.name_or_path  # what the model itself knows: a snapshot folder
+    msg = refusal(pulled)
+    assert msg.startswith("the adapter 'a' was made on the base team/base@0123456789ab, but the model given "
+                          f"('me/other@{commit[:12]}') differs in"), msg
+    assert "snapshots" not in msg and "in-memory" not in msg
+    assert f"the model given ({str(tiny_model_dir)!r})" in refusal(load_causal_lm(tiny_model_dir))
+    wrapped = get_peft_model(tiny_causal_lm(tiny_tok), LoraConfig(r=2, target_modules=["q_proj"]))
+    assert "the model given (an in-memory LlamaForCausalLM)" in refusal(wrapped)  # no name: its class, not PEFT's
+    local = {"base_path": "/data/bases/my-base", "fingerprint": source["fingerprint"]}
+    assert "made on the base /data/bases/my-base, but" in refusal(pulled, local)  # no repo id: its folder
+    by_snapshot = {"base_model": pulled.config.name_or_path, "fingerprint": source["fingerprint"]}
+    assert f"made on the base me/other@{commit[:12]}, but" in refusal(pulled, by_snapshot)
+    nothing = {"fingerprint": source["fingerprint"]}
+    assert "made on the base its record does not name (no repo id or folder), but" in refusal(pulled, nothing)
