@@ -6,9 +6,10 @@
 __all__ = []
 
 # %% ../../nbs/pissa/00_pissa.ipynb #aa909688
-from . import config, principal, trainer
+from . import artifact, config, principal, trainer
+from .artifact import *
 from .config import *
 from .principal import *
 from .trainer import *
 
-__all__ = [*config.__all__, *principal.__all__, *trainer.__all__]
+__all__ = [*config.__all__, *principal.__all__, *artifact.__all__, *trainer.__all__]
