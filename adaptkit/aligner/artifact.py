@@ -20,7 +20,7 @@ from ..models import generate_batched
 _logger = logging.getLogger(__name__)
 
 # %% auto #0
-__all__ = ['Aligner', 'chat_answers', 'AlignedPolicy']
+__all__ = ['Aligner', 'conversation', 'chat_answers', 'AlignedPolicy']
 
 # %% ../../nbs/aligner/03_artifact.ipynb #1a571f4a
 class Aligner(ModelArtifact):
@@ -78,20 +78,29 @@ def correct(self: Aligner,
     return generate_batched(self.model, self.tokenizer, prompts, batch_size=batch_size, desc="correcting",
                             share_prefix=share_prefix, **generate_kwargs)
 
+def conversation(
+    prompt: str | Sequence[dict],  # a question, or chat messages that end with the user's turn
+) -> list[dict]:
+    "`prompt` as chat messages: a question becomes one user turn; a conversation (a system line, examples) stays."
+    if isinstance(prompt, str): return [{"role": "user", "content": prompt}]
+    messages = list(prompt)
+    last = messages[-1] if messages else None
+    if not isinstance(last, dict) or last.get("role") != "user" or not isinstance(last.get("content"), str):
+        raise ValueError(f"a conversation prompt must end with a user message whose content is text, got {last!r}")
+    return messages
+
 def chat_answers(
     model,  # a chat causal LM
     tok,  # its tokenizer, with a chat template
-    questions: Sequence[str],  # one user turn each
+    prompts: Sequence[str | Sequence[dict]],  # questions (one user turn each) or conversations (see `conversation`)
     *,
-    batch_size: int = 8,  # questions per generate call
+    batch_size: int = 8,  # prompts per generate call
     **generate_kwargs,  # passed to `generate_batched` (max_new_tokens, progress, ...)
 ) -> list[str]:
-    "A chat model's answers to `questions` (one user turn each, its chat template, batched)."
-    prompts = [
-        tok.apply_chat_template([{"role": "user", "content": q}], tokenize=False, add_generation_prompt=True)
-        for q in questions
-    ]
-    return generate_batched(model, tok, prompts, batch_size=batch_size, desc="answering", **generate_kwargs)
+    "A chat model's answers to `prompts` (rendered with its chat template), batched."
+    if isinstance(prompts, str): raise TypeError(f"prompts must be a list, got one str: {prompts[:40]!r}")
+    texts = [tok.apply_chat_template(conversation(p), tokenize=False, add_generation_prompt=True) for p in prompts]
+    return generate_batched(model, tok, texts, batch_size=batch_size, desc="answering", **generate_kwargs)
 
 @patch
 def stack(self: Aligner,

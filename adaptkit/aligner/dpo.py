@@ -13,7 +13,7 @@ from collections.abc import Sequence
 import datasets
 from trl import DPOConfig, DPOTrainer
 
-from .artifact import AlignedPolicy, Aligner, chat_answers
+from .artifact import AlignedPolicy, Aligner, chat_answers, conversation
 
 _logger = logging.getLogger(__name__)
 
@@ -22,7 +22,7 @@ __all__ = ['preference_pairs', 'dpo_rounds']
 
 # %% ../../nbs/aligner/04_dpo.ipynb #cdf3fdd1
 def preference_pairs(
-    prompts: Sequence[str],  # the questions
+    prompts: Sequence[str | Sequence[dict]],  # the questions, or conversations ending with them (`conversation`)
     answers: Sequence[str],  # the policy's answers (rejected)
     corrections: Sequence[str],  # the aligner's corrections (chosen)
 ) -> datasets.Dataset:
@@ -31,7 +31,7 @@ def preference_pairs(
         raise ValueError(
             f"lengths differ: {len(prompts)} prompts, {len(answers)} answers, {len(corrections)} corrections"
         )
-    rows = [{"prompt": [{"role": "user", "content": p}], "chosen": [{"role": "assistant", "content": c}],
+    rows = [{"prompt": conversation(p), "chosen": [{"role": "assistant", "content": c}],
              "rejected": [{"role": "assistant", "content": a}]}
             for p, a, c in zip(prompts, answers, corrections) if c.strip() and c.strip() != a.strip()]
     dropped = len(prompts) - len(rows)
@@ -54,7 +54,7 @@ def dpo_rounds(
     policy,  # the upstream chat model to align (trained in place, full fine-tuning or with `peft_config`)
     tokenizer,  # its tokenizer (with a chat template)
     aligner: Aligner,  # the correction model
-    prompts: Sequence[str],  # questions the policy answers each round
+    prompts: Sequence[str | Sequence[dict]],  # questions, or conversations ending with them, answered each round
     *,
     rounds: int = 2,  # alignment rounds
     args: DPOConfig | None = None,  # DPO settings (default: beta 0.02, lr 2e-5 as the official code)
@@ -64,15 +64,16 @@ def dpo_rounds(
     hub_token: str | None = None,  # Hub token for pushing
     base_model: str | None = None,  # the policy's Hub repo id, for the cards
     **generate_kwargs,  # for answering and correcting (default greedy)
-) -> list[dict]:
-    "Multi-round Aligner-guided DPO of `policy`; the metrics of each round."
+) -> AlignedPolicy:
+    "Multi-round Aligner-guided DPO of `policy`: the trained policy, with each round's metrics in `.rounds`."
     if rounds < 1: raise ValueError(f"rounds must be at least 1, got {rounds}")
     if isinstance(prompts, str) or not len(prompts): raise ValueError("prompts must be a non-empty list of questions")
+    questions = [conversation(p)[-1]["content"] for p in prompts]  # checked before any work
     args = args or DPOConfig("aligner-dpo", beta=0.02, learning_rate=2e-5, report_to="none", save_strategy="no")
     metrics = []
     for r in range(1, rounds + 1):
         answers = chat_answers(policy, tokenizer, prompts, **generate_kwargs)
-        pairs = preference_pairs(prompts, answers, aligner.correct(prompts, answers, **generate_kwargs))
+        pairs = preference_pairs(prompts, answers, aligner.correct(questions, answers, **generate_kwargs))
         m = {"round": r, "pairs": len(pairs), "dropped": len(prompts) - len(pairs)}
         if not len(pairs):
             _logger.warning("round %d: every correction equals its answer; stopping", r)
@@ -90,16 +91,24 @@ def dpo_rounds(
         m.update({k: v for h in trainer.state.log_history for k, v in h.items() if k.startswith("rewards/")})
         policy = trainer.model.merge_and_unload() if peft_config is not None else trainer.model
         if push_to:
-            m["commit"] = _push_policy(policy, tokenizer, push_to, r, m, args, base_model, hub_endpoint, hub_token)
+            art = _policy(policy, tokenizer, m, args, base_model)
+            m["commit"] = _push_round(art, push_to, r, hub_endpoint, hub_token)
         metrics.append(m)
-    return metrics
+    trained = _policy(policy, tokenizer, metrics[-1], args, base_model)
+    trained.rounds = metrics
+    return trained
 
-def _push_policy(policy, tok, repo_id, round_, m, args, base_model, endpoint, token) -> str:
+def _policy(policy, tok, m: dict, args, base_model) -> AlignedPolicy:
+    "The policy after round `m['round']` as an artifact, with the round's settings for its card."
+    art = AlignedPolicy(policy, tok)
+    art.base_model, art.settings = base_model, {"round": m["round"], "beta": args.beta,
+                                                "learning_rate": args.learning_rate, "pairs": m["pairs"],
+                                                "dropped": m["dropped"]}
+    return art
+
+def _push_round(art: AlignedPolicy, repo_id, round_, endpoint, token) -> str:
     "Push one round's policy with its card and tag the commit `round-N`; the commit id."
     from huggingface_hub import HfApi
-    art = AlignedPolicy(policy, tok)
-    art.base_model, art.settings = base_model, {"round": round_, "beta": args.beta, "learning_rate": args.learning_rate,
-                                                "pairs": m["pairs"], "dropped": m["dropped"]}
     commit = art.push_to_hub(repo_id, endpoint=endpoint, token=token, commit_message=f"Aligner DPO round {round_}")
     HfApi(endpoint=endpoint, token=token).create_tag(repo_id, tag=f"round-{round_}", revision=commit, exist_ok=True)
     return commit

@@ -191,7 +191,7 @@ def test_dpo_rounds_push_each_round_tagged(hub, tiny_tok, tmp_path):
     policy, aligner = tiny_causal_lm(tiny_tok, seed=3), Aligner(tiny_causal_lm(tiny_tok, seed=1), tiny_tok, CUSTOM)
     args = DPOConfig(str(tmp_path / "dpo"), beta=0.02, learning_rate=1e-3, max_steps=1, per_device_train_batch_size=2,
                      report_to="none", save_strategy="no", use_cpu=True, disable_tqdm=True, bf16=False)
-    metrics = dpo_rounds(
+    trained = dpo_rounds(
         policy,
         tiny_tok,
         aligner,
@@ -203,6 +203,7 @@ def test_dpo_rounds_push_each_round_tagged(hub, tiny_tok, tmp_path):
         base_model="team/base",
         max_new_tokens=4,
     )
+    metrics = trained.rounds
     assert [m["round"] for m in metrics] == [1, 2] and all(m["pairs"] > 0 for m in metrics)
     api = HfApi(endpoint=hub.endpoint)
     tags = {t.name: t.target_commit for t in api.list_repo_refs("team/policy").tags}
@@ -212,9 +213,42 @@ def test_dpo_rounds_push_each_round_tagged(hub, tiny_tok, tmp_path):
     )
     pulled = AlignedPolicy.from_pretrained("team/policy", endpoint=hub.endpoint, revision="round-2")
     assert pulled.settings["round"] == 2 and pulled.settings["pairs"] == metrics[1]["pairs"]
-    assert all(torch.equal(a, b) for a, b in zip(pulled.model.state_dict().values(), policy.state_dict().values()))
+    pulled_weights, trained_weights = pulled.model.state_dict().values(), trained.model.state_dict().values()
+    assert all(torch.equal(a, b) for a, b in zip(pulled_weights, trained_weights))
+    assert trained.settings["round"] == 2
     card = api.model_info("team/policy", revision="round-1").card_data
     assert card.base_model == "team/base" and "aligner" in card.tags
+
+
+def test_dpo_rounds_answers_and_trains_on_the_conversation(tiny_tok, tmp_path, monkeypatch):
+    "A prompt with a system line: the policy answers and DPO trains under it; the aligner gets the question alone."
+    from trl import DPOConfig
+
+    seen, rendered = [], []
+
+    class Recording(Aligner):
+        def correct(self, questions, answers, **kwargs):
+            seen.append(list(questions))
+            return [a + " (fixed)" for a in answers]
+
+    render = tiny_tok.apply_chat_template
+    def recording_render(messages, *args, **kwargs):
+        rendered.append((len(seen), messages))  # (corrections made so far: 0 while answering, 1 in DPO, messages)
+        return render(messages, *args, **kwargs)
+    monkeypatch.setattr(tiny_tok, "apply_chat_template", recording_render)
+
+    system = {"role": "system", "content": "Answer with the number only."}
+    prompts = [[system, {"role": "user", "content": "What is 1 + 1?"}], "Name a colour."]
+    args = DPOConfig(str(tmp_path / "dpo"), beta=0.02, learning_rate=1e-3, max_steps=1, per_device_train_batch_size=2,
+                     report_to="none", save_strategy="no", use_cpu=True, disable_tqdm=True, bf16=False)
+    trained = dpo_rounds(tiny_causal_lm(tiny_tok, seed=3), tiny_tok, Recording(tiny_causal_lm(tiny_tok), tiny_tok),
+                         prompts, rounds=1, args=args, max_new_tokens=4, progress=False)
+    assert seen == [["What is 1 + 1?", "Name a colour."]] and trained.rounds[0]["pairs"] == 2
+    with_system = lambda messages: any(m == system for m in messages if isinstance(m, dict))
+    assert any(with_system(m) for n, m in rendered if n == 0)  # the policy answered under the system line
+    assert any(with_system(m) for n, m in rendered if n == 1)  # and DPO trained under it
+    with pytest.raises(ValueError, match="must end with a user message"):
+        dpo_rounds(trained.model, tiny_tok, Recording(tiny_causal_lm(tiny_tok), tiny_tok), [[system]], rounds=1)
 
 
 # --- the card: TRL's hooks on the trainer, the method declared once ---
