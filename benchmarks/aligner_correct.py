@@ -20,7 +20,7 @@ import warnings
 import torch
 from _bench import median, quiet_start, write_result
 
-from adaptkit.aligner.trainer import Aligner, format_aligner_prompt
+from adaptkit.aligner import Aligner, format_aligner_prompt
 from adaptkit.models import load_causal_lm, load_tokenizer, smollm2
 
 warnings.filterwarnings("ignore")

@@ -24,7 +24,7 @@ from ..models import encode_completion, load_tokenizer
 _logger = logging.getLogger(__name__)
 
 # %% auto #0
-__all__ = ['aligner_rows', 'AlignerTrainer']
+__all__ = ['SHORT_TARGET_TOKENS', 'aligner_rows', 'warn_short_targets', 'AlignerTrainer']
 
 # %% ../../nbs/aligner/02_trainer.ipynb #a862b9ec
 def aligner_rows(
@@ -43,6 +43,25 @@ def aligner_rows(
             tokenizer, prompt, r["answer"] if identity else r["correction"], max_length or sys.maxsize, row=i
         )
     return rows.map(encode, with_indices=True, remove_columns=rows.column_names)
+
+# %% ../../nbs/aligner/02_trainer.ipynb #fc6fa8b5
+SHORT_TARGET_TOKENS = 2  # a correction this short (EOS not counted) gives EOS a third or more of its loss
+
+def warn_short_targets(
+    rows: datasets.Dataset,  # token rows from `aligner_rows`
+    tokenizer,  # their tokenizer (for EOS)
+) -> int:
+    "How many targets are at most `SHORT_TARGET_TOKENS` tokens before EOS; a warning when that is most of them."
+    lengths = [sum(t != -100 for t in r) - (r[-1] == tokenizer.eos_token_id) for r in rows["labels"]]
+    short = sum(n <= SHORT_TARGET_TOKENS for n in lengths)
+    if lengths and short > len(lengths) / 2:
+        _logger.warning(
+            "%d of %d corrections are at most %d tokens long: EOS is a third or more of their loss, and a briefly "
+            "trained aligner learns to end at once (empty corrections under greedy decoding; measured in tutorial "
+            "11). Write each correction as the answer rewritten, as the paper does, or train longer and count the "
+            "empty corrections.", short, len(lengths), SHORT_TARGET_TOKENS)
+    return short
+
 
 # %% ../../nbs/aligner/02_trainer.ipynb #4feca762
 class AlignerTrainer(ArtifactTrainerMixin, SFTTrainer):
@@ -68,6 +87,7 @@ class AlignerTrainer(ArtifactTrainerMixin, SFTTrainer):
         kwargs["processing_class"] = tok
         # a too long prompt fails here, by row
         rows = aligner_rows(self.qac, args.template, tok, max_length=args.max_length)
+        warn_short_targets(rows, tok)
         n_warm = math.ceil(len(self.qac) * args.identity_warmup_ratio)
         self.warmup = aligner_rows(
             self.qac.shuffle(seed=args.seed).select(range(n_warm)),
