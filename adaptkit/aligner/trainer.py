@@ -44,7 +44,7 @@ def aligner_rows(
         )
     return rows.map(encode, with_indices=True, remove_columns=rows.column_names)
 
-# %% ../../nbs/aligner/02_trainer.ipynb #fc6fa8b5
+# %% ../../nbs/aligner/02_trainer.ipynb #97ba01eb
 SHORT_TARGET_TOKENS = 2  # a correction this short (EOS not counted) gives EOS a third or more of its loss
 
 def warn_short_targets(
