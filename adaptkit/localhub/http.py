@@ -196,9 +196,16 @@ class HubHandler(BaseHTTPRequestHandler):
         super().send_response(code, message)
         self._status = code
         self.send_header("X-Request-Id", self.request_id)
+        if note := self._stale(): self.send_header("X-LocalHub-Stale", _header_safe(note))
+
+    def _stale(self) -> str | None:
+        "A mirror's note that this answer serves the last commit it knows for a name (the upstream did not answer)."
+        take = getattr(self.server.store, "stale_note", None)
+        return take() if take else None
 
     def do_GET(self):
         self._src, self._left, self._started, self._t0 = None, 0, False, time.monotonic()
+        self._stale()  # a note left by an earlier request on this thread is not this one's
         if not self.server.unwatch(self.connection):  # its headers came too late: the server shut the socket
             self.close_connection = True
             return

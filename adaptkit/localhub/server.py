@@ -21,7 +21,7 @@ from pathlib import Path
 from fastcore.basics import patch
 
 from .http import LOOPBACK_NAMES, HubHandler, HubServer, HubServer6
-from .mirror import MirrorStore
+from .mirror import MirrorStore, check_mirror_options
 from .storage import RepoStore
 
 # %% ../../nbs/localhub/04_server.ipynb #4b46d625
@@ -83,6 +83,7 @@ class LocalHub:
                  refresh: float = 60.0,  # mirror: seconds a branch or tag resolved upstream is trusted
                  log=None,  # request log: a path, "-" for stderr, or an open text file; None: off
                  drop_privacy: bool = False):  # without a token: make the private repos held public (else: refused)
+        check_mirror_options(upstream, refresh)
         self.root, self.host, self.lfs, self._port, self.timeout = Path(root), host, lfs, port, timeout
         self.token = token if token is not None or token_file is None else read_token_file(token_file)
         self.allowed_hosts = {h.lower() for h in (host.strip("[]"), *allowed_hosts)} | set(LOOPBACK_NAMES)

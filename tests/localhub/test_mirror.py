@@ -1,8 +1,14 @@
 """A team mirror (`LocalHub(upstream=...)`, `adaptkit hub serve --upstream`) in front of a second LocalHub as its
 upstream, driven by the stock client: fetched once, pinned by commit, verified, kept, served with the upstream
 stopped or `offline`; and `export_repos`/`import_repos` (`adaptkit hub export|import`) between two hubs."""
+import http.client
 import json
+import re
+import socket
 import tarfile
+import threading
+import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -79,9 +85,9 @@ def test_first_pull_fetches_the_commit_then_the_mirror_serves_it_with_the_upstre
         assert [m.id for m in HfApi(endpoint=mirror.endpoint).list_models()] == ["team/tiny"]
     with _mirror(tmp_path, upstream, refresh=0) as mirror:  # restarted, upstream gone, main re-checked: held main
         assert _snapshot(mirror.endpoint, tmp_path, "c5") == (sha, files)
-        with pytest.raises(HfHubHTTPError) as e:
+        with pytest.raises(RepositoryNotFoundError) as e:  # a 404 the client raises at once, naming the upstream
             HfApi(endpoint=mirror.endpoint).model_info("team/never-fetched")
-        assert e.value.response.status_code == 502 and upstream.endpoint in str(e.value)
+        assert upstream.endpoint in str(e.value) and "could not be reached" in str(e.value)
 
 
 def test_offline_mirror_serves_what_it_holds_and_refuses_the_rest(upstream, tmp_path):
@@ -305,3 +311,76 @@ def test_mirror_store_is_what_a_mirror_hub_opens(upstream, tmp_path):
     with LocalHub(tmp_path / "off", offline=True) as off:
         assert type(off.server.store) is MirrorStore and not off.server.store.online
         assert "offline=True" in repr(off)
+
+
+@contextmanager
+def _hanging_upstream():
+    "The URL of a server that accepts connections and never answers (a Hub behind a stuck proxy)."
+    s = socket.create_server(("127.0.0.1", 0), backlog=64)
+    s.settimeout(0.05)
+    held, stop = [], threading.Event()
+
+    def accept():
+        while not stop.is_set():
+            try: held.append(s.accept()[0])
+            except OSError: pass
+    t = threading.Thread(target=accept, daemon=True)
+    t.start()
+    try: yield f"http://127.0.0.1:{s.getsockname()[1]}"
+    finally:
+        stop.set()
+        t.join()
+        for c in held: c.close()
+        s.close()
+
+
+def test_a_hanging_upstream_costs_a_held_branch_a_short_deadline_once_and_marks_it_stale(upstream, tmp_path):
+    """Issue 38, item 13. The mirror exists for the day the upstream is down: by branch it serves what it holds at
+    once (a short deadline, then the last known ref, marked stale), not after the client's own timeouts."""
+    with _mirror(tmp_path, upstream) as mirror: _snapshot(mirror.endpoint, tmp_path, "c0")
+    with _hanging_upstream() as url, LocalHub(tmp_path / "mirror", upstream=url, upstream_token=False,
+                                              refresh=0) as mirror:
+        start = time.monotonic()
+        got = hf_hub_download("team/tiny", "config.json", endpoint=mirror.endpoint, token=False,
+                              cache_dir=tmp_path / "c1")
+        assert Path(got).read_bytes() == FILES["config.json"] and time.monotonic() - start < 6
+        start = time.monotonic()
+        conn = http.client.HTTPConnection("127.0.0.1", mirror.port, timeout=30)
+        conn.request("GET", "/api/models/team/tiny/revision/main")
+        r = conn.getresponse()
+        assert r.status == 200 and json.loads(r.read())["sha"] == upstream.first
+        assert url in r.headers["X-LocalHub-Stale"] and "main" in r.headers["X-LocalHub-Stale"]
+        assert time.monotonic() - start < 1  # the upstream just failed: not asked again for a while
+        conn.request("GET", f"/api/models/team/tiny/revision/{upstream.first}")  # by commit: nothing is stale
+        r = conn.getresponse()
+        assert r.status == 200 and r.read() and "X-LocalHub-Stale" not in r.headers
+        conn.close()
+
+
+def test_an_upstream_down_at_first_fetch_is_named_at_once(upstream, tmp_path):
+    url = upstream.endpoint
+    upstream.stop()
+    with LocalHub(tmp_path / "mirror", upstream=url, upstream_token=False) as mirror:
+        start = time.monotonic()
+        with pytest.raises(RepositoryNotFoundError, match=f"{re.escape(url)} .*could not be reached"):
+            hf_hub_download("team/tiny", "config.json", endpoint=mirror.endpoint, token=False,
+                            cache_dir=tmp_path / "c1")
+        assert time.monotonic() - start < 5  # no retries of a 5xx: the answer names the upstream at once
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"upstream": "huggingface.co"}, "upstream='huggingface.co': give the Hub's URL with its scheme"),
+    ({"upstream": "ftp://hub.example"}, "give the Hub's URL with its scheme"),
+    ({"upstream": "https://huggingface.co", "refresh": -5}, "refresh=-5: seconds, 0 or more"),
+    ({"offline": True, "refresh": float("nan")}, "refresh=nan"),
+])
+def test_mirror_options_are_refused_at_start(tmp_path, options, message):
+    with pytest.raises(ValueError, match=re.escape(message)): LocalHub(tmp_path / "m", **options)
+    assert not (tmp_path / "m").exists()
+
+
+def test_cli_hub_serve_refuses_an_upstream_without_scheme(tmp_path, capsys):
+    assert main(["hub", "serve", "--root", str(tmp_path / "m"), "--upstream", "huggingface.co"]) == 2
+    assert "give the Hub's URL with its scheme" in capsys.readouterr().err
+    assert main(["hub", "serve", "--root", str(tmp_path / "m"), "--refresh", "-5", "--offline"]) == 2
+    assert "refresh=-5" in capsys.readouterr().err
