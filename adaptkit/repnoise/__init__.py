@@ -6,10 +6,11 @@
 __all__ = []
 
 # %% ../../nbs/repnoise/00_repnoise.ipynb #81b9dd44
-from . import config, harness, loss, trainer
+from . import artifact, config, harness, loss, trainer
+from .artifact import *
 from .config import *
 from .harness import *
 from .loss import *
 from .trainer import *
 
-__all__ = [*config.__all__, *loss.__all__, *trainer.__all__, *harness.__all__]
+__all__ = [*config.__all__, *loss.__all__, *trainer.__all__, *artifact.__all__, *harness.__all__]

@@ -416,7 +416,6 @@ _PUSH_SCRIPT = textwrap.dedent("""
     import json, sys
     from pathlib import Path
     from adaptkit.models import load_tokenizer
-    from adaptkit.repnoise.trainer import RepNoiseConfig, RepNoiseTrainer
     rows = [{"prompt": f"how do I do task {i}", "harmful": f"here is how {i}", "harmless": "sorry I cannot help"}
             for i in range(4)]
     args = RepNoiseConfig(str(Path(sys.argv[1]) / "tiny-immunised"), max_steps=1, per_device_train_batch_size=2,
@@ -696,7 +695,6 @@ def test_mmd_flattens_each_sample_and_is_zero_for_equal_sets():
 
 def test_repnoise_loss_default_weights_are_alpha_1_and_beta_0_001(tiny_tok):
     from adaptkit.models import tiny_causal_lm
-    from adaptkit.repnoise.trainer import RepNoiseCollator, repnoise_dataset, repnoise_loss
     rows = [{"prompt": f"How do I do thing {i}?", "harmful": f"Do it like {i}.", "harmless": "I can't help with that."}
             for i in range(2)]
     batch = RepNoiseCollator(tiny_tok)([r for r in repnoise_dataset(rows, tiny_tok, max_length=32)])
