@@ -6,10 +6,13 @@
 __all__ = []
 
 # %% ../../nbs/translora/00_translora.ipynb #b199993f
-from . import config, discriminator, synthesis, transfer
+from . import artifact, config, discriminator, synthesis, trainer, transfer
+from .artifact import *
 from .config import *
 from .discriminator import *
 from .synthesis import *
+from .trainer import *
 from .transfer import *
 
-__all__ = [*config.__all__, *discriminator.__all__, *synthesis.__all__, *transfer.__all__]
+__all__ = [*config.__all__, *artifact.__all__, *discriminator.__all__, *synthesis.__all__, *trainer.__all__,
+           *transfer.__all__]

@@ -14,6 +14,7 @@ from huggingface_hub import HfApi
 from peft import LoraConfig, PeftModel, get_peft_model
 
 import adaptkit.translora.synthesis as synthesis
+import adaptkit.translora.trainer as trainer
 import adaptkit.translora.transfer as transfer
 from adaptkit.data import DataError
 from adaptkit.hub import pull, push_folder, read_metadata
@@ -444,7 +445,7 @@ def test_seed_and_adapter_checks_name_the_row_and_tensor(bases, tmp_path):
 
 
 def test_discriminator_and_filter_inputs_are_checked():
-    from adaptkit.translora.discriminator import discriminator_rows
+    from adaptkit.translora import discriminator_rows
     with pytest.raises(ValueError, match="needs real and synthetic texts; got 2 real, 0 synthetic"):
         discriminator_rows(["a", "b"], [])
     with pytest.raises(ValueError, match="synthetic text 1: empty or not a string"):
@@ -463,7 +464,7 @@ def test_discriminator_and_filter_inputs_are_checked():
 def test_distillation_inputs_are_checked(bases, tmp_path):
     import datasets
 
-    from adaptkit.translora.transfer import distill_lora
+    from adaptkit.translora import distill_lora
     tok = load_tokenizer(bases / "tgt-base")
     with pytest.raises(EmptyGenerationError, match=r"needs prompt/completion rows; got 0 rows"):
         distill_lora(load_causal_lm(bases / "tgt-base"), tok, datasets.Dataset.from_list([]), _distillation(tmp_path))
@@ -487,7 +488,7 @@ def test_distillation_inputs_are_checked(bases, tmp_path):
     with pytest.raises(EmptyGenerationError, match="no prompts for the teacher to answer"):
         teacher_completions(None, tok, [], _synthesis())
     with pytest.raises(AttributeError, match="has no attribute 'NoSuchTrainer'"):
-        transfer.NoSuchTrainer
+        trainer.NoSuchTrainer  # the module's __getattr__ builds only TransLoRAGKDTrainer
 
 
 def test_vllm_generator_without_vllm_says_how_to_install(monkeypatch):
