@@ -14,6 +14,7 @@ import os
 import re
 import warnings
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -23,9 +24,9 @@ from .hub import pull, read_metadata, source_of, verify_checksums, write_folder
 
 # %% auto #0
 __all__ = ['CHATML_TEMPLATE', 'SMOLLM2_REPO', 'load_causal_lm', 'load_tokenizer', 'load_base', 'load_adapter', 'tiny_tokenizer',
-           'tiny_causal_lm', 'default_bf16', 'merged', 'generate_batched', 'encode_completion', 'completion_collator',
-           'BaseMismatchError', 'fingerprint', 'fingerprint_mismatch', 'check_base', 'check_adapter_base', 'from_gguf',
-           'cache_dir', 'packaged_file', 'smollm2']
+           'tiny_causal_lm', 'default_bf16', 'merged', 'GeneratedText', 'generate_batched', 'encode_completion',
+           'completion_collator', 'BaseMismatchError', 'fingerprint', 'fingerprint_mismatch', 'check_base',
+           'check_adapter_base', 'from_gguf', 'cache_dir', 'packaged_file', 'smollm2']
 
 # %% ../nbs/03_models.ipynb #798be5b5
 def load_causal_lm(
@@ -262,6 +263,31 @@ def _prefilled(model, arg: str, prefix: list[int], kv: list | None, rows: list[l
     if kvs is None and kv: kvs = [(k.expand(n, -1, -1, -1), v.expand(n, -1, -1, -1)) for k, v in kv]
     return {"input_ids": ids, "attention_mask": mask, **({arg: DynamicCache(kvs)} if kvs else {})}
 
+class GeneratedText(NamedTuple):
+    "A continuation and why it ended: 'eos' (an end-of-sequence token), 'stop' (a stop string), 'length' (the limit)."
+    text: str  # the new text
+    finish_reason: str  # "eos", "stop" or "length"
+
+def _finish_reasons(ids: torch.Tensor, start: int, eos: set, pad_id: int, stop) -> list[str]:
+    """Why each row of `generate`'s output `ids` (prompts `start` tokens long) ended.
+
+    A row ends at its first EOS, else before the pads of a finished row; it was stopped by a stop string when `stop`
+    (the `StopStringCriteria`) matches it there, which also tells a stop from the EOS pads when pad is EOS."""
+    reasons = []
+    for row in ids:
+        new = row[start:].tolist()
+        end = next((k for k, t in enumerate(new) if t in eos), None)
+        n = len(new) if end is None else end
+        while end is None and n and new[n - 1] == pad_id: n -= 1
+        stopped = stop is not None and n > 0 and bool(stop(row[None, :start + n], None)[0])
+        reasons.append("stop" if stopped else "length" if end is None else "eos")
+    return reasons
+
+def _eos_ids(model, kw: dict) -> set:
+    "The token ids `generate` ends a row on: `eos_token_id` as passed, else the model's generation config's."
+    eos = kw["eos_token_id"] if "eos_token_id" in kw else _unwrapped(model).generation_config.eos_token_id
+    return set() if eos is None else {int(e) for e in (eos if isinstance(eos, (list, tuple, set)) else [eos])}
+
 @torch.no_grad()
 def generate_batched(
     model,  # a causal LM
@@ -276,14 +302,19 @@ def generate_batched(
     add_special_tokens: bool = False,  # let the tokenizer add its special tokens (prompts usually carry them already)
     sort_by_length: bool = True,  # batch prompts of similar token counts together (results stay in the caller's order)
     share_prefix: bool = True,  # run the prompts' common leading tokens once and prefill the rest without padding
+    return_finish_reason: bool = False,  # return a `GeneratedText(text, finish_reason)` per prompt instead of its text
     **generate_kwargs,  # passed to `generate` (do_sample, temperature, top_p, stop_strings, ...)
-) -> list[str]:
+) -> list[str] | list[GeneratedText]:
     "The continuation of each prompt (new text only), generated in batches; greedy by default."
     from tqdm.auto import tqdm
     prompts = _checked_prompts(tokenizer, prompts, batch_size)
     kw = {"do_sample": False, "pad_token_id": tokenizer.pad_token_id, **generate_kwargs}
     if not kw["do_sample"]: kw = {k: v for k, v in kw.items() if k not in ("temperature", "top_p", "top_k")}
     if "stop_strings" in kw: kw["tokenizer"] = tokenizer
+    stop, eos = None, _eos_ids(model, kw) if return_finish_reason else set()
+    if return_finish_reason and kw.get("stop_strings"):
+        from transformers import StopStringCriteria
+        stop = StopStringCriteria(tokenizer, kw["stop_strings"])
     rows = tokenizer(prompts, add_special_tokens=add_special_tokens)["input_ids"] if prompts else []
     out, training = [None] * len(prompts), model.training
     model.eval()
@@ -300,7 +331,10 @@ def generate_batched(
                 enc = tokenizer.pad({"input_ids": [rows[i] for i in batch]}, padding_side="left", return_tensors="pt")
                 enc = dict(enc.to(model.device))
             ids = model.generate(**enc, max_new_tokens=max_new_tokens, **kw)
-            for i, text in zip(batch, _new_text(tokenizer, enc["input_ids"], ids, strip)): out[i] = text
+            texts, start = _new_text(tokenizer, enc["input_ids"], ids, strip), enc["input_ids"].shape[1]
+            if return_finish_reason:
+                texts = map(GeneratedText, texts, _finish_reasons(ids, start, eos, kw["pad_token_id"], stop))
+            for i, text in zip(batch, texts): out[i] = text
     finally: model.train(training)
     return out
 

@@ -496,3 +496,48 @@ def test_a_wrong_base_refusal_names_both_bases_plainly(hub, tiny_tok, tiny_model
     assert f"made on the base me/other@{commit[:12]}, but" in refusal(pulled, by_snapshot)
     nothing = {"fingerprint": source["fingerprint"]}
     assert "made on the base its record does not name (no repo id or folder), but" in refusal(pulled, nothing)
+
+
+# --- each row's finish reason from generate_batched (issue 32, item 4) ----------------------------------------------
+def _alone(model, tok, prompt, **kw):
+    "The new tokens and text of `prompt` generated alone (plain `generate`, greedy, 8 tokens)."
+    enc = tok(prompt, return_tensors="pt", add_special_tokens=False)
+    new = model.generate(**enc, max_new_tokens=8, do_sample=False, pad_token_id=tok.pad_token_id, **kw)
+    new = new[0, enc["input_ids"].shape[1]:]
+    return new.tolist(), tok.decode(new, skip_special_tokens=True)
+
+
+@pytest.mark.parametrize("share_prefix", [True, False])
+@pytest.mark.parametrize("pad_is_eos", [False, True])
+def test_generate_batched_returns_each_rows_finish_reason(tiny, share_prefix, pad_is_eos):
+    "'eos', 'length' or 'stop' per row, as each row alone ends, on the shared-prefix path and on plain padded batches."
+    from adaptkit.models import GeneratedText, generate_batched
+    model, tok = tiny
+    if pad_is_eos:  # SmolLM2's tokenizer: finished rows are padded with EOS, so a stopped row ends in EOS tokens too
+        tok = copy.deepcopy(tok); tok.pad_token = tok.eos_token
+    prompts = _chat(tok, MIXED)
+    free = generate_batched(model, tok, prompts, max_new_tokens=8, strip=False, share_prefix=share_prefix)
+    eos_id = _alone(model, tok, prompts[2])[0][1]  # the second new token of row 2 becomes the EOS: it ends there
+    stop = next(t for t in free if len(t.strip()) > 4).strip()[2:4]
+    cases = [({}, "natural eos"), ({"eos_token_id": eos_id}, "forced eos"), ({"stop_strings": [stop]}, "stop")]
+    for kw, case in cases:
+        shapes, hook = _forward_shapes(model)
+        try:
+            got = generate_batched(model, tok, prompts, batch_size=3, max_new_tokens=8, strip=False,
+                                   share_prefix=share_prefix, return_finish_reason=True, **kw)
+        finally: hook.remove()
+        assert (shapes[0] == (1, 4)) == share_prefix, (case, shapes[0])  # the path it took
+        assert all(isinstance(g, GeneratedText) for g in got)
+        assert [g.text for g in got] == generate_batched(model, tok, prompts, batch_size=3, max_new_tokens=8,
+                                                          strip=False, share_prefix=share_prefix, **kw)
+        want = []
+        for p in prompts:
+            new, text = _alone(model, tok, p, **({**kw, "tokenizer": tok} if "stop_strings" in kw else kw))
+            eos = kw.get("eos_token_id", tok.eos_token_id)
+            want.append("stop" if "stop_strings" in kw and text.endswith(stop) or "stop_strings" in kw
+                        and stop in text else "eos" if eos in new else "length")
+        assert [g.finish_reason for g in got] == want, case
+        if case != "natural eos": assert len(set(want)) == 2, (case, want)  # both kinds of row in the batch
+    assert generate_batched(model, tok, prompts[:2], max_new_tokens=1, return_finish_reason=True)[0].finish_reason \
+        in ("length", "eos")
+    assert generate_batched(model, tok, [], return_finish_reason=True) == []
