@@ -5,7 +5,8 @@
 # %% auto #0
 __all__ = ['CHUNK', 'LFS_MIN_SIZE', 'LFS_SUFFIXES', 'USER', 'RESERVED_NAMESPACES', 'GITATTRIBUTES', 'SERVED', 'HubError',
            'check_repo_id', 'check_path', 'check_ref_name', 'pull_number', 'YamlError', 'front_matter', 'disk_errors',
-           'git_blob_sha1', 'BlobWriter', 'BlobStore', 'check_tree', 'served_without_token', 'RepoStore', 'check_title']
+           'git_blob_sha1', 'BlobWriter', 'BlobStore', 'check_tree', 'served_without_token', 'RootInUseError',
+           'RepoStore', 'check_title']
 
 # %% ../../nbs/localhub/01_storage.ipynb #30e2d35c
 import errno
@@ -20,6 +21,7 @@ import re
 import shutil
 import tempfile
 import threading
+import time
 import uuid
 from contextlib import contextmanager
 from datetime import datetime, timezone
@@ -374,16 +376,22 @@ def served_without_token(
     record = _read_json(Path(root) / SERVED, f"the record of how {root} was last served", ("token",))
     return record is not None and record["token"] is False
 
+class RootInUseError(OSError, RuntimeError):
+    "A hub root that another LocalHub (or `hub import`) holds: one server per root."
+
 def _lock_root(root: Path):
-    "An open lock file holding an exclusive lock on `root`; `RuntimeError` naming the holder if another has it."
+    "An open lock file holding an exclusive lock on `root`; `RootInUseError` naming the holder if another has it."
     f = open(root / "localhub.lock", "a+")
     try: fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
-        f.seek(0)
-        holder = f.read().strip() or "unknown"
+        for _ in range(20):  # a holder that has just taken the lock writes its pid next
+            f.seek(0)
+            if holder := f.read().strip(): break
+            time.sleep(0.05)
         f.close()
-        raise RuntimeError(f"{root} is already used by another LocalHub (pid {holder}): one server per root; stop it "
-                           "or give this one another root") from None
+        who = f" (pid {holder})" if holder else ", which has not written its pid (it is starting, or is not a LocalHub)"
+        raise RootInUseError(f"{root} is already used by another LocalHub{who}: one server per root; stop it or give "
+                             "this one another root") from None
     f.seek(0)
     f.truncate()
     f.write(str(os.getpid()))

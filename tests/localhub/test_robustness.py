@@ -149,3 +149,69 @@ def test_a_damaged_repo_record_names_itself_and_the_rest_is_served(hub, tmp_path
     with pytest.raises(HfHubHTTPError, match=f"commit {head} of the model repo team/ok: its file .* is damaged "
                                              r"\(missing id, parents, files\)"):
         api.model_info("team/ok")  # (not a listing: the client retries a 500 there for about 23 s before raising)
+
+
+def _post_head(hub, path, length, extra=b"", host=None) -> bytes:
+    "The head of a POST announcing a `length`-byte JSON body."
+    return (f"POST {path} HTTP/1.1\r\nHost: {host or f'127.0.0.1:{hub.port}'}\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {length}\r\n").encode() + extra + b"\r\n"
+
+
+def _answer(s, within: float) -> bytes:
+    "The answer's head the server sends within `within` seconds (b'' if none came)."
+    s.settimeout(within)
+    out = b""
+    try:
+        while b"\r\n\r\n" not in out and (chunk := s.recv(65536)): out += chunk
+    except TimeoutError: pass
+    return out
+
+
+def test_a_body_trickled_below_the_minimum_rate_is_cut_at_its_whole_body_deadline(hub):
+    """Issue 38, item 7. Before, the 60 s timeout applied to each read, so a body trickled at a byte every few seconds
+    held its slot for as long as it liked. Now a whole body has a deadline: `body_grace` seconds plus one second per
+    `body_rate` bytes received; past it the answer is a 408 and the connection closes."""
+    hub.server.body_grace, hub.server.body_rate = 1.0, 1000
+    s = _connect(hub, _post_head(hub, "/api/models/team/g/commit/main", 100_000, f"Authorization: Bearer {TOKEN}\r\n"
+                                 .encode()))
+    start, answer = time.monotonic(), b""
+    while time.monotonic() - start < 6 and not answer:
+        try: s.sendall(b"{")
+        except OSError: break
+        answer = _answer(s, 0.3)
+    assert answer.startswith(b"HTTP/1.1 408 "), answer
+    assert time.monotonic() - start < 3 and b"Connection: close" in answer
+    s.close()
+    assert HfApi(endpoint=hub.endpoint, token=TOKEN).list_repo_files("team/g") == [".gitattributes"]
+
+
+@pytest.mark.parametrize("extra, status", [
+    (b"Authorization: Bearer wrong\r\n", b"401"),  # a wrong token
+    (None, b"421"),  # a foreign Host
+])
+def test_a_refused_request_is_answered_and_closed_without_reading_its_body(hub, extra, status):
+    """Issue 38, item 7. Before, a 401 or 421 read (up to 64 MiB of) the body first, so a refused client that sent
+    it slowly held its slot. Now the answer comes at once and the connection closes; the body is never read."""
+    head = _post_head(hub, "/api/models/team/g/commit/main", 50 << 20, extra or b"",
+                      host=None if extra else "evil.example")
+    s = _connect(hub, head + b"{")
+    start = time.monotonic()
+    answer = _answer(s, 3)
+    assert answer.startswith(b"HTTP/1.1 " + status) and b"Connection: close" in answer, answer
+    assert time.monotonic() - start < 2
+    s.close()
+
+
+def test_anonymous_requests_leave_the_reserved_slots_to_the_token(hub):
+    """Issue 38, item 7. Before, anonymous clients holding every slot (slow bodies) starved everyone: the next client
+    waited `slot_wait`, then got a 503. Now anonymous requests may hold at most `max_connections - reserved` slots;
+    one past that is a 503 at once (its slot freed), so a client with the token is served."""
+    server = hub.server
+    server.max_connections, server.reserved, server.slot_wait, server.body_grace = 6, 2, 0.5, 60.0
+    slow = [_connect(hub, _post_head(hub, "/api/validate-yaml", 1000) + b"{") for _ in range(6)]
+    answers = [_answer(s, 2) for s in slow]
+    assert sum(a.startswith(b"HTTP/1.1 503 ") for a in answers) == 2 and sum(a == b"" for a in answers) == 4, answers
+    start = time.monotonic()
+    assert HfApi(endpoint=hub.endpoint, token=TOKEN).list_repo_files("team/g") == [".gitattributes"]
+    assert time.monotonic() - start < 2
+    for s in slow: s.close()

@@ -537,3 +537,26 @@ def test_ref_names(name, ok):
     else:
         with pytest.raises(HubError, match=re.escape(f"Invalid branch or tag name {str(name)[:200]!r}")):
             check_ref_name(name)
+
+
+@pytest.mark.parametrize("sample", ["!!!!", "aGVsbG8=!!", "a b c d", "aGVsbG8"])
+def test_preupload_refuses_an_invalid_base64_sample(hub, sample):
+    """Issue 38, item 11. Before, a sample with characters outside base64 was decoded leniently (they were dropped)
+    and its file classified from what was left."""
+    files = {"files": [{"path": "a.bin", "size": 3, "sample": sample}]}
+    status, body = _raw(hub, "POST", "/api/models/team/g/preupload/main", json.dumps(files).encode())
+    assert (status, body["error"]) == (400, "field 'sample' of files[0] of the request body is not base64")
+
+
+def test_a_second_server_on_one_root_gets_a_clear_message_from_the_cli(tmp_path, capsys):
+    """Issue 38, item 11. Before, `adaptkit hub serve` on a root another LocalHub serves printed "internal error
+    (RuntimeError)"; a holder that had not written its pid yet read as "pid unknown"."""
+    from adaptkit.cli import main
+    with LocalHub(tmp_path / "hub"):
+        assert main(["hub", "serve", "--root", str(tmp_path / "hub"), "--port", "0"]) == 2
+        err = capsys.readouterr().err
+        assert "internal error" not in err and f"already used by another LocalHub (pid {os.getpid()})" in err
+        lock = tmp_path / "hub" / "localhub.lock"
+        lock.write_text("")  # a holder between taking the lock and writing its pid
+        with pytest.raises(RuntimeError, match="already used by another LocalHub, which has not written its pid"):
+            LocalHub(tmp_path / "hub").start()
