@@ -10,7 +10,7 @@ from pathlib import Path
 from peft import PeftModel
 
 from ..artifacts import AdapterArtifact
-from ..hub import markdown_table, write_metadata
+from ..hub import markdown_table, read_metadata, write_metadata
 from .config import METHOD
 from .principal import _write_plain_lora
 
@@ -46,6 +46,14 @@ def _init_table(c: dict) -> str:
                                                              f"(`{i.get('bf16_residual_error_layer')}`)"]]
     return markdown_table(rows, ["", "value"])
 
+def _conversion_settings(c: dict) -> dict:
+    "The settings a conversion record states (the card's table for an adapter saved without a trainer's settings)."
+    if not c: return {}
+    how = "exact" if c.get("rank", "exact") == "exact" else f"truncated SVD to rank {c['rank']}"
+    got = {"pissa_rank": c.get("pissa_rank"), "pissa_alpha": c.get("pissa_alpha"), "lora_rank": c.get("lora_rank"),
+           "lora_alpha": c.get("lora_alpha"), "lora_conversion": how, "init_lora_weights": c.get("init_lora_weights")}
+    return {k: v for k, v in got.items() if v is not None}
+
 class PiSSAAdapter(AdapterArtifact):
     "A PiSSA adapter shared as a plain LoRA (exact: rank and alpha doubled; or truncated) for the untouched base."
     kind, method, commit_message = "pissa-lora", METHOD, "PiSSA adapter as a plain LoRA"
@@ -61,10 +69,15 @@ class PiSSAAdapter(AdapterArtifact):
         self.conversion: dict | None = None  # the conversion record (`pissa` in adaptkit.json), once written or read
 
     def _write(self, folder: Path) -> None:
-        if self.init_dir is not None: self.conversion = _write_plain_lora(self.model, folder, self.init_dir, self.rank)
+        if self.init_dir is not None:
+            self.conversion = _write_plain_lora(self.model, folder, self.init_dir, self.rank)
+            src = read_metadata(folder).get("source") or {}  # the untouched base, as the initial adapter recorded it
+            self.base_model = self.base_model or src.get("base_model")  # what the caller stamped comes first
+            self.base_fingerprint = self.base_fingerprint or src.get("fingerprint")  # never the residual model's
         else:
             self.model.save_pretrained(folder)
             if self.conversion: write_metadata(folder, pissa=self.conversion)
+        self.settings = {**_conversion_settings(self.conversion), **(self.settings or {})}
         if self.tokenizer is not None: self.tokenizer.save_pretrained(folder)
 
     @classmethod
@@ -76,9 +89,10 @@ class PiSSAAdapter(AdapterArtifact):
 
     def _card_fields(self) -> dict:
         s, c = self.settings or {}, self.conversion or {}
-        r, alpha = s.get("pissa_rank", c.get("pissa_rank", "r")), s.get("pissa_alpha", "alpha")
+        r, alpha = s.get("pissa_rank", c.get("pissa_rank", "r")), s.get("pissa_alpha", c.get("pissa_alpha", "alpha"))
         lora_r, lora_alpha = c.get("lora_rank", s.get("lora_rank")), c.get("lora_alpha", s.get("lora_alpha"))
-        head = f"A LoRA adapter trained with PiSSA (rank {r}, alpha {alpha}, init `{s.get('init_lora_weights')}`) and "
+        init = s.get("init_lora_weights", c.get("init_lora_weights"))
+        head = f"A LoRA adapter trained with PiSSA (rank {r}, alpha {alpha}, init `{init}`) and "
         if self.rank == "exact":
             summary = head + (
                 f"converted to a plain LoRA of **rank {lora_r} and alpha {lora_alpha}** that loads on the untouched "

@@ -20,8 +20,8 @@ from peft.utils import SAFETENSORS_WEIGHTS_NAME
 from peft.utils.other import get_pattern_key, transpose
 from safetensors.torch import load_file, save_file
 
-from ..hub import is_repo_id, read_metadata, write_folder, write_metadata
-from ..models import fingerprint, fingerprint_mismatch
+from ..hub import file_checksums, is_repo_id, read_metadata, write_metadata
+from ..models import BaseMismatchError, check_adapter_base, check_base, fingerprint, fingerprint_mismatch
 
 # %% auto #0
 __all__ = ['NF4_LEVELS', 'pissa_config', 'principal_parts', 'bf16_residual_error', 'init_pissa', 'truncate_lora',
@@ -96,11 +96,9 @@ def _is_quantized(model) -> bool:
     if getattr(model, "is_quantized", False) or getattr(model, "hf_quantizer", None) is not None: return True
     return any(p.dtype not in (torch.float32, torch.float16, torch.bfloat16, torch.float64) for p in model.parameters())
 
-def _residual_weights(peft_model: PeftModel, n: int = 4) -> dict[str, list[float]]:
-    "`models.fingerprint` of the first `n` adapted weights: the residuals after init, which differ from the base's."
-    modules = peft_model.base_model.model.named_modules()
-    names = [f"{name}.weight" for name, mod in modules if isinstance(mod, LoraLayer)]
-    return fingerprint(peft_model, names=names[:n])
+def _residual_weights(peft_model: PeftModel) -> dict[str, dict]:
+    "`models.fingerprint` of the residual model under `peft_model`: every weight, the adapted ones now `W - s B0 A0`."
+    return fingerprint(peft_model)
 
 def _save_as_plain_lora_init(peft_model: PeftModel, folder: str | Path):
     "Save `peft_model`'s adapter marked as a plain LoRA (loading it must not decompose the weights again)."
@@ -234,6 +232,7 @@ def init_pissa(
         peft_model.peft_config["default"].init_lora_weights = init
         errors = _init_principal(peft_model, seed) if init == "pissa" else _init_randomised(peft_model, init, seed)
     _save_as_plain_lora_init(peft_model, init_dir)
+    residual = _residual_weights(peft_model)
     write_metadata(
         init_dir,
         pissa={
@@ -241,27 +240,48 @@ def init_pissa(
             "init_lora_weights": init,
             **_init_record(peft_model, init, seed, errors),
             "base": _base_name(peft_model),
-            "residual_fingerprint": _residual_weights(peft_model),
+            "residual_fingerprint": residual,
             "base_fingerprint": base_fingerprint,
         },
-        # the initial adapter goes on the residual model only: `models.load_adapter` refuses the untouched base
-        source={"base_model": None, "base_revision": None, "fingerprint": _residual_weights(peft_model)},
+        # the initial adapter goes on the residual model only: `models.check_adapter_base` refuses the untouched base
+        source={"base_model": None, "base_revision": None, "fingerprint": residual},
+        files=file_checksums(init_dir),  # checked before the conversion reads them
     )
     warnings.warn("init_pissa replaced the base model's adapted weights by their residuals W - B0 A0: the model object "
                   "passed in is no longer the original base (reload it for other adapters)", stacklevel=2)
     return peft_model
 
 # %% ../../nbs/pissa/02_principal.ipynb #a1e3dbcc
+_RESIDUAL_ROLES = {  # the PiSSA adapters that go on the residual model, and what to do on another base
+    "initial adapter": "PiSSA's initial adapter: it goes on the residual model (W - B0 A0) that init_pissa made, and "
+                       "this base is not that residual: it is kept to convert the trained adapter "
+                       "(save_pissa_as_lora), whose plain LoRA goes on the original base",
+    "residual adapter": "a PiSSA adapter trained on a residual model (W - B0 A0), and this base is not that residual: "
+                        "load the `residual_model/` saved beside it, or share the adapter with save_pissa_as_lora to "
+                        "use it on the original base",
+}
+
+def _checked_record(model, folder: Path, ignore_base_mismatch: bool = False) -> dict:
+    """The adaptkit record of the PiSSA adapter in `folder` once `models.check_adapter_base` found its files as recorded
+    and `model` the base it goes on (a residual adapter recorded without `source`: checked by its PiSSA record)."""
+    record = check_adapter_base(model, folder, ignore_base_mismatch=ignore_base_mismatch)
+    meta = record.get("pissa") or {}
+    if meta.get("role") in _RESIDUAL_ROLES and not (record.get("source") or {}).get("fingerprint"):
+        check_base(model, {"fingerprint": meta.get("residual_fingerprint")}, f"the adapter {str(folder)!r}",
+                   ignore_base_mismatch)
+    return record
+
 def _check_init_dir(peft_model: PeftModel, init_dir: Path) -> dict:
-    "The initial adapter's record, after checking it is the one `peft_model` started from."
+    "The initial adapter's record, after checking it is the one `peft_model` started from, with its files intact."
     meta = read_metadata(init_dir).get("pissa", {})
     if not (init_dir / "adapter_config.json").is_file() or meta.get("role") != "initial adapter":
         raise FileNotFoundError(f"{init_dir}: no initial PiSSA adapter here; conversion needs the folder that "
                                 "init_pissa(..., init_dir=...) wrote before training")
-    if not _fingerprint_matches(meta["residual_fingerprint"], _residual_weights(peft_model)):
+    try: _checked_record(peft_model, init_dir)
+    except BaseMismatchError as e:
         raise ValueError(f"{init_dir} is the initial adapter of {meta.get('base', 'another model')}, not of this model "
                          f"({_base_name(peft_model)}): their residual weights differ; convert with the init_dir that "
-                         "init_pissa wrote for this model")
+                         "init_pissa wrote for this model") from e
     return meta
 
 def _check_rank(
@@ -331,7 +351,8 @@ def _write_plain_lora(peft_model: PeftModel, folder: Path, init_dir: Path, rank:
     finally: shutil.rmtree(private.parent, ignore_errors=True)
     errors = _convert(peft_model, folder, Path(init_dir), rank)
     cfg, base = LoraConfig.from_pretrained(str(folder)), meta.get("base")
-    record = {"role": "plain lora", "pissa_rank": peft_model.peft_config["default"].r, "lora_rank": cfg.r,
+    pissa = peft_model.peft_config["default"]
+    record = {"role": "plain lora", "pissa_rank": pissa.r, "pissa_alpha": pissa.lora_alpha, "lora_rank": cfg.r,
               "lora_alpha": cfg.lora_alpha, "rank": rank, "init_lora_weights": meta["init_lora_weights"],
               "conversion_error_max": max(errors.values(), default=0.0),
               "conversion_error_mean": sum(errors.values()) / max(1, len(errors)), "conversion_error": errors,
@@ -348,10 +369,11 @@ def save_pissa_as_lora(
     init_dir: str | Path,  # the initial adapter saved by `init_pissa`
     rank: str | int = "exact",  # "exact": rank 2r, alpha doubled, lossless; k: truncated SVD, error measured
 ) -> Path:
-    "Save `peft_model`'s PiSSA adapter as a plain LoRA for the untouched base (exact, or truncated to `rank`)."
+    "Save `peft_model`'s PiSSA adapter as a plain LoRA for the untouched base (exact, or truncated to `rank`), carded."
     _check_init_dir(peft_model, Path(init_dir))  # before anything is written
     _check_rank(peft_model, rank)
-    return write_folder(out_dir, lambda tmp: _write_plain_lora(peft_model, tmp, Path(init_dir), rank))
+    from adaptkit.pissa.artifact import PiSSAAdapter  # the artifact (built on this module) writes the card and record
+    return PiSSAAdapter(peft_model, init_dir=init_dir, rank=rank).save_pretrained(out_dir)
 
 # %% ../../nbs/pissa/02_principal.ipynb #40b9ac8f
 def save_pissa_residual(
@@ -363,29 +385,32 @@ def save_pissa_residual(
     base = peft_model.get_base_model()
     state = {k.replace(".base_layer.", "."): v for k, v in base.state_dict().items() if "lora_" not in k}
     base.save_pretrained(out_dir / "residual_model", state_dict=state)
-    _save_as_plain_lora_init(peft_model, out_dir / "pissa_adapter")
-    init = peft_model.peft_config["default"].init_lora_weights
-    write_metadata(out_dir / "pissa_adapter", pissa={"role": "residual adapter", "init_lora_weights": init,
-                                                     "residual_fingerprint": _residual_weights(peft_model)})
+    adapter = out_dir / "pissa_adapter"
+    _save_as_plain_lora_init(peft_model, adapter)
+    init, residual = peft_model.peft_config["default"].init_lora_weights, _residual_weights(peft_model)
+    write_metadata(adapter, pissa={"role": "residual adapter", "init_lora_weights": init,
+                                   "residual_fingerprint": residual},
+                   # it goes on the residual model saved beside it, which `models.check_adapter_base` checks
+                   source={"base_model": None, "base_revision": None, "fingerprint": residual},
+                   files=file_checksums(adapter))
     return out_dir
 
 def load_pissa_adapter(
     model,  # the base to load the adapter on
     adapter_dir: str | Path,  # a folder from `save_pissa_residual` (`pissa_adapter/`) or `save_pissa_as_lora`
+    *,
+    ignore_base_mismatch: bool = False,  # load even when `model` is not the base the adapter records (a warning)
     **kwargs,  # passed to `PeftModel.from_pretrained`
 ) -> PeftModel:
-    "`PeftModel.from_pretrained`, refusing a PiSSA adapter whose base is not its residual model."
-    peft_model = PeftModel.from_pretrained(model, adapter_dir, **kwargs)
-    meta = read_metadata(adapter_dir).get("pissa", {})
-    if meta.get("role") == "residual adapter" and not _fingerprint_matches(
-        meta["residual_fingerprint"], _residual_weights(peft_model)
-    ):
-        raise ValueError(
-            f"{adapter_dir} is a PiSSA adapter trained on a residual model (W - B0 A0), and this base is not "
-            "that residual: load the `residual_model/` saved beside it, or share the adapter with "
-            "save_pissa_as_lora to use it on the original base"
-        )
-    return peft_model
+    """`PeftModel.from_pretrained` after the core's one check (`models.check_adapter_base`): the adapter's files as
+    recorded, and `model` the base it goes on (the untouched base, or for a residual adapter its residual model)."""
+    folder = Path(adapter_dir)
+    role = (read_metadata(folder).get("pissa") or {}).get("role")
+    try: _checked_record(model, folder, ignore_base_mismatch)
+    except BaseMismatchError as e:
+        if role not in _RESIDUAL_ROLES: raise
+        raise BaseMismatchError(f"{folder} is {_RESIDUAL_ROLES[role]} ({e})") from e
+    return PeftModel.from_pretrained(model, str(folder), **kwargs)
 
 # %% ../../nbs/pissa/02_principal.ipynb #64599620
 NF4_LEVELS = torch.tensor([-1.0, -0.6961928009986877, -0.5250730514526367, -0.39491748809814453, -0.28444138169288635,
@@ -420,6 +445,8 @@ def _principal(w: torch.Tensor, r: int, niter: int | None):
 def _qpissa_rounds(w: torch.Tensor, r: int, iters: int, niter: int | None):
     "Each round of iterative QPiSSA: `(B, A, nf4(W - B A))`, the adapter re-fit to what quantizing the residual lost."
     if iters < 1: raise ValueError(f"iters must be at least 1 (1: plain QPiSSA), got {iters}")
+    if isinstance(r, bool) or not isinstance(r, int) or not 1 <= r <= min(w.shape):
+        raise ValueError(f"r must be between 1 and {min(w.shape)} for a {tuple(w.shape)} weight, got {r!r}")
     target = w
     for _ in range(iters):
         B, A = _principal(target, r, niter)
@@ -467,7 +494,8 @@ def quantization_error(
     layers = {}
     for name, mod in model.named_modules():
         if isinstance(mod, torch.nn.Linear) and name.rsplit(".", 1)[-1] in target_modules:
-            layers[name] = qpissa_error(mod.weight, r, niter=niter, iters=iters)
+            try: layers[name] = qpissa_error(mod.weight, r, niter=niter, iters=iters)
+            except ValueError as e: raise ValueError(f"{name}: {e}") from e  # the layer a rank does not fit
     if not layers: raise ValueError(f"no linear layer named any of {target_modules} in the model")
     qlora, qpissa = sum(v["qlora"] for v in layers.values()), sum(v["qpissa"] for v in layers.values())
     return {"r": r, "iters": iters, "layers": layers, "qlora": qlora, "qpissa": qpissa, "reduction": 1 - qpissa / qlora,
