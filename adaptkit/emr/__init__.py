@@ -6,14 +6,18 @@
 __all__ = []
 
 # %% ../../nbs/emr/00_emr.ipynb #46944bce
-from . import bundle, config, format, inputs, merge, methods, route
+from . import artifact, baselines, bundle, config, elect, format, inputs, merge, methods, route, stream
+from .artifact import *
+from .baselines import *
 from .bundle import *
 from .config import *
+from .elect import *
 from .format import *
 from .inputs import *
 from .merge import *
 from .methods import *
 from .route import *
+from .stream import *
 
-__all__ = [*config.__all__, *inputs.__all__, *format.__all__, *bundle.__all__, *merge.__all__, *methods.__all__,
-           *route.__all__]
+__all__ = [*config.__all__, *inputs.__all__, *format.__all__, *elect.__all__, *stream.__all__, *artifact.__all__,
+           *bundle.__all__, *merge.__all__, *baselines.__all__, *methods.__all__, *route.__all__]

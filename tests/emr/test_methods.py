@@ -15,7 +15,7 @@ import yaml
 from peft.utils import merge_utils
 from safetensors.torch import load_file
 
-from adaptkit.emr.merge import MergedModel, merge_from_config, merge_models, ties_merge
+from adaptkit.emr import MergedModel, merge_from_config, merge_models, ties_merge
 from adaptkit.emr.methods import (
     MERGE_METHODS,
     merge_tensor,
