@@ -13,7 +13,7 @@ ASSETS := $(shell sed -n 's/^asset_requirements *= *//p' settings.ini)
 export HF_HUB_DISABLE_TELEMETRY := 1
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: demo test check-nbs lint nbtest pytest readme docs bench clean-venv mutation lock lock-oldest test-oldest help-texts
+.PHONY: demo test export-nbs check-nbs lint nbtest pytest readme docs bench clean-venv mutation lock lock-oldest test-oldest help-texts
 # olah (a third-party Hub mirror) pins versions that conflict with ours: it gets its own venv, used by one conformance test
 OLAH := .venv-olah/bin/olah-cli
 # mergekit (LGPL, never imported by adaptkit) pins its own set too: its own venv, for tests/emr/test_methods.py
@@ -38,9 +38,13 @@ lint: $(STAMP)
 
 # The notebooks are the source: exporting must leave adaptkit/ unchanged, cleaning must leave nbs/ unchanged. (The
 # stored CLI help depends on upstream wording too: tests/project/test_cli.py checks it against adaptkit's source.)
+# `make export-nbs` is nbdev_export plus its post-export step: each generated `__all__` re-wrapped within 120 characters.
+export-nbs: $(STAMP)
+	$(BIN)/python tests/scripts/export.py
+
 check-nbs: $(STAMP)
 	@sum() { find "$$@" -type f \( -name '*.py' -o -name '*.ipynb' -o -name '*.json' \) -not -path '*/.ipynb_checkpoints/*' -print0 | sort -z | xargs -0 md5sum; }; \
-	before=$$(sum adaptkit); $(BIN)/nbdev_export; \
+	before=$$(sum adaptkit); $(BIN)/python tests/scripts/export.py; \
 	after=$$(sum adaptkit); \
 	if [ "$$before" != "$$after" ]; then diff <(echo "$$before") <(echo "$$after"); \
 	  echo "adaptkit/ was not what nbs/ exports: the export above fixed it; review and commit"; exit 1; fi; \

@@ -12,7 +12,8 @@ import importlib
 
 _PUBLIC = {
     "artifacts": ["Artifact", "AdapterArtifact", "ModelArtifact", "ArtifactTrainerMixin"],
-    "hub": ["push_folder", "pull", "source_of", "read_metadata", "render_card"],
+    "config": ["MethodConfig"],
+    "hub": ["push_folder", "pull", "source_of", "read_metadata", "render_card", "Method"],
     "localhub": ["LocalHub"],
     "data": [
         "load_rows",

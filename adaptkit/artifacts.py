@@ -164,12 +164,14 @@ def push_to_hub(
     private: bool = False,  # create the repo private
     revision: str | None = None,  # branch to commit to (created from main when missing); default main
     commit_message: str | None = None,  # default: the class's message
+    create_pr: bool = False,  # open a pull request against `revision` instead of committing to it
 ) -> str:
-    "Upload the artifact with its card as the whole content of `repo_id` (or of its branch `revision`); the commit id."
+    """Upload the artifact with its card as the whole content of `repo_id` (or of its branch `revision`); the commit
+    id, or with `create_pr` the pull request's revision (`refs/pr/N`, which `from_pretrained` takes as `revision`)."""
     with tempfile.TemporaryDirectory(prefix="adaptkit-push-") as d:
         folder = self._save(Path(d) / repo_id.split("/")[-1], repo_id=repo_id, hub_url=endpoint or constants.ENDPOINT)
         return push_folder(folder, repo_id, endpoint=endpoint, token=token, private=private, revision=revision,
-                           commit_message=commit_message or self.commit_message)
+                           commit_message=commit_message or self.commit_message, create_pr=create_pr)
 
 # %% ../nbs/06_artifacts.ipynb #ebea6240
 class ModelArtifact(Artifact):

@@ -48,11 +48,21 @@ def tiny_model_dir(tiny_tok, tmp_path_factory):
     return folder
 
 
+TOKEN = "hf_adaptkit_test_token_0123"  # the tests' one Hub token (a guarded LocalHub's; never a real one)
+
+
 @pytest.fixture
-def hub(tmp_path):
-    "A LocalHub on loopback with its data in the test's temp folder."
+def token():
+    "The tests' Hub token, for a LocalHub a test starts itself."
+    return TOKEN
+
+
+@pytest.fixture
+def hub(tmp_path, request):
+    """A LocalHub on loopback with its data in the test's temp folder; guarded by `TOKEN` (read it as `hub.token`)
+    where the test module sets `GUARDED = True`, else open."""
     from adaptkit.localhub.server import LocalHub
-    with LocalHub(tmp_path / "hub") as h:
+    with LocalHub(tmp_path / "hub", token=TOKEN if getattr(request.module, "GUARDED", False) else None) as h:
         yield h
 
 

@@ -16,15 +16,23 @@ from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 import httpx2
-from huggingface_hub import CommitOperationAdd, CommitOperationDelete, HfApi, ModelCard, constants, snapshot_download
+from huggingface_hub import (
+    CommitInfo,
+    CommitOperationAdd,
+    CommitOperationDelete,
+    HfApi,
+    ModelCard,
+    constants,
+    snapshot_download,
+)
 from huggingface_hub.errors import HfHubHTTPError, OfflineModeIsEnabled
 from huggingface_hub.utils import HFValidationError, validate_repo_id
 
 _log = logging.getLogger(__name__)
 
 # %% auto #0
-__all__ = ['METADATA_FILE', 'is_repo_id', 'looks_like_path', 'read_metadata', 'write_json', 'write_metadata', 'sha256_file',
-           'file_checksums', 'verify_checksums', 'leftover_folders', 'write_folder', 'pull', 'source_of',
+__all__ = ['METADATA_FILE', 'is_repo_id', 'looks_like_path', 'read_metadata', 'write_json', 'write_metadata',
+           'sha256_file', 'file_checksums', 'verify_checksums', 'leftover_folders', 'write_folder', 'pull', 'source_of',
            'PushConflictError', 'push_folder']
 
 # %% ../../nbs/hub/01_client.ipynb #6d2b5f6a
@@ -306,15 +314,16 @@ def _record_push(folder: Path, record: dict):
         _log.debug("pushed %s as %s@%s; no record written (%s)", folder, record["repo_id"], record["commit"], e)
 
 # %% ../../nbs/hub/01_client.ipynb #1c5d3a9e
-def _commit(api: HfApi, repo_id: str, ops: list, *, repo_type: str, revision: str | None, message: str) -> str:
-    "Commit `ops` plus the deletion of every other file on top of the head they were listed from; return the commit id."
+def _commit(api: HfApi, repo_id: str, ops: list, *, repo_type: str, revision: str | None, message: str,
+            create_pr: bool = False) -> CommitInfo:
+    "Commit `ops` plus the deletion of every other file on top of the head they were listed from (as a PR: beside it)."
     head = api.repo_info(repo_id, repo_type=repo_type, revision=revision).sha
     keep = {op.path_in_repo for op in ops} | {".gitattributes"}
     old = api.list_repo_files(repo_id, repo_type=repo_type, revision=head) if head else []
     ops = ops + [CommitOperationDelete(path_in_repo=f) for f in old if f not in keep]
     try:
         return api.create_commit(repo_id, ops, repo_type=repo_type, revision=revision, parent_commit=head,
-                                 commit_message=message).oid
+                                 commit_message=message, create_pr=create_pr)
     except HfHubHTTPError as e:
         if e.response is None or e.response.status_code != 412: raise
         branch = revision or constants.DEFAULT_REVISION
@@ -332,8 +341,10 @@ def push_folder(
     revision: str | None = None,  # branch to commit to, created from main's head when missing; default main
     commit_message: str | None = None,  # default: "Upload {folder name} with adaptkit"
     repo_type: str = "model",  # "model" or "dataset"
+    create_pr: bool = False,  # open a pull request against `revision` instead of committing to it
 ) -> str:
-    "Upload `folder` as the whole content of `repo_id` (at branch `revision`) in one commit; return the commit id."
+    """Upload `folder` as the whole content of `repo_id` (at branch `revision`) in one commit; return the commit id,
+    or with `create_pr` the pull request's revision (`refs/pr/N`, huggingface_hub's `CommitInfo.pr_revision`)."""
     folder = Path(folder)
     if not folder.is_dir(): raise NotADirectoryError(f"{folder}: not a folder to push")
     if not is_repo_id(repo_id) or "/" not in repo_id:
@@ -345,10 +356,11 @@ def push_folder(
     api.create_repo(repo_id, repo_type=repo_type, private=private, exist_ok=True)
     if revision not in (None, constants.DEFAULT_REVISION):
         api.create_branch(repo_id, branch=revision, repo_type=repo_type, exist_ok=True)
-    commit = _commit(api, repo_id, ops, repo_type=repo_type, revision=revision,
-                     message=commit_message or f"Upload {folder.name} with adaptkit")
-    record = {"repo_id": repo_id, "commit": commit, **({"revision": revision} if revision else {}),
+    info = _commit(api, repo_id, ops, repo_type=repo_type, revision=revision, create_pr=create_pr,
+                   message=commit_message or f"Upload {folder.name} with adaptkit")
+    commit, where = info.oid, info.pr_revision if create_pr else revision
+    record = {"repo_id": repo_id, "commit": commit, **({"revision": where} if where else {}),
               **({} if repo_type == "model" else {"repo_type": repo_type}),
               **({} if _is_default(endpoint) else {"endpoint": _public_endpoint(endpoint)})}
     _record_push(folder, record)
-    return commit
+    return where if create_pr else commit

@@ -173,6 +173,13 @@ def test_aligner_round_trip(hub, base_repo, tiny_tok, tmp_path):
     pulled = adaptkit.Aligner.from_pretrained("me/aligner", endpoint=hub.endpoint, revision=commit)
     assert pulled.template == aligner.template and pulled.correct(["2+2?"], ["5"], max_new_tokens=4) == want
     _check_card(hub, "me/aligner", "aligner", base_repo[0], "transformers")
+    aligner.template = "Q: {question} A: {answer} Fixed:"  # a change proposed as a pull request: main keeps its own
+    pr = aligner.push_to_hub("me/aligner", endpoint=hub.endpoint, create_pr=True, commit_message="a new template")
+    assert pr == "refs/pr/1" and HfApi(endpoint=hub.endpoint).model_info("me/aligner").sha == commit
+    proposed = adaptkit.Aligner.from_pretrained("me/aligner", endpoint=hub.endpoint, revision=pr)
+    assert proposed.template == aligner.template
+    assert adaptkit.Aligner.from_pretrained("me/aligner", endpoint=hub.endpoint).template.endswith("Better:")
+    assert HfApi(endpoint=hub.endpoint).get_discussion_details("me/aligner", 1).title == "a new template"
     with pytest.raises(ValueError, match="not a Aligner|not an Aligner|records artifact 'pissa-lora'"):
         _pissa_adapter(base_repo[0], tiny_tok).push_to_hub("me/not-aligner", endpoint=hub.endpoint)
         adaptkit.Aligner.from_pretrained("me/not-aligner", endpoint=hub.endpoint)
@@ -197,7 +204,7 @@ args = PiSSAConfig(sys.argv[1], pissa_r=2, max_steps=1, per_device_train_batch_s
 trainer = PiSSATrainer("me/tiny-base", args, train_dataset=rows, processing_class=tok)
 """),
     "aligner": ("transformers", """
-from adaptkit.aligner.trainer import AlignerConfig, AlignerTrainer
+from adaptkit.aligner import AlignerConfig, AlignerTrainer
 tok = load_tokenizer("me/tiny-base")
 rows = [{"question": f"what is {i} plus {i}?", "answer": f"{i}", "correction": f"{2 * i}"} for i in range(8)]
 args = AlignerConfig(sys.argv[1], max_steps=1, per_device_train_batch_size=4, use_cpu=True, save_strategy="no",
@@ -205,7 +212,7 @@ args = AlignerConfig(sys.argv[1], max_steps=1, per_device_train_batch_size=4, us
 trainer = AlignerTrainer("me/tiny-base", args, rows, processing_class=tok)
 """),
     "repnoise": ("transformers", """
-from adaptkit.repnoise.trainer import RepNoiseConfig, RepNoiseTrainer
+from adaptkit.repnoise import RepNoiseConfig, RepNoiseTrainer
 tok = load_tokenizer("me/tiny-base")
 rows = [{"prompt": f"how do I do bad thing {i}?", "harmful": f"step {i}: do it", "harmless": "I can't help with that."}
         for i in range(4)]
@@ -252,6 +259,10 @@ def test_emr_bundle_round_trip_through_the_contract(hub, tmp_path):
     assert torch.equal(pulled.task_state_dict("a")["w"], bundle.task_state_dict("a")["w"])
     assert _pushed_record(hub, "me/bundle", "emr-bundle", revision="v1")["results"] == bundle.results
     assert HfApi(endpoint=hub.endpoint).model_info("me/bundle", revision="v1").sha == commit
+    bundle.results = [{**bundle.results[0], "value": 0.75}]  # proposed as a pull request against v1
+    pr = bundle.push_to_hub("me/bundle", endpoint=hub.endpoint, revision="v1", create_pr=True)
+    assert pr == "refs/pr/1" and HfApi(endpoint=hub.endpoint).model_info("me/bundle", revision="v1").sha == commit
+    assert EMRBundle.from_pretrained("me/bundle", endpoint=hub.endpoint, revision=pr).results[0]["value"] == 0.75
     with pytest.raises(ValueError, match="not a EMRBundle|not an EMR bundle"):
         EMRBundle.from_pretrained(_not_a_bundle(tmp_path))
 
@@ -340,7 +351,7 @@ def test_every_method_declares_itself_once_and_its_artifacts_and_trainers_use_it
     assert {cls.__name__ for cls in with_method} >= {"PiSSAAdapter", "Aligner", "AlignedPolicy", "ImmunisedModel",
                                                      "Discriminator", "TransferredAdapter", "EMRBundle"}
     assert all(cls.method is owner(cls) for cls in with_method), [c for c in with_method if c.method is not owner(c)]
-    from adaptkit.translora.transfer import TransLoRAGKDTrainer  # built on first use
+    from adaptkit.translora.trainer import TransLoRAGKDTrainer  # built on first use
     trainers = _subclasses(ArtifactTrainerMixin)
     assert {t.__name__ for t in trainers} >= {"PiSSATrainer", "AlignerTrainer", "RepNoiseTrainer", "TransLoRATrainer",
                                               TransLoRAGKDTrainer.__name__}

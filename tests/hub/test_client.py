@@ -24,14 +24,8 @@ from adaptkit.localhub.server import LocalHub
 from adaptkit.models import load_adapter, load_causal_lm, load_tokenizer
 from adaptkit.pissa import METHOD as PISSA
 
-TOKEN = "hf_adaptkit_secret_token_123"
+GUARDED = True  # the `hub` fixture (tests/conftest.py) asks for its token, `hub.token`
 DEAD = "http://127.0.0.1:9"  # a closed port: a request would fail with a connection error, not the errors asserted
-
-
-@pytest.fixture
-def hub(tmp_path):
-    with LocalHub(tmp_path / "hub", token=TOKEN) as h:
-        yield h
 
 
 def _card(**kw):
@@ -41,20 +35,21 @@ def _card(**kw):
 
 def test_push_pull_round_trip_with_card(hub, tiny_model_dir, tmp_path):
     results = [{"task": "text-generation", "dataset": "arith", "metric": "accuracy", "value": 0.25, "split": "test"}]
-    commit = push_folder(tiny_model_dir, "team/tiny", card=_card(results=results), endpoint=hub.endpoint, token=TOKEN)
+    commit = push_folder(tiny_model_dir, "team/tiny", card=_card(results=results), endpoint=hub.endpoint,
+                         token=hub.token)
     assert read_metadata(tiny_model_dir)["hub"]["commit"] == commit
-    info = HfApi(endpoint=hub.endpoint, token=TOKEN).model_info("team/tiny")
+    info = HfApi(endpoint=hub.endpoint, token=hub.token).model_info("team/tiny")
     assert info.sha == commit
     data = info.card_data
     assert (data.base_model, data.library_name, data.datasets) == ("adaptkit/tiny-base", "peft", ["adaptkit/arith"])
     assert {"adaptkit", "pissa", "arxiv:2404.02948"} <= set(data.tags)
     (res,) = data.eval_results
     assert (res.metric_type, res.metric_value, res.dataset_split) == ("accuracy", 0.25, "test")
-    folder = pull("team/tiny", endpoint=hub.endpoint, token=TOKEN, revision=commit)
+    folder = pull("team/tiny", endpoint=hub.endpoint, token=hub.token, revision=commit)
     assert source_of(folder) == {"repo_id": "team/tiny", "revision": commit}
     for name in ["config.json", "model.safetensors", "tokenizer.json"]:
         assert (folder / name).read_bytes() == (tiny_model_dir / name).read_bytes()
-    model, ref = load_causal_lm("team/tiny", endpoint=hub.endpoint, token=TOKEN), load_causal_lm(tiny_model_dir)
+    model, ref = load_causal_lm("team/tiny", endpoint=hub.endpoint, token=hub.token), load_causal_lm(tiny_model_dir)
     ids = load_tokenizer(tiny_model_dir)(["two plus two"], return_tensors="pt")
     assert torch.equal(model(**ids).logits, ref(**ids).logits)
 
@@ -66,10 +61,10 @@ def test_push_mirrors_the_folder(hub, tmp_path):
     (art / "old.txt").write_text("old")
     (art / ".cache").mkdir()
     (art / ".cache" / "junk").write_text("x")
-    first = push_folder(art, "team/mirror", endpoint=hub.endpoint, token=TOKEN)
+    first = push_folder(art, "team/mirror", endpoint=hub.endpoint, token=hub.token)
     (art / "old.txt").unlink()
-    second = push_folder(art, "team/mirror", endpoint=hub.endpoint, token=TOKEN, commit_message="drop old")
-    api = HfApi(endpoint=hub.endpoint, token=TOKEN)
+    second = push_folder(art, "team/mirror", endpoint=hub.endpoint, token=hub.token, commit_message="drop old")
+    api = HfApi(endpoint=hub.endpoint, token=hub.token)
     assert first != second
     # the only content of adaptkit.json was the first push's record, which describes the folder and is not uploaded
     assert set(api.list_repo_files("team/mirror")) - {".gitattributes"} == {"a.txt"}
@@ -77,19 +72,19 @@ def test_push_mirrors_the_folder(hub, tmp_path):
 
 
 def test_private_repo_and_token_hygiene(hub, tiny_model_dir, caplog):
-    push_folder(tiny_model_dir, "team/private", endpoint=hub.endpoint, token=TOKEN, private=True, card=_card())
+    push_folder(tiny_model_dir, "team/private", endpoint=hub.endpoint, token=hub.token, private=True, card=_card())
     # private: hidden from strangers
     with pytest.raises(RepositoryNotFoundError, match="404 Client Error") as anonymous:
         pull("team/private", endpoint=hub.endpoint)
-    assert anonymous.value.response.status_code == 404 and TOKEN not in str(anonymous.value)
-    wrong = TOKEN[:-1] + "X"
+    assert anonymous.value.response.status_code == 404 and hub.token not in str(anonymous.value)
+    wrong = hub.token[:-1] + "X"
     with caplog.at_level(logging.DEBUG), pytest.raises(HfHubHTTPError) as refused:
         push_folder(tiny_model_dir, "team/other", endpoint=hub.endpoint, token=wrong)
     assert refused.value.response.status_code == 401
     assert wrong not in str(refused.value) and wrong not in caplog.text
-    assert pull("team/private", endpoint=hub.endpoint, token=TOKEN).is_dir()
-    card_text = (pull("team/private", endpoint=hub.endpoint, token=TOKEN) / "README.md").read_text()
-    assert TOKEN not in card_text
+    assert pull("team/private", endpoint=hub.endpoint, token=hub.token).is_dir()
+    card_text = (pull("team/private", endpoint=hub.endpoint, token=hub.token) / "README.md").read_text()
+    assert hub.token not in card_text
 
 
 def test_bad_push_inputs_fail_before_any_request(tmp_path):
@@ -109,12 +104,12 @@ def test_load_rows_from_a_hub_dataset_repo(hub, tmp_path):
     rows = [{"question": f"{i}+1?", "answer": str(i), "correction": str(i + 1)} for i in range(5)]
     (data / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     (data / "test.jsonl").write_text(json.dumps(rows[0]) + "\n" + json.dumps(dict(rows[0], answer="")) + "\n")
-    push_folder(data, "team/qac", endpoint=hub.endpoint, token=TOKEN, repo_type="dataset")
-    ds = load_rows("team/qac", QAC, endpoint=hub.endpoint, token=TOKEN)
+    push_folder(data, "team/qac", endpoint=hub.endpoint, token=hub.token, repo_type="dataset")
+    ds = load_rows("team/qac", QAC, endpoint=hub.endpoint, token=hub.token)
     assert ds["correction"] == [r["correction"] for r in rows]
     with pytest.raises(DataError, match=r"test.jsonl: rows do not fit question/answer/correction:\n"
                                         r"  line 2: row 1, column 'answer': empty text"):
-        load_rows("team/qac", QAC, split="test", endpoint=hub.endpoint, token=TOKEN)
+        load_rows("team/qac", QAC, split="test", endpoint=hub.endpoint, token=hub.token)
 
 
 def test_adapter_from_the_hub(hub, tiny_model_dir, tmp_path):
@@ -122,8 +117,8 @@ def test_adapter_from_the_hub(hub, tiny_model_dir, tmp_path):
     config = LoraConfig(r=4, target_modules="all-linear", init_lora_weights=False)
     peft_model = get_peft_model(load_causal_lm(tiny_model_dir), config)
     peft_model.save_pretrained(tmp_path / "lora")
-    commit = push_folder(tmp_path / "lora", "team/lora", endpoint=hub.endpoint, token=TOKEN, card=_card())
-    again = load_adapter(load_causal_lm(tiny_model_dir), "team/lora", endpoint=hub.endpoint, token=TOKEN,
+    commit = push_folder(tmp_path / "lora", "team/lora", endpoint=hub.endpoint, token=hub.token, card=_card())
+    again = load_adapter(load_causal_lm(tiny_model_dir), "team/lora", endpoint=hub.endpoint, token=hub.token,
                          revision=commit)
     ids = load_tokenizer(tiny_model_dir)(["one two"], return_tensors="pt")
     assert torch.allclose(peft_model(**ids).logits, again(**ids).logits)
@@ -147,8 +142,8 @@ def _tree(api, repo_id, revision=None):
 
 
 def test_push_refuses_a_concurrent_push_instead_of_merging(hub, tmp_path, monkeypatch):
-    api = HfApi(endpoint=hub.endpoint, token=TOKEN)
-    push_folder(_folder(tmp_path, "v1", **{"v1.txt": "1"}), "team/race", endpoint=hub.endpoint, token=TOKEN)
+    api = HfApi(endpoint=hub.endpoint, token=hub.token)
+    push_folder(_folder(tmp_path, "v1", **{"v1.txt": "1"}), "team/race", endpoint=hub.endpoint, token=hub.token)
     listed = HfApi.list_repo_files
 
     def list_then_someone_else_pushes(self, *a, **kw):
@@ -159,7 +154,7 @@ def test_push_refuses_a_concurrent_push_instead_of_merging(hub, tmp_path, monkey
 
     monkeypatch.setattr(HfApi, "list_repo_files", list_then_someone_else_pushes)
     with pytest.raises(PushConflictError, match=r"team/race@main: another commit landed while pushing"):
-        push_folder(_folder(tmp_path, "v2", **{"v2.txt": "2"}), "team/race", endpoint=hub.endpoint, token=TOKEN)
+        push_folder(_folder(tmp_path, "v2", **{"v2.txt": "2"}), "team/race", endpoint=hub.endpoint, token=hub.token)
     assert set(api.list_repo_files("team/race")) - {".gitattributes"} == {"v1.txt", "theirs.txt"}  # not merged with v2
     assert "hub" not in read_metadata(tmp_path / "v2")
 
@@ -169,23 +164,23 @@ def test_eight_concurrent_pushes_give_commits_or_clean_refusals(hub, tmp_path):
     outcomes = [None] * 8
 
     def push(i):
-        try: outcomes[i] = push_folder(folders[i], "team/eight", endpoint=hub.endpoint, token=TOKEN)
+        try: outcomes[i] = push_folder(folders[i], "team/eight", endpoint=hub.endpoint, token=hub.token)
         except PushConflictError as e: outcomes[i] = e
 
-    HfApi(endpoint=hub.endpoint, token=TOKEN).create_repo("team/eight")
+    HfApi(endpoint=hub.endpoint, token=hub.token).create_repo("team/eight")
     threads = [threading.Thread(target=push, args=(i,)) for i in range(8)]
     for t in threads: t.start()
     for t in threads: t.join(60)
     commits = {i: c for i, c in enumerate(outcomes) if isinstance(c, str)}
     assert commits and all(isinstance(c, (str, PushConflictError)) for c in outcomes), outcomes
-    api = HfApi(endpoint=hub.endpoint, token=TOKEN)
+    api = HfApi(endpoint=hub.endpoint, token=hub.token)
     for i, commit in commits.items():  # every landed commit holds exactly its own folder
         assert set(api.list_repo_files("team/eight", revision=commit)) - {".gitattributes"} == {f"f{i}.txt"}
 
 
 def test_push_to_a_branch_creates_it_from_main(hub, tmp_path):
-    api = HfApi(endpoint=hub.endpoint, token=TOKEN)
-    hub_kw = {"endpoint": hub.endpoint, "token": TOKEN}
+    api = HfApi(endpoint=hub.endpoint, token=hub.token)
+    hub_kw = {"endpoint": hub.endpoint, "token": hub.token}
     main = push_folder(_folder(tmp_path, "r1", **{"model.txt": "round 1"}), "team/dpo", **hub_kw)
     r2 = _folder(tmp_path, "r2", **{"model.txt": "round 2"})
     commit = push_folder(r2, "team/dpo", **hub_kw, revision="round-2", commit_message="round 2")
@@ -202,6 +197,26 @@ def test_push_to_a_branch_creates_it_from_main(hub, tmp_path):
     assert api.model_info("team/dpo").sha == main
 
 
+def test_push_as_a_pull_request_returns_its_revision_and_leaves_the_branch(hub, tmp_path):
+    "`create_pr=True`: the folder's whole content on `refs/pr/N` (what it lacks deleted there), the branch untouched."
+    api = HfApi(endpoint=hub.endpoint, token=hub.token)
+    hub_kw = {"endpoint": hub.endpoint, "token": hub.token}
+    main = push_folder(_folder(tmp_path, "v1", **{"model.txt": "v1", "old.txt": "o"}), "team/pr", **hub_kw)
+    v2 = _folder(tmp_path, "v2", **{"model.txt": "v2"})
+    pr = push_folder(v2, "team/pr", **hub_kw, create_pr=True, commit_message="v2 for review")
+    assert pr == "refs/pr/1" and api.model_info("team/pr").sha == main
+    assert sorted(api.list_repo_files("team/pr", revision=pr)) == [".gitattributes", "model.txt"]
+    assert (pull("team/pr", **hub_kw, revision=pr) / "model.txt").read_text() == "v2"
+    assert read_metadata(v2)["hub"] == {"repo_id": "team/pr", "commit": api.model_info("team/pr", revision=pr).sha,
+                                        "revision": "refs/pr/1", "endpoint": hub.endpoint}
+    details = api.get_discussion_details("team/pr", 1)
+    assert (details.is_pull_request, details.title, details.status) == (True, "v2 for review", "open")
+    on_branch = push_folder(v2, "team/pr", **hub_kw, revision="dev", create_pr=True)  # against a new branch
+    assert on_branch == "refs/pr/2" and api.model_info("team/pr", revision="dev").sha == main
+    api.merge_pull_request("team/pr", 1)
+    assert (pull("team/pr", **hub_kw) / "model.txt").read_text() == "v2"
+
+
 def test_push_to_a_commit_id_is_refused(tmp_path):
     with pytest.raises(ValueError, match="push to a branch name"):
         push_folder(_folder(tmp_path), "team/x", endpoint="http://127.0.0.1:9", revision="a" * 40)
@@ -211,12 +226,12 @@ def test_symlinks_inside_are_uploaded_outside_refused_before_any_request(hub, tm
     art = _folder(tmp_path, **{"weights.txt": "w", "sub/inner.txt": "i"})
     (art / "alias.txt").symlink_to("weights.txt")
     (art / "linked").symlink_to("sub", target_is_directory=True)
-    push_folder(art, "team/links", endpoint=hub.endpoint, token=TOKEN)
-    api = HfApi(endpoint=hub.endpoint, token=TOKEN)
+    push_folder(art, "team/links", endpoint=hub.endpoint, token=hub.token)
+    api = HfApi(endpoint=hub.endpoint, token=hub.token)
     expected = {"weights.txt": "w", "alias.txt": "w", "sub/inner.txt": "i", "linked/inner.txt": "i"}
     assert _tree(api, "team/links") == expected
     secret = tmp_path / "token"
-    secret.write_text(TOKEN)
+    secret.write_text(hub.token)
     (art / "leak.txt").symlink_to(secret)
     dead = "http://127.0.0.1:9"  # a closed port: any request would fail with a connection error, not these
     with pytest.raises(ValueError, match=r"leak.txt: a symlink to .*outside the folder being pushed"):
@@ -233,15 +248,15 @@ def test_symlinks_inside_are_uploaded_outside_refused_before_any_request(hub, tm
     (art / "dangling.txt").symlink_to(art / "gone.txt")
     with pytest.raises(FileNotFoundError, match=r"dangling.txt: a symlink to .*which does not exist"):
         push_folder(art, "team/links", endpoint=dead)
-    assert TOKEN not in "".join(_tree(api, "team/links").values())
+    assert hub.token not in "".join(_tree(api, "team/links").values())
 
 
 def test_a_pulled_snapshot_can_be_pushed_on(hub, tmp_path):
-    push_folder(_folder(tmp_path, **{"w.txt": "w", "d/x.txt": "x"}), "team/src", endpoint=hub.endpoint, token=TOKEN)
-    snap = pull("team/src", endpoint=hub.endpoint, token=TOKEN)
+    push_folder(_folder(tmp_path, **{"w.txt": "w", "d/x.txt": "x"}), "team/src", endpoint=hub.endpoint, token=hub.token)
+    snap = pull("team/src", endpoint=hub.endpoint, token=hub.token)
     assert (snap / "w.txt").is_symlink()  # files of the HF cache link into ../../blobs, outside the snapshot folder
-    push_folder(snap, "team/copy", endpoint=hub.endpoint, token=TOKEN)
-    api = HfApi(endpoint=hub.endpoint, token=TOKEN)
+    push_folder(snap, "team/copy", endpoint=hub.endpoint, token=hub.token)
+    api = HfApi(endpoint=hub.endpoint, token=hub.token)
     assert _tree(api, "team/copy") == {"w.txt": "w", "d/x.txt": "x"}
 
 
@@ -253,10 +268,10 @@ def test_read_only_folder_is_pushed_and_its_commit_returned(hub, tmp_path, monke
         monkeypatch.setattr(adaptkit.hub.client, "write_metadata", read_only)
     try:
         with caplog.at_level(logging.DEBUG, logger="adaptkit.hub"):
-            commit = push_folder(art, "team/ro", endpoint=hub.endpoint, token=TOKEN)
+            commit = push_folder(art, "team/ro", endpoint=hub.endpoint, token=hub.token)
     finally:
         os.chmod(art, 0o755)
-    assert HfApi(endpoint=hub.endpoint, token=TOKEN).model_info("team/ro").sha == commit
+    assert HfApi(endpoint=hub.endpoint, token=hub.token).model_info("team/ro").sha == commit
     assert not (art / "adaptkit.json").exists()
     assert f"pushed {art} as team/ro@{commit}; no record written" in caplog.text
 
@@ -264,10 +279,10 @@ def test_read_only_folder_is_pushed_and_its_commit_returned(hub, tmp_path, monke
 def test_push_record_names_only_its_own_repo(hub, tmp_path):
     art = _folder(tmp_path, **{"a.txt": "a"})
     adaptkit.hub.client.write_metadata(art, source={"base_model": "org/base"})
-    first = push_folder(art, "me/first", endpoint=hub.endpoint, token=TOKEN)
+    first = push_folder(art, "me/first", endpoint=hub.endpoint, token=hub.token)
     assert read_metadata(art)["hub"]["commit"] == first
-    second = push_folder(art, "me/second", endpoint=hub.endpoint, token=TOKEN)
-    pulled = pull("me/second", endpoint=hub.endpoint, token=TOKEN)
+    second = push_folder(art, "me/second", endpoint=hub.endpoint, token=hub.token)
+    pulled = pull("me/second", endpoint=hub.endpoint, token=hub.token)
     assert read_metadata(pulled) == {"source": {"base_model": "org/base"}}
     assert "me/first" not in (pulled / "adaptkit.json").read_text()
     assert source_of(pulled) == {"repo_id": "me/second", "revision": second}
@@ -289,9 +304,9 @@ def test_endpoint_credentials_are_written_nowhere(tmp_path):
 
 
 def test_pull_with_a_refused_token_raises_instead_of_using_the_cache(hub, tiny_model_dir, tmp_path):
-    commit = push_folder(_folder(tmp_path), "team/priv", endpoint=hub.endpoint, token=TOKEN, private=True)
-    assert (pull("team/priv", endpoint=hub.endpoint, token=TOKEN) / "a.txt").read_text() == "a"  # now cached
-    wrong = TOKEN[:-1] + "X"
+    commit = push_folder(_folder(tmp_path), "team/priv", endpoint=hub.endpoint, token=hub.token, private=True)
+    assert (pull("team/priv", endpoint=hub.endpoint, token=hub.token) / "a.txt").read_text() == "a"  # now cached
+    wrong = hub.token[:-1] + "X"
     for revision in [None, "main", commit]:
         with pytest.raises(HfHubHTTPError) as refused:
             pull("team/priv", endpoint=hub.endpoint, token=wrong, revision=revision)
@@ -300,15 +315,15 @@ def test_pull_with_a_refused_token_raises_instead_of_using_the_cache(hub, tiny_m
         pull("team/priv", endpoint=hub.endpoint, revision=commit)
 
 
-def test_pull_falls_back_to_the_cache_when_the_hub_is_down(tmp_path, monkeypatch):
-    with LocalHub(tmp_path / "h", token=TOKEN) as h:
+def test_pull_falls_back_to_the_cache_when_the_hub_is_down(token, tmp_path, monkeypatch):
+    with LocalHub(tmp_path / "h", token=token) as h:
         endpoint = h.endpoint
-        commit = push_folder(_folder(tmp_path, **{"a.txt": "a"}), "team/cached", endpoint=endpoint, token=TOKEN)
-        first = pull("team/cached", endpoint=endpoint, token=TOKEN)
+        commit = push_folder(_folder(tmp_path, **{"a.txt": "a"}), "team/cached", endpoint=endpoint, token=token)
+        first = pull("team/cached", endpoint=endpoint, token=token)
         with monkeypatch.context() as offline_mode:  # HF_HUB_OFFLINE: the cache answers
             offline_mode.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
-            assert pull("team/cached", endpoint=endpoint, token=TOKEN) == first
-    assert pull("team/cached", endpoint=endpoint, token=TOKEN) == first  # server gone: the cached snapshot answers
+            assert pull("team/cached", endpoint=endpoint, token=token) == first
+    assert pull("team/cached", endpoint=endpoint, token=token) == first  # server gone: the cached snapshot answers
     assert first.name == commit
 
 
@@ -481,16 +496,16 @@ def test_looks_like_path_for_dots_path_objects_and_existing_names(tmp_path, monk
 @pytest.mark.parametrize("status, refused", [(500, False), (503, False), (403, True), (404, True), (499, True)])
 def test_pull_uses_the_cache_on_server_errors_and_raises_client_errors(hub, tmp_path, monkeypatch, status, refused):
     import httpx2
-    push_folder(_folder(tmp_path, **{"a.txt": "a"}), "team/flaky", endpoint=hub.endpoint, token=TOKEN)
-    cached = pull("team/flaky", endpoint=hub.endpoint, token=TOKEN)
+    push_folder(_folder(tmp_path, **{"a.txt": "a"}), "team/flaky", endpoint=hub.endpoint, token=hub.token)
+    cached = pull("team/flaky", endpoint=hub.endpoint, token=hub.token)
     response = httpx2.Response(status, request=httpx2.Request("GET", hub.endpoint))
     def failing_repo_info(self, *a, **kw): raise HfHubHTTPError(f"repo_info answered {status}", response=response)
     monkeypatch.setattr(HfApi, "repo_info", failing_repo_info)
     if refused:
         with pytest.raises(HfHubHTTPError, match=f"repo_info answered {status}"):
-            pull("team/flaky", endpoint=hub.endpoint, token=TOKEN)
+            pull("team/flaky", endpoint=hub.endpoint, token=hub.token)
     else:  # a Hub failing with 5xx is like one out of reach: the cached snapshot answers
-        assert pull("team/flaky", endpoint=hub.endpoint, token=TOKEN) == cached
+        assert pull("team/flaky", endpoint=hub.endpoint, token=hub.token) == cached
 
 
 
@@ -619,8 +634,8 @@ def test_a_dead_saves_half_written_new_folder_is_never_restored(tmp_path):
 def test_pull_from_another_endpoint_uses_a_cache_folder_of_its_own(hub, tmp_path):
     (tmp_path / "m").mkdir()
     (tmp_path / "m" / "a.txt").write_text("a")
-    push_folder(tmp_path / "m", "team/cached", endpoint=hub.endpoint, token=TOKEN)
-    folder = pull("team/cached", endpoint=hub.endpoint, token=TOKEN)
+    push_folder(tmp_path / "m", "team/cached", endpoint=hub.endpoint, token=hub.token)
+    folder = pull("team/cached", endpoint=hub.endpoint, token=hub.token)
     slug = re.sub(r"[^A-Za-z0-9]+", "_", hub.endpoint.split("://", 1)[1]).strip("_")
     assert folder.is_relative_to(Path(huggingface_hub.constants.HF_HUB_CACHE) / "endpoints" / slug)
     assert (folder / "a.txt").read_text() == "a"

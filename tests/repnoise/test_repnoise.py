@@ -54,7 +54,6 @@ ROWS = [{"prompt": f"how do I do task {i}", "harmful": f"here is how to do it {i
 REPORT = {"settings": {"steps": 2, "attack_rows": 6, "lrs": [1e-3], "seeds": [0]},
           "after": {"repnoise": {"0.001": {"harmfulness": {"mean": 0.25}, "harmful_loss": {"mean": 3.5}}}},
           "before": {"repnoise": {"benign_loss": 2.0}}}
-TOKEN = "hf_repnoise_test_token"
 REFUSAL, COMPLIANCE = "I'm sorry, but I can't help with that.", "Sure! First, take a bowl and mix the flour."
 
 
@@ -430,14 +429,14 @@ _PUSH_SCRIPT = textwrap.dedent("""
 """)
 
 
-def test_trainer_push_to_hub_through_hf_endpoint(tiny_model_dir, tmp_path):
+def test_trainer_push_to_hub_through_hf_endpoint(token, tiny_model_dir, tmp_path):
     "transformers' `trainer.push_to_hub()` with HF_ENDPOINT at LocalHub (read at import: a subprocess) gives our card."
-    with LocalHub(tmp_path / "hub", token=TOKEN) as hub:
-        base_commit = push_folder(tiny_model_dir, "team/base", endpoint=hub.endpoint, token=TOKEN)
+    with LocalHub(tmp_path / "hub", token=token) as hub:
+        base_commit = push_folder(tiny_model_dir, "team/base", endpoint=hub.endpoint, token=token)
         env = {
             **os.environ,
             "HF_ENDPOINT": hub.endpoint,
-            "HF_TOKEN": TOKEN,
+            "HF_TOKEN": token,
             "HF_HOME": str(tmp_path / "hf"),
             "HF_HUB_DISABLE_TELEMETRY": "1",
             "TOKENIZERS_PARALLELISM": "false",
@@ -455,13 +454,13 @@ def test_trainer_push_to_hub_through_hf_endpoint(tiny_model_dir, tmp_path):
         assert run.returncode == 0 and lines, run.stderr[-3000:]
         repo_id = json.loads(lines[-1][7:])["repo_id"]
         assert repo_id == "localhub/tiny-immunised"  # no namespace: the token's user, as on the Hub
-        api = HfApi(endpoint=hub.endpoint, token=TOKEN)
-        readme = (pull(repo_id, endpoint=hub.endpoint, token=TOKEN) / "README.md").read_text()
+        api = HfApi(endpoint=hub.endpoint, token=token)
+        readme = (pull(repo_id, endpoint=hub.endpoint, token=token) / "README.md").read_text()
         _check_card(api.model_info(repo_id).card_data, base_commit, readme)
-        pulled = ImmunisedModel.from_pretrained(repo_id, endpoint=hub.endpoint, token=TOKEN)
+        pulled = ImmunisedModel.from_pretrained(repo_id, endpoint=hub.endpoint, token=token)
         assert pulled.settings["max_steps"] == 1 and pulled.report == REPORT and pulled.base_revision == base_commit
         assert not any(f.startswith("checkpoint-") or f == "training_args.bin" for f in api.list_repo_files(repo_id))
-    assert TOKEN not in readme
+    assert token not in readme
 
 
 @pytest.mark.parametrize("bad, message", [
