@@ -96,9 +96,11 @@ def _is_quantized(model) -> bool:
     if getattr(model, "is_quantized", False) or getattr(model, "hf_quantizer", None) is not None: return True
     return any(p.dtype not in (torch.float32, torch.float16, torch.bfloat16, torch.float64) for p in model.parameters())
 
-def _residual_weights(peft_model: PeftModel) -> dict[str, dict]:
-    "`models.fingerprint` of the residual model under `peft_model`: every weight, the adapted ones now `W - s B0 A0`."
-    return fingerprint(peft_model)
+def _residual_weights(peft_model: PeftModel, n: int = 4) -> dict[str, dict]:
+    "`models.fingerprint` of the first `n` adapted weights: the residuals after init, which differ from the base's."
+    modules = peft_model.base_model.model.named_modules()
+    names = [f"{name}.weight" for name, mod in modules if isinstance(mod, LoraLayer)]
+    return fingerprint(peft_model, names=names[:n])
 
 def _save_as_plain_lora_init(peft_model: PeftModel, folder: str | Path):
     "Save `peft_model`'s adapter marked as a plain LoRA (loading it must not decompose the weights again)."
