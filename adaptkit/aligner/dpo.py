@@ -14,11 +14,13 @@ import datasets
 from trl import DPOConfig, DPOTrainer
 
 from .artifact import AlignedPolicy, Aligner, chat_answers, conversation
+from ..data import Schema, validate_rows
 
 _logger = logging.getLogger(__name__)
+PROMPTS = Schema("prompts", {"prompt": (str, list)})  # a question or a conversation, per row
 
 # %% auto #0
-__all__ = ['preference_pairs', 'dpo_rounds']
+__all__ = ['PROMPTS', 'preference_pairs', 'dpo_rounds']
 
 # %% ../../nbs/aligner/04_dpo.ipynb #cdf3fdd1
 def preference_pairs(
@@ -68,7 +70,8 @@ def dpo_rounds(
     "Multi-round Aligner-guided DPO of `policy`: the trained policy, with each round's metrics in `.rounds`."
     if rounds < 1: raise ValueError(f"rounds must be at least 1, got {rounds}")
     if isinstance(prompts, str) or not len(prompts): raise ValueError("prompts must be a non-empty list of questions")
-    questions = [conversation(p)[-1]["content"] for p in prompts]  # checked before any work
+    validate_rows([{"prompt": p} for p in prompts], PROMPTS, "prompts")  # by row, before any work
+    questions = [conversation(p)[-1]["content"] for p in prompts]
     args = args or DPOConfig("aligner-dpo", beta=0.02, learning_rate=2e-5, report_to="none", save_strategy="no")
     metrics = []
     for r in range(1, rounds + 1):
