@@ -19,7 +19,7 @@ from _bench import quiet_start, write_result  # noqa: E402
 
 from adaptkit.hub import read_metadata  # noqa: E402
 from adaptkit.models import load_causal_lm, load_tokenizer, smollm2  # noqa: E402
-from adaptkit.pissa.principal import init_pissa, pissa_config, save_pissa_as_lora  # noqa: E402
+from adaptkit.pissa import init_pissa, pissa_config, save_pissa_as_lora  # noqa: E402
 from adaptkit.tasks import arithmetic_task  # noqa: E402
 
 warnings.filterwarnings("ignore")

@@ -12,10 +12,10 @@ from peft import PeftModel
 from ..artifacts import AdapterArtifact
 from ..hub import markdown_table, read_metadata, write_metadata
 from .config import METHOD
-from .principal import _write_plain_lora
+from .principal import _check_init_dir, _check_rank, _write_plain_lora
 
 # %% auto #0
-__all__ = ['PiSSAAdapter']
+__all__ = ['PiSSAAdapter', 'save_pissa_as_lora']
 
 # %% ../../nbs/pissa/03_artifact.ipynb #fe637f87
 def _conversion_text(c: dict) -> str:
@@ -112,3 +112,15 @@ class PiSSAAdapter(AdapterArtifact):
                  "# or, with the base checked against its fingerprint:\n"
                  "from adaptkit import PiSSAAdapter\nmodel = PiSSAAdapter.from_pretrained(REPO_ID).model")
         return {"summary": summary, "usage": usage, "conversion": _conversion_text(c), "initialisation": _init_table(c)}
+
+def save_pissa_as_lora(
+    peft_model: PeftModel,  # a PiSSA model from `init_pissa` (trained or not)
+    out_dir: str | Path,  # where the plain LoRA goes (replaced if it exists)
+    *,
+    init_dir: str | Path,  # the initial adapter saved by `init_pissa`
+    rank: str | int = "exact",  # "exact": rank 2r, alpha doubled, lossless; k: truncated SVD, error measured
+) -> Path:
+    "Save `peft_model`'s PiSSA adapter as a plain LoRA for the untouched base (exact, or truncated to `rank`), carded."
+    _check_init_dir(peft_model, Path(init_dir))  # before anything is written
+    _check_rank(peft_model, rank)
+    return PiSSAAdapter(peft_model, init_dir=init_dir, rank=rank).save_pretrained(out_dir)

@@ -25,8 +25,8 @@ from ..models import BaseMismatchError, check_adapter_base, check_base, fingerpr
 
 # %% auto #0
 __all__ = ['NF4_LEVELS', 'pissa_config', 'principal_parts', 'bf16_residual_error', 'init_pissa', 'truncate_lora',
-           'save_pissa_as_lora', 'save_pissa_residual', 'load_pissa_adapter', 'nf4_roundtrip', 'qpissa_round_errors',
-           'qpissa_error', 'quantization_error']
+           'save_pissa_residual', 'load_pissa_adapter', 'nf4_roundtrip', 'qpissa_round_errors', 'qpissa_error',
+           'quantization_error']
 
 # %% ../../nbs/pissa/02_principal.ipynb #9c24dc3c
 def pissa_config(
@@ -363,19 +363,6 @@ def _write_plain_lora(peft_model: PeftModel, folder: Path, init_dir: Path, rank:
     write_metadata(folder, pissa=record, source={"base_model": base if base and is_repo_id(base) else None,
                                                  "base_revision": None, "fingerprint": meta.get("base_fingerprint")})
     return record
-
-def save_pissa_as_lora(
-    peft_model: PeftModel,  # a PiSSA model from `init_pissa` (trained or not)
-    out_dir: str | Path,  # where the plain LoRA goes (replaced if it exists)
-    *,
-    init_dir: str | Path,  # the initial adapter saved by `init_pissa`
-    rank: str | int = "exact",  # "exact": rank 2r, alpha doubled, lossless; k: truncated SVD, error measured
-) -> Path:
-    "Save `peft_model`'s PiSSA adapter as a plain LoRA for the untouched base (exact, or truncated to `rank`), carded."
-    _check_init_dir(peft_model, Path(init_dir))  # before anything is written
-    _check_rank(peft_model, rank)
-    from adaptkit.pissa.artifact import PiSSAAdapter  # the artifact (built on this module) writes the card and record
-    return PiSSAAdapter(peft_model, init_dir=init_dir, rank=rank).save_pretrained(out_dir)
 
 # %% ../../nbs/pissa/02_principal.ipynb #40b9ac8f
 def save_pissa_residual(

@@ -16,7 +16,6 @@ from transformers import AutoConfig, GPT2LMHeadModel, LlamaForSequenceClassifica
 from transformers.utils import logging as hf_logging
 
 import adaptkit.emr.elect as elect
-import adaptkit.emr.merge as emr
 import adaptkit.emr.stream as stream
 from adaptkit.emr import EMRBundle, MergedModel, emr_merge, pack_mask, task_arithmetic, ties_merge, unpack_mask
 from adaptkit.hub import push_folder
@@ -603,7 +602,7 @@ def test_chunked_merge_writes_the_same_bytes_as_a_whole_tensor_merge(monkeypatch
         f"t{i}": {k: v + (torch.randn(v.shape, generator=g) * 8).round() / 8 for k, v in pre.items()} for i in range(3)
     }
     whole = emr_merge(pre, ft, progress=False)
-    monkeypatch.setattr(emr, "_CHUNK", 16)
+    monkeypatch.setattr(stream, "_CHUNK", 16)
     assert stream._row_chunks((43, 5)) == [(0, 8), (8, 16), (16, 24), (24, 32), (32, 40), (40, 43)]
     assert stream._row_chunks((3,)) == [None] and stream._row_chunks(()) == [None]
     chunked = emr_merge(pre, ft, progress=False)

@@ -14,12 +14,11 @@ from safetensors.torch import load_file
 
 from adaptkit.hub import read_metadata
 from adaptkit.models import tiny_causal_lm
-from adaptkit.pissa import PiSSAAdapter
+from adaptkit.pissa import PiSSAAdapter, save_pissa_as_lora
 from adaptkit.pissa.principal import (
     bf16_residual_error,
     init_pissa,
     pissa_config,
-    save_pissa_as_lora,
     truncate_lora,
 )
 

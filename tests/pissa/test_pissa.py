@@ -13,10 +13,10 @@ from peft import LoraConfig, PeftModel
 
 from adaptkit.hub import pull, push_folder, read_metadata
 from adaptkit.models import load_causal_lm, load_tokenizer, tiny_causal_lm
-from adaptkit.pissa import PiSSAConfig, PiSSATrainer
 
 # `_fingerprint_matches` (the init check's tolerance) and `_principal` (QPiSSA's principal part) are tested as the
 # private helpers they are: their contract is what the public conversion and QPiSSA error rely on
+from adaptkit.pissa import PiSSAConfig, PiSSATrainer, save_pissa_as_lora
 from adaptkit.pissa.principal import (
     NF4_LEVELS,
     _fingerprint_matches,
@@ -29,7 +29,6 @@ from adaptkit.pissa.principal import (
     qpissa_error,
     qpissa_round_errors,
     quantization_error,
-    save_pissa_as_lora,
     save_pissa_residual,
 )
 

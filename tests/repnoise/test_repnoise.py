@@ -415,6 +415,7 @@ _PUSH_SCRIPT = textwrap.dedent("""
     import json, sys
     from pathlib import Path
     from adaptkit.models import load_tokenizer
+    from adaptkit.repnoise import RepNoiseConfig, RepNoiseTrainer
     rows = [{"prompt": f"how do I do task {i}", "harmful": f"here is how {i}", "harmless": "sorry I cannot help"}
             for i in range(4)]
     args = RepNoiseConfig(str(Path(sys.argv[1]) / "tiny-immunised"), max_steps=1, per_device_train_batch_size=2,
