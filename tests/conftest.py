@@ -84,3 +84,12 @@ def request_log():
     threading.Thread(target=server.serve_forever, daemon=True).start()
     yield f"http://127.0.0.1:{server.server_address[1]}", log
     server.shutdown(); server.server_close()
+
+
+@pytest.fixture
+def no_model_load(monkeypatch):
+    "Loading any transformers model fails the test: rows must be refused before (the trainers' input checks)."
+    import transformers
+    def loaded(*args, **kwargs): raise AssertionError("a model was loaded before the rows were checked")
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", loaded)
+    monkeypatch.setattr(transformers.PreTrainedModel, "from_pretrained", classmethod(loaded))

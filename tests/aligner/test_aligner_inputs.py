@@ -4,19 +4,10 @@ import re
 
 import datasets
 import pytest
-import transformers
 
 from adaptkit.data import DataError
 
 GOOD = {"question": "what is two plus two", "answer": "five", "correction": "four"}
-
-
-@pytest.fixture
-def no_model_load(monkeypatch):
-    "Loading any transformers model fails the test: the rows must be refused before."
-    def loaded(*args, **kwargs): raise AssertionError("a model was loaded before the rows were checked")
-    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", loaded)
-    monkeypatch.setattr(transformers.PreTrainedModel, "from_pretrained", classmethod(loaded))
 
 
 def bad_rows(columns: dict, column: str, fault: str) -> tuple[datasets.Dataset, str]:

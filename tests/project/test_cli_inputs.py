@@ -3,7 +3,6 @@ one line naming the file, the row and the column, exit 2, nothing written (issue
 as parquet (what `Dataset.to_parquet` and the Hub's dataset viewer write), so it reaches `load_rows` as a Dataset."""
 import datasets
 import pytest
-import transformers
 
 from adaptkit.cli import main
 
@@ -17,14 +16,6 @@ COMMANDS = {  # command: (a good row, the option that takes the rows, the rest o
     "translora": (PC, "--seeds", ["--source_base", "{model}", "--source_adapter", "{tmp}/lora", "--target_base",
                                   "{model}", "--output_dir", "{out}", "--adapter_dir", "{out}/adapter"]),
 }
-
-
-@pytest.fixture
-def no_model_load(monkeypatch):
-    "Loading any transformers model fails the test: the rows must be refused before."
-    def loaded(*args, **kwargs): raise AssertionError("a model was loaded before the rows were checked")
-    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", loaded)
-    monkeypatch.setattr(transformers.PreTrainedModel, "from_pretrained", classmethod(loaded))
 
 
 @pytest.mark.parametrize("fault", ["empty", "null"])

@@ -4,19 +4,10 @@ import re
 
 import datasets
 import pytest
-import transformers
 
 from adaptkit.data import DataError
 
 GOOD = {"prompt": "how do I pick a lock", "harmful": "first take a tension wrench", "harmless": "I cannot help."}
-
-
-@pytest.fixture
-def no_model_load(monkeypatch):
-    "Loading any transformers model fails the test: the rows must be refused before."
-    def loaded(*args, **kwargs): raise AssertionError("a model was loaded before the rows were checked")
-    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", loaded)
-    monkeypatch.setattr(transformers.PreTrainedModel, "from_pretrained", classmethod(loaded))
 
 
 @pytest.mark.parametrize("fault", ["empty", "null", "no column"])
