@@ -6,11 +6,12 @@
 __all__ = []
 
 # %% ../../nbs/localhub/00_localhub.ipynb #2a4ac5c3
-from . import http, mirror, server, storage, wire
+from . import http, mirror, server, storage, wire, xet
 from .http import *
 from .mirror import *
 from .server import *
 from .storage import *
 from .wire import *
+from .xet import *
 
-__all__ = [*storage.__all__, *wire.__all__, *http.__all__, *server.__all__, *mirror.__all__]
+__all__ = [*storage.__all__, *wire.__all__, *http.__all__, *server.__all__, *mirror.__all__, *xet.__all__]

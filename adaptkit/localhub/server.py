@@ -72,7 +72,7 @@ class LocalHub:
                  *,
                  host: str = "127.0.0.1",  # interface to bind: keep loopback unless you know why not (plain HTTP)
                  port: int = 0,  # 0 picks a free port
-                 lfs: bool = False,  # answer "lfs" for large/binary files (for clients with Xet disabled)
+                 lfs: bool = True,  # the Hub's rule: Xet or LFS for large or binary files; False: all inline
                  token: str | None = None,  # if set, writes, private repos and gated files need this bearer token
                  token_file=None,  # or read the token from this file (not visible in the process list)
                  timeout: float = 60.0,  # seconds a socket may stay silent (headers or body) before it is closed
@@ -181,7 +181,7 @@ def serve(
     *,
     host: str = "127.0.0.1",  # interface to bind
     port: int = 8000,  # port to listen on
-    lfs: bool = False,  # answer "lfs" for large/binary files (clients with HF_HUB_DISABLE_XET=1)
+    lfs: bool = True,  # the Hub's rule: LFS (Xet, or the LFS batch API) for large/binary files; False: all inline
     token: str | None = None,  # writes and private repos need this bearer token (default: $ADAPTKIT_HUB_TOKEN)
     token_file=None,  # or read the token from this file
     allowed_hosts=(),  # Host names served besides the bound address and loopback names

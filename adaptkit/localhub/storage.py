@@ -23,12 +23,15 @@ import tempfile
 import threading
 import time
 import uuid
+from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
 
 import yaml
 from fastcore.basics import patch
+
+from .xet import XetError, XetStore
 
 # %% ../../nbs/localhub/01_storage.ipynb #76247b74
 _log = logging.getLogger(__name__)
@@ -406,9 +409,9 @@ class RepoStore:
         self.root = Path(root)
         self.root.mkdir(parents=True, exist_ok=True)
         self._lockfile = _lock_root(self.root)
-        self.blobs = BlobStore(self.root / "blobs")
+        self.blobs, self.xet = BlobStore(self.root / "blobs"), XetStore(self.root / "xet")
         (self.root / "repos").mkdir(exist_ok=True)
-        self.names, self._locks = threading.Lock(), {}
+        self.names, self._locks, self._xet_refs = threading.Lock(), {}, {}
 
     def close(self) -> None:
         "Release the root for another server."
@@ -476,14 +479,17 @@ def create(self: RepoStore, typ: str, repo_id: str, private: bool) -> dict:
 
 @patch
 def delete(self: RepoStore, typ: str, repo_id: str) -> bool:
-    "Delete a repo (its blobs stay: they may be shared); False if there was none."
+    "Delete a repo, and the Xet files and xorbs no other repo names (LFS blobs stay); False if there was none."
     with self.names:
         d = self.dir(typ, repo_id)
         if not d.exists(): return False
         trash = self.root / "trash" / uuid.uuid4().hex
         trash.parent.mkdir(exist_ok=True)
         os.rename(d, trash)
+        self._xet_refs.clear()
+    doomed = _xet_hashes(trash / "commits")
     shutil.rmtree(trash, ignore_errors=True)
+    if doomed: self.collect_xet(doomed)
     return True
 
 @patch
@@ -510,6 +516,95 @@ def update_settings(self: RepoStore, typ: str, repo_id: str, private: bool | Non
         if gated is not None: meta["gated"] = gated
         self._save(meta)
         return meta
+
+# %% ../../nbs/localhub/01_storage.ipynb #ba52b873
+def _xet_hashes(commits: Path) -> set:
+    "The Xet hashes of the files the commit records in folder `commits` name."
+    out = set()
+    for p in commits.glob("*.json"):
+        try: out.update(e["xet"] for e in json.loads(p.read_bytes())["files"].values() if e.get("xet"))
+        except (OSError, ValueError, KeyError, TypeError, AttributeError): continue  # damaged: reported where read
+    return out
+
+@patch
+def lfs_entry(self: RepoStore,
+              oid: str,  # the LFS oid (sha256) a commit names
+             ) -> dict | None:
+    "The file entry for LFS object `oid`: Xet-stored (with its Xet hash) or an LFS blob; None if neither holds it."
+    if not _is_sha256(oid): raise HubError(400, f"not a sha256 hex digest: {str(oid)[:80]!r}")
+    rec = self.xet.file_by_sha256(oid)
+    if rec is not None:
+        return {"sha256": oid, "size": rec.size, "sha1": None, "lfs": True, "xet": rec.hash}
+    n = self.blobs.size(oid)
+    return None if n is None else {"sha256": oid, "size": n, "sha1": None, "lfs": True}
+
+@patch
+def iter_entry(self: RepoStore,
+               e: dict,  # a file entry of a commit
+               start: int = 0,  # first byte
+               end: int | None = None,  # last byte + 1 (None: the end)
+              ) -> Iterator[bytes]:
+    "The bytes `[start, end)` of a file, streamed from its Xet store or its verified blob; a 500 if they are damaged."
+    end = e["size"] if end is None else min(end, e["size"])
+    if e.get("xet"):
+        try: pieces = self.xet.iter_file(e["xet"], start, end)
+        except XetError as x: raise HubError(500, f"the Xet file {e['xet']} cannot be served: {x}") from None
+        def checked():
+            try: yield from pieces
+            except XetError as x:
+                _log.error("Xet file %s is damaged: %s", e["xet"], x)
+                raise HubError(500, f"the Xet file {e['xet']} is damaged in the LocalHub store: {x}") from None
+        return checked()
+    path = self.blobs.verified_path(e["sha256"], e["size"])
+    def read():
+        with open(path, "rb") as f:
+            f.seek(start)
+            left = end - start
+            while left > 0 and (data := f.read(min(CHUNK, left))):
+                left -= len(data)
+                yield data
+    return read()
+
+@patch
+def read_entry(self: RepoStore, e: dict) -> bytes:
+    "A (small) file's bytes, checked."
+    return b"".join(self.iter_entry(e))
+
+@patch
+def entry_intact(self: RepoStore, e: dict) -> bool:
+    "Whether the store holds file entry `e`'s bytes (a blob: checked against its sha256; Xet: its file is recorded)."
+    if e.get("xet"): return self.xet.has_file(e["xet"])
+    try: self.blobs.verified_path(e["sha256"], e["size"])
+    except HubError: return False  # missing or corrupted (the store logged it)
+    return True
+
+@patch
+def xet_files(self: RepoStore,
+              typ: str | None = None,  # a repo's type; None: every repo
+              repo_id: str | None = None,  # its id
+              fresh: bool = False,  # read the commits again (a commit may land within the folder's time stamp)
+             ) -> set:
+    "The Xet hashes a repo's commits name (any commit: branches, tags, pull requests); every repo's if none is given."
+    if typ is None:
+        return {h for t in ("model", "dataset", "space") for m in RepoStore.repos(self, t)
+                for h in self.xet_files(t, m["id"])}
+    commits = self.dir(typ, repo_id) / "commits"
+    try: st = commits.stat()
+    except FileNotFoundError: return set()
+    key, stamp = (typ, repo_id.lower()), (st.st_mtime_ns, st.st_ino)
+    with self.names: known = self._xet_refs.get(key)
+    if fresh or known is None or known[0] != stamp:
+        known = (stamp, frozenset(_xet_hashes(commits)))
+        with self.names: self._xet_refs[key] = known
+    return set(known[1])
+
+@patch
+def collect_xet(self: RepoStore,
+                doomed=(),  # Xet hashes of files a deleted repo named: removed now if no other repo names them
+                grace: float = 3600.0,  # seconds an object nothing names yet is kept (uploads between shard and commit)
+               ) -> dict:
+    "Delete the Xet files no repo names, and the xorbs only they used; return what was removed."
+    return self.xet.collect_garbage(self.xet_files(), grace, doomed=doomed)
 
 # %% ../../nbs/localhub/01_storage.ipynb #b4bb29d7
 @patch

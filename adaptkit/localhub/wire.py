@@ -50,6 +50,7 @@ def file_json(
     "A tree/paths-info entry for a file (`last`: the commit that last changed it, for `expand=True`)."
     d = {"type": "file", "oid": blob_id(e), "size": e["size"], "path": path}
     if e["lfs"]: d["lfs"] = {"oid": e["sha256"], "size": e["size"], "pointerSize": len(_pointer(e))}
+    if e.get("xet"): d["xetHash"] = e["xet"]  # stored with Xet: the client downloads it through the CAS
     if last: d["lastCommit"] = last_commit_json(last)
     return d
 
@@ -388,7 +389,12 @@ def _next_line(body: _Body, n: int, blobs: BlobStore, line_limit: int):
         raise
 
 # %% ../../nbs/localhub/02_wire.ipynb #cc1a74db
-def _operation(item: dict, blob, n: int, blobs: BlobStore, lfs_size) -> tuple:
+def _blob_entry(blobs: BlobStore, oid: str) -> dict | None:
+    "The entry of LFS blob `oid`, None if it is not stored."
+    n = blobs.size(oid)
+    return None if n is None else {"sha256": oid, "size": n, "sha1": None, "lfs": True}
+
+def _operation(item: dict, blob, n: int, blobs: BlobStore, lfs_entry) -> tuple:
     "One commit line as (op, path, entry), its inline content stored as a blob."
     what = f"commit line {n}"
     key, value = field(item, "key", str, what=what), field(item, "value", dict, what=what)
@@ -401,12 +407,13 @@ def _operation(item: dict, blob, n: int, blobs: BlobStore, lfs_size) -> tuple:
         return "add", path, {**e, "lfs": False}
     if key == "lfsFile":
         oid = field(value, "oid", str, what=what)
-        size = lfs_size(oid)
-        if size is None:
-            raise HubError(400, f"LFS object {oid} for {path} was not uploaded (use the LFS batch API first)")
-        if field(value, "size", int, None, what=what) not in (None, size):
-            raise HubError(400, f"LFS object {oid} has {size} bytes, not {value['size']}")
-        return "add", path, {"sha256": oid, "size": size, "sha1": None, "lfs": True}
+        e = lfs_entry(oid)
+        if e is None:
+            raise HubError(400, f"LFS object {oid[:64]} for {path} was not uploaded (upload it with Xet or the LFS "
+                                "batch API first)")
+        if field(value, "size", int, None, what=what) not in (None, e["size"]):
+            raise HubError(400, f"LFS object {oid} has {e['size']} bytes, not {value['size']}")
+        return "add", path, e
     if key in ("deletedFile", "deletedFolder"):
         return ("delete" if key == "deletedFile" else "delete_folder"), path, None
     raise HubError(400, f"commit line {n}: unknown operation {key[:40]!r} in field 'key'")
@@ -415,9 +422,11 @@ def commit_operations(
     chunks,  # the request body, as an iterable of bytes
     blobs: BlobStore,  # where inline files are stored as they arrive
     line_limit: int = 1 << 20,  # lines longer than this must be inline files (streamed)
+    lfs_entry=None,  # lfs_entry(oid) -> the entry of an uploaded LFS object, or None (default: a blob in `blobs`)
 ) -> tuple:
     "Read an NDJSON commit body: (header dict, [(op, path, entry)]), inline files stored as blobs on the way."
     body, header, ops, n = _Body(chunks), None, [], 0
+    lfs_entry = lfs_entry or (lambda oid: _blob_entry(blobs, oid))
     while (got := _next_line(body, n := n + 1, blobs, line_limit)) is not None:
         item, blob = got
         if not item: continue
@@ -426,7 +435,7 @@ def commit_operations(
             field(header, "summary", str, what="the commit header")
             field(header, "description", str, "", what="the commit header")
             field(header, "parentCommit", str, None, what="the commit header")
-        else: ops.append(_operation(item, blob, n, blobs, blobs.size))
+        else: ops.append(_operation(item, blob, n, blobs, lfs_entry))
     if header is None: raise HubError(400, "the commit has no header line (key 'header' with a 'summary')")
     return header, ops
 

@@ -778,8 +778,8 @@ def put_shard(self: XetStore,
         else: checked.append((known, False))
     for rec, new in checked:  # everything is checked: now write
         if not new:  # known: keep it (and its xorbs) young for `collect_garbage`
-            for p in [self._path("files", rec.hash, ".json")] + [self._path("xorbs", t[0]) for t in rec.terms]:
-                os.utime(p)
+            for p in [self._path("xorbs", t[0]) for t in rec.terms] + [self._path("files", rec.hash, ".json")]:
+                os.utime(p)  # the record last: `collect_garbage(doomed=...)` takes a xorb touched after it as in use
             continue
         body = json.dumps({"hash": rec.hash, "size": rec.size, "sha256": rec.sha256, "terms": rec.terms})
         self._write(self._path("files", rec.hash, ".json"), [body.encode()])
@@ -922,17 +922,24 @@ def dedup_shard(self: XetStore,
 def collect_garbage(self: XetStore,
                     keep: Iterable[str],  # Xet hashes (hex) of every file some repo still names
                     grace: float = 3600.0,  # seconds during which a new or touched object is kept anyway
+                    doomed: Iterable[str] = (),  # files to remove now, young or not (a deleted repo's), unless kept
                    ) -> dict:
-    "Delete unreferenced files and xorbs (older than `grace`); return what was removed: files, xorbs, bytes."
+    "Delete unreferenced files and xorbs (older than `grace`, or only `doomed` used); return files, xorbs, bytes."
     keep, now, live, removed = set(keep), time.time(), set(), {"files": 0, "xorbs": 0, "bytes": 0}
+    doomed, freed = set(doomed) - keep, {}  # freed: xorb -> the newest time a doomed file that used it was stored
     def young(p): return now - p.stat().st_mtime < grace
     for p in (self.root / "files").glob("*/*.json"):
-        if p.stem in keep or young(p): live.update(t[0] for t in json.loads(p.read_text())["terms"])
-        else:
-            p.unlink()
-            removed["files"] += 1
+        terms = json.loads(p.read_text())["terms"]
+        if p.stem in keep or (p.stem not in doomed and young(p)):
+            live.update(t[0] for t in terms)
+            continue
+        if p.stem in doomed:
+            for t in terms: freed[t[0]] = max(freed.get(t[0], 0.0), p.stat().st_mtime)
+        p.unlink()
+        removed["files"] += 1
     for p in (self.root / "xorbs").glob("*/*"):
-        if p.name in live or young(p): continue
+        if p.name in live: continue
+        if young(p) and not p.stat().st_mtime <= freed.get(p.name, -1.0): continue  # touched since: in use
         removed["bytes"] += p.stat().st_size
         p.unlink()
         removed["xorbs"] += 1

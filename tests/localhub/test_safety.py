@@ -391,8 +391,8 @@ def test_commit_refuses_lfs_objects_that_are_missing_or_of_another_size(tmp_path
         oid = hashlib.sha256(data).hexdigest()
         line = {"key": "lfsFile", "value": {"path": "w.bin", "algo": "sha256", "oid": oid, "size": len(data)}}
         status, body = _commit(hub, [line])
-        assert (status, body["error"]) == (400, f"LFS object {oid} for w.bin was not uploaded (use the LFS batch API "
-                                                "first)")
+        assert (status, body["error"]) == (400, f"LFS object {oid} for w.bin was not uploaded (upload it with Xet or "
+                                                "the LFS batch API first)")
         verify = json.dumps({"oid": oid, "size": len(data)}).encode()
         status, body = _raw(hub, "POST", "/team/g.git/info/lfs/verify", verify)
         assert (status, body["error"]) == (404, f"LFS object {oid} with {len(data)} bytes is not stored")
