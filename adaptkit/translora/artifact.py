@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+import math
 
 import torch
 from fastcore.basics import patch
@@ -17,7 +18,7 @@ from ..models import completion_collator, encode_completion
 from .config import DISCRIMINATOR_TEMPLATE, METHOD
 
 # %% auto #0
-__all__ = ['Discriminator', 'TransferredAdapter']
+__all__ = ['Discriminator', 'check_comparisons', 'TransferredAdapter']
 
 # %% ../../nbs/translora/02_artifact.ipynb #tla27f03
 @torch.no_grad()
@@ -122,6 +123,28 @@ def _markdown_link(ref: dict | None) -> str:
     if "repo_id" not in ref: return f"a local folder `{ref.get('local', '?')}`"
     return repo_link(ref["repo_id"], ref.get("revision"))
 
+def _number(x) -> bool: return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+def check_comparisons(
+    comparisons: Sequence[dict] | None,  # rows: model, metric, mean; optional low, high, n_seeds, n_items, difference
+) -> list[dict]:
+    "The comparison rows of a transferred adapter's card, checked: a bad row is named by its index and key."
+    rows = []
+    for i, row in enumerate(comparisons or []):
+        if not isinstance(row, dict): raise TypeError(f"comparisons[{i}] must be a dict, got {type(row).__name__}")
+        for key in ("model", "metric"):
+            if not isinstance(row.get(key), str) or not row[key].strip():
+                raise ValueError(f"comparisons[{i}][{key!r}] must be a non-empty string, got {row.get(key)!r}")
+        bounds = [("mean", row.get("mean"))] + [(k, row[k]) for k in ("low", "high") if row.get(k) is not None]
+        diff = row.get("difference")
+        if diff is not None:
+            if not isinstance(diff, dict): raise TypeError(f"comparisons[{i}]['difference'] must be a dict")
+            bounds += [(f"difference.{k}", diff.get(k)) for k in ("mean", "low", "high")]
+        for key, value in bounds:
+            if not _number(value): raise ValueError(f"comparisons[{i}][{key!r}] must be a finite number, got {value!r}")
+        rows.append(dict(row))
+    return rows
+
 class TransferredAdapter(AdapterArtifact):
     "A LoRA moved to a new base with Trans-LoRA: the target base + LoRA, its provenance, stage counts and timings."
     kind, method, commit_message = "translora-adapter", METHOD, "Trans-LoRA transfer"
@@ -135,10 +158,11 @@ class TransferredAdapter(AdapterArtifact):
         counts: dict | None = None,  # prompts per stage: seeds, synthetic, kept, distilled
         timings: dict | None = None,  # seconds per stage
         answers: dict | None = None,  # the teacher's answers to the distilled prompts (`answer_distribution`)
+        comparisons: Sequence[dict] | None = None,  # models it was measured against (`check_comparisons`)
     ):
         super().__init__(model, tokenizer)
         self.provenance, self.counts, self.timings = dict(provenance or {}), dict(counts or {}), dict(timings or {})
-        self.answers = dict(answers or {})
+        self.answers, self.comparisons = dict(answers or {}), check_comparisons(comparisons)
         self.output_dir = None  # where `transfer_lora` saved it
 
     @property
@@ -149,7 +173,8 @@ class TransferredAdapter(AdapterArtifact):
     def _write(self, folder: Path) -> None:
         super()._write(folder)
         write_metadata(folder, translora={"provenance": self.provenance, "counts": self.counts, "timings": self.timings,
-                                          "kept_fraction": self.kept_fraction, "answers": self.answers})
+                                          "kept_fraction": self.kept_fraction, "answers": self.answers,
+                                          "comparisons": self.comparisons})
 
     @classmethod
     def _from_parts(cls, model, tokenizer, record: dict):
@@ -161,6 +186,7 @@ class TransferredAdapter(AdapterArtifact):
             counts=own.get("counts"),
             timings=own.get("timings"),
             answers=own.get("answers"),
+            comparisons=own.get("comparisons"),
         )
 
 # %% ../../nbs/translora/02_artifact.ipynb #034d9bf5
@@ -193,10 +219,18 @@ def _card_fields(self: TransferredAdapter) -> dict:
         common = ", ".join(f"`{a}` {c}" for a, c in self.answers["most_common"])
         stages += [["teacher answers: distinct", self.answers["distinct"]], ["teacher answers: most common", common]]
     table = markdown_table(stages, ["stage", "value"]) if stages else ""
+    interval = lambda r: f"{r['mean']:.3f}" + (f" [{r['low']:.3f}, {r['high']:.3f}]" if "low" in r and "high" in r else "")
+    compared = markdown_table(
+        [[c["model"], c.get("dataset", ""), c["metric"], interval(c),
+          " x ".join(str(c[k]) for k in ("n_seeds", "n_items") if c.get(k) is not None),
+          f"{c['difference']['mean']:+.3f} [{c['difference']['low']:+.3f}, {c['difference']['high']:+.3f}]"
+          if c.get("difference") else ""] for c in self.comparisons],
+        ["model", "dataset", "metric", "value [95% interval]", "seeds x items", "this adapter − model (paired)"],
+    ) if self.comparisons else ""
     usage = (
         "from adaptkit.translora import TransferredAdapter\n\nadapter = TransferredAdapter.from_pretrained(REPO_ID)  "
         "# on its recorded base, checked\nmodel = adapter.model\n# or, with stock PEFT:\nfrom peft import "
         "AutoPeftModelForCausalLM\nmodel = AutoPeftModelForCausalLM.from_pretrained(REPO_ID)"
     )
     return {"summary": _transfer_summary(self.provenance, self.counts, settings.get("distillation", "sequence")),
-            "usage": usage, "transfer_table": table}
+            "usage": usage, "transfer_table": table, "comparisons_table": compared}
