@@ -13,7 +13,7 @@ from typing import Any
 
 import datasets
 from fastcore.basics import patch
-from transformers import Trainer
+from transformers import PrinterCallback, Trainer
 
 from ..artifacts import ArtifactTrainerMixin
 from ..data import HARMFUL_PAIRS, DataError, load_rows, validate_rows
@@ -153,6 +153,7 @@ class RepNoiseTrainer(ArtifactTrainerMixin, Trainer):
         # an unknown architecture or an out-of-range layer fails now, not at the first step
         LayerCapture(model, args.layers)
         super().__init__(model=model, args=args, train_dataset=tokenised, processing_class=processing_class, **kwargs)
+        if args.disable_tqdm: self.remove_callback(PrinterCallback)  # quiet: logs go to log_history and `report_to`
         self._parts = defaultdict(list)
 
     def compute_loss(self,
