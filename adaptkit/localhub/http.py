@@ -76,6 +76,7 @@ MAX_SHARD = 64 << 20  # bytes: the largest shard accepted
 # %% ../../nbs/localhub/03_http.ipynb #89e9d29f
 _R = r"/api/(?P<t>models|datasets|spaces)/(?P<ns>[^/]+)/(?P<name>[^/]+)"  # an API repo
 _F = r"/(?:(?P<t>datasets|spaces)/)?(?P<ns>[^/]+)/(?P<name>[^/]+?)"  # a repo's web path (models have no prefix)
+_CAS = r"/xet/(?P<cas>[0-9a-f]{16})"  # Xet's CAS: named by the store's own id (`casUrl`)
 ROUTES = [(m, re.compile(p), h, k) for m, p, h, k in [
     ("GET", r"/api/whoami-v2", "whoami", "r"),
     ("GET", r"/api/agent-harnesses", "harnesses", "r"),
@@ -102,13 +103,13 @@ ROUTES = [(m, re.compile(p), h, k) for m, p, h, k in [
      "edit_comment", "w"),
     ("GET", _R + r"/xet-(?P<mode>read|write)-token/(?P<rev>[^/]+)", "xet_token", "r"),  # checked by its handler
     # Xet's CAS (`casUrl` is the hub itself): `x` rows need a Xet access token, `s` rows carry their own signature
-    ("GET", r"/v1/chunks/(?:default|default-merkledb)/(?P<h>[0-9a-f]{64})", "cas_chunk", "x"),
-    ("POST", r"/v1/xorbs/default/(?P<h>[0-9a-f]{64})", "cas_xorb", "x"),
-    ("POST", r"/v1/shards", "cas_shard", "x"),
-    ("GET", r"/v(?P<v>[12])/reconstructions/(?P<h>[0-9a-f]{64})", "cas_reconstruction", "x"),
-    ("POST", r"/v1/xorb-grants(?:/.*)?|/v2/shards", "cas_unserved", "x"),  # 404: the client falls back to v1
-    ("POST", r"/v1/telemetry", "cas_telemetry", "s"),
-    ("GET", r"/xet/xorbs/(?P<h>[0-9a-f]{64})", "cas_fetch", "s"),
+    ("GET", _CAS + r"/v1/chunks/(?:default|default-merkledb)/(?P<h>[0-9a-f]{64})", "cas_chunk", "x"),
+    ("POST", _CAS + r"/v1/xorbs/default/(?P<h>[0-9a-f]{64})", "cas_xorb", "x"),
+    ("POST", _CAS + r"/v1/shards", "cas_shard", "x"),
+    ("GET", _CAS + r"/v(?P<v>[12])/reconstructions/(?P<h>[0-9a-f]{64})", "cas_reconstruction", "x"),
+    ("POST", _CAS + r"/(?:v1/xorb-grants(?:/.*)?|v2/shards)", "cas_unserved", "x"),  # 404: the client uses v1
+    ("POST", _CAS + r"/v1/telemetry", "cas_telemetry", "s"),
+    ("GET", _CAS + r"/xorbs/(?P<h>[0-9a-f]{64})", "cas_fetch", "s"),
     ("GET", _F + r"/resolve/(?P<rev>[^/]+)/(?P<path>.+)", "resolve", "r"),
     ("POST", _F + r"\.git/info/lfs/objects/batch", "lfs_batch", "w"),
     ("PUT", _F + r"\.git/info/lfs/objects/(?P<oid>[0-9a-f]{64})", "lfs_upload", "r"),  # authorised by its signature
@@ -840,41 +841,45 @@ def _xet_token(self: HubHandler, t, ns, name, mode, rev):
             raise HubError(404, f"Invalid rev id: {rev[:100]} is not a branch of {meta['id']}", "RevisionNotFound")
     else: self._rev(meta, rev)
     token, exp = make_xet_token(self.server.secret, meta["type"], meta["id"], mode[0])
-    cas = self._base()
+    cas = f"{self._base()}/xet/{self.server.store.xet.id}"
     self._send(200, {"accessToken": token, "exp": exp, "casUrl": cas},
                {"X-Xet-Cas-Url": cas, "X-Xet-Access-Token": token, "X-Xet-Token-Expiration": str(exp)})
 
 @patch
-def _writes(self: HubHandler) -> None:
-    "Refuse a CAS upload made with a read token (403)."
-    if self.grant[2] != "w": raise HubError(403, "this Xet token only reads: uploads need a token from xet-write-token")
+def _cas(self: HubHandler, cas: str, write: bool = False) -> None:
+    "Refuse a request for another root's CAS (404: its client caches belong there), or an upload with a read token."
+    if cas != self.server.store.xet.id:
+        raise HubError(404, f"this LocalHub's CAS is /xet/{self.server.store.xet.id}, not /xet/{cas} (a CAS of another "
+                            "root, or of this address before): ask the repo's Xet token route again")
+    if write and self.grant[2] != "w":
+        raise HubError(403, "this Xet token only reads: uploads need a token from xet-write-token")
 
 @patch
-def _cas_chunk(self: HubHandler, h):
+def _cas_chunk(self: HubHandler, cas, h):
     "Global dedup: a keyed shard listing the xorb that holds chunk `h` (404 if no stored xorb does)."
-    self._writes()
+    self._cas(cas, write=True)
     self._send(200, self.server.store.xet.dedup_shard(h), ctype="application/octet-stream")
 
 @patch
-def _cas_xorb(self: HubHandler, h):
+def _cas_xorb(self: HubHandler, cas, h):
     "Store the xorb uploaded under hash `h`, once, after checking it completely."
-    self._writes()
+    self._cas(cas, write=True)
     data = b"".join(self._body(XORB_MAX_BYTES + (4 << 20)))  # its chunks, then at most a footer
     self._send(200, {"was_inserted": self.server.store.xet.put_xorb(h, data)})
 
 @patch
-def _cas_shard(self: HubHandler):
+def _cas_shard(self: HubHandler, cas):
     "Check a shard against the stored xorbs and record its files (by Xet hash and sha256)."
-    self._writes()
+    self._cas(cas, write=True)
     self.server.store.xet.put_shard(b"".join(self._body(MAX_SHARD)))
     self._send(200, {"result": 1})
 
 @patch
-def _cas_unserved(self: HubHandler):
+def _cas_unserved(self: HubHandler, cas):
     raise HubError(404, "LocalHub's CAS does not serve this route (xorb grants, v2 shards): use the v1 routes")
 
 @patch
-def _cas_telemetry(self: HubHandler):
+def _cas_telemetry(self: HubHandler, cas):
     for _ in self._body(MAX_JSON): pass
     self._send(204, b"")
 
@@ -882,11 +887,13 @@ def _cas_telemetry(self: HubHandler):
 def _xorb_url(self: HubHandler, xorb: str, ranges: list) -> str:
     "A URL that serves these byte ranges (first, last) of one xorb until it expires, and nothing else."
     spec, exp = ",".join(f"{a}-{b}" for a, b in ranges), int(time.time()) + XET_TOKEN_LIFE
-    return f"{self._base()}/xet/xorbs/{xorb}?r={spec}&exp={exp}&sig={self._sign('xorb', xorb, spec, exp)}"
+    sig = self._sign("xorb", xorb, spec, exp)
+    return f"{self._base()}/xet/{self.server.store.xet.id}/xorbs/{xorb}?r={spec}&exp={exp}&sig={sig}"
 
 @patch
-def _cas_reconstruction(self: HubHandler, v, h):
+def _cas_reconstruction(self: HubHandler, cas, v, h):
     "How to rebuild file `h` (or the `Range` asked): terms and signed fetch URLs; 404 unless the token's repo names it."
+    self._cas(cas)
     typ, repo_id, _ = self.grant
     store = self.server.store
     if h not in store.xet_files(typ, repo_id) and h not in store.xet_files(typ, repo_id, fresh=True):
@@ -894,8 +901,9 @@ def _cas_reconstruction(self: HubHandler, v, h):
     self._send(200, store.xet.reconstruction(h, self.headers.get("Range"), xorb_url=self._xorb_url, version=int(v)))
 
 @patch
-def _cas_fetch(self: HubHandler, h):
+def _cas_fetch(self: HubHandler, cas, h):
     "Bytes of a xorb through a signed URL: a 206 for a `Range` inside the ranges it was signed for; else a 403."
+    self._cas(cas)
     q = {k: v[-1] for k, v in self.query.items()}
     spec, exp, sig = q.get("r", ""), q.get("exp", ""), q.get("sig", "")
     if not exp.isdigit() or not hmac.compare_digest(sig, self._sign("xorb", h, spec, int(exp))):

@@ -49,6 +49,7 @@ from adaptkit.localhub.storage import (
     check_repo_id,
     served_without_token,
 )
+from .xet import XetStore
 
 # %% ../../nbs/localhub/05_mirror.ipynb #ecb3399b
 _log = logging.getLogger(__name__)
@@ -449,6 +450,19 @@ class _StoreReader(RepoStore):
         if not (self.root / "repos").is_dir():
             raise ValueError(f"{self.root} is not a LocalHub root (it has no repos/ folder)")
         self.blobs = _BlobReader(self.root / "blobs")
+        self.xet = XetStore(self.root / "xet") if (self.root / "xet" / "files").is_dir() else None
+
+class _Pieces:
+    "An iterator of byte strings read as a file (what a tar member is copied from)."
+    def __init__(self, pieces): self.it, self.buf = iter(pieces), b""
+    def read(self, n: int = -1) -> bytes:
+        while (n < 0 or len(self.buf) < n) and (piece := next(self.it, None)) is not None: self.buf += piece
+        out, self.buf = (self.buf, b"") if n < 0 else (self.buf[:n], self.buf[n:])
+        return out
+
+def _portable(c: dict) -> dict:
+    "A commit as an export carries it: a Xet-stored file's bytes travel as a blob, so its entry drops the Xet hash."
+    return {**c, "files": {p: {k: v for k, v in e.items() if k != "xet"} for p, e in c["files"].items()}}
 
 class _Hashing:
     "A file read through a sha256."
@@ -492,11 +506,11 @@ def export_repos(
             "createdAt": meta["createdAt"], "source": (meta.get("mirror") or {}).get("upstream"),
             "refs": {n: s for n, s in meta["refs"].items() if s in commits},
             "tags": {n: t for n, t in meta["tags"].items() if t["commit"] in commits},
-            "commits": list(commits.values())})
+            "commits": [_portable(c) for c in commits.values()]})
         for c in commits.values():
             for p, f in c["files"].items():
-                blobs.setdefault(f["sha256"], (f["size"], f"{meta['type']} {meta['id']}: {p}"))
-    manifest["blobs"] = {sha: size for sha, (size, _) in blobs.items()}
+                blobs.setdefault(f["sha256"], (f["size"], f"{meta['type']} {meta['id']}: {p}", f))
+    manifest["blobs"] = {sha: size for sha, (size, _, _) in blobs.items()}
     raw = json.dumps(manifest, indent=1).encode()
     tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
     try:
@@ -504,12 +518,15 @@ def export_repos(
             _add(tar, "manifest.json", io.BytesIO(raw), len(raw))
             digest = (hashlib.sha256(raw).hexdigest() + "\n").encode()
             _add(tar, "manifest.json.sha256", io.BytesIO(digest), len(digest))
-            for sha, (size, user) in blobs.items():
+            for sha, (size, user, e) in blobs.items():
                 blob = store.blobs.path(sha)
-                if not blob.is_file() or blob.stat().st_size != size:
+                if e.get("xet") and store.xet is not None and store.xet.has_file(e["xet"]):  # rebuilt from its xorbs
+                    _add(tar, f"blobs/{sha}", h := _Hashing(_Pieces(store.xet.iter_file(e["xet"]))), size)
+                elif not blob.is_file() or blob.stat().st_size != size:
                     raise ValueError(f"the bytes of {user} ({sha}) are missing or damaged in {store.blobs.root}: "
                                      "not exported")
-                with open(blob, "rb") as f: _add(tar, f"blobs/{sha}", h := _Hashing(f), size)
+                else:
+                    with open(blob, "rb") as f: _add(tar, f"blobs/{sha}", h := _Hashing(f), size)
                 if h.h.hexdigest() != sha:
                     raise ValueError(f"the bytes of {user} are damaged in {store.blobs.root} (they hash to "
                                      f"{h.h.hexdigest()}, not {sha}): not exported; upload the file again")

@@ -587,6 +587,19 @@ class XetStore:
         for stale in (self.root / "tmp").iterdir():  # left by a killed writer
             if time.time() - stale.stat().st_mtime > 3600: stale.unlink(missing_ok=True)
         self._xorbs, self._lock = OrderedDict(), threading.Lock()
+        self.id = self._identity()
+
+    def _identity(self) -> str:
+        "This store's own random name, made once: a client keys its local caches by the CAS address that carries it."
+        path = self.root / "id"
+        try: return path.read_text().strip()
+        except FileNotFoundError: pass
+        fd, tmp = tempfile.mkstemp(dir=self.root / "tmp")
+        with os.fdopen(fd, "w") as f: f.write(secrets.token_hex(8))
+        try: os.link(tmp, path)  # first writer wins
+        except FileExistsError: pass
+        finally: os.unlink(tmp)
+        return path.read_text().strip()
 
     def __repr__(self): return f"XetStore({str(self.root)!r})"
 

@@ -138,10 +138,15 @@ def test_preupload_honours_gitignore_and_gitattributes(tmp_path, monkeypatch):
         assert (got["b.log"]["shouldIgnore"], got["y.txt"]["shouldIgnore"]) == (False, True)
 
 
-def test_inline_files_are_regular_and_unchanged_ones_are_skipped(hub, api):
+def test_inline_files_are_regular_and_unchanged_ones_are_skipped(tmp_path):
     """Item 5. On the Hub what is stored decides every answer; a file the client already has there (same `oid` at
-    preupload) is skipped, and a commit of nothing but unchanged files is not made. A `.bin` sent inline is a
-    regular file: tree, paths-info and siblings say so, and preupload gives its git blob id."""
+    preupload) is skipped, and a commit of nothing but unchanged files is not made. A `.bin` sent inline (a hub with
+    lfs=False) is a regular file: tree, paths-info and siblings say so, and preupload gives its git blob id."""
+    with LocalHub(tmp_path / "hub", token=TOKEN, lfs=False) as hub:
+        _inline_files_are_regular(hub, HfApi(endpoint=hub.endpoint, token=TOKEN))
+
+
+def _inline_files_are_regular(hub, api):
     api.create_repo("team/u")
     data = b"\0binary weights\0" * 10
     first = api.upload_file(path_or_fileobj=data, path_in_repo="w.bin", repo_id="team/u").oid

@@ -212,7 +212,7 @@ def test_full_disk_is_507_and_nothing_half_written(tmp_path, monkeypatch):
             raise OSError(errno.ENOSPC, "No space left on device")
         monkeypatch.setattr(hubstore.os, "fsync", fsync)
         with pytest.raises(HfHubHTTPError, match="disk .* is full") as e:
-            api.upload_file(path_or_fileobj=os.urandom(5000), path_in_repo="w.bin", repo_id="team/full")
+            api.upload_file(path_or_fileobj=b"inline text " * 500, path_in_repo="w.txt", repo_id="team/full")
         assert e.value.response.status_code == 507
         monkeypatch.setattr(hubstore.os, "fsync", real_fsync)
         assert (hub.root / "repos" / "model" / "team" / "full" / "repo.json").read_bytes() == before

@@ -55,10 +55,10 @@ def _ndjson_commit(hub, repo_id, lines, token=TOKEN):
 
 
 def test_upload_folder_round_trip_default_client(hub, api, folder, tmp_path):
-    "Xet on (the client's default): preupload says 'regular', so even the 12 MiB file travels inline."
+    "Xet on (the client's default), the hub's default (the Hub's LFS rule): the 12 MiB file goes through Xet."
     api.create_repo("team/art")
     commit = api.upload_folder(folder_path=folder, repo_id="team/art", commit_message="add art")
-    assert hub.counts["lfs-batch"] == 0 and hub.counts["commit"] == 1
+    assert hub.counts["lfs-batch"] == 0 and hub.counts["commit"] == 1 and hub.counts["cas-shard"] == 1
     assert api.model_info("team/art").sha == commit.oid
     snap = snapshot_download("team/art", endpoint=hub.endpoint, token=TOKEN, cache_dir=tmp_path / "c1")
     assert _files(Path(snap)) == _files(folder)
@@ -67,15 +67,33 @@ def test_upload_folder_round_trip_default_client(hub, api, folder, tmp_path):
     )
     assert Path(one).read_bytes() == (folder / "model.safetensors").read_bytes()
     data = (folder / "model.safetensors").read_bytes()
-    git_id = hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()  # sent inline: stored as a regular file
+    sha = hashlib.sha256(data).hexdigest()  # an LFS file (stored with Xet): its etag is its sha256
     meta = get_hf_file_metadata(hf_hub_url("team/art", "model.safetensors", endpoint=hub.endpoint), token=TOKEN)
     size = (folder / "model.safetensors").stat().st_size
-    assert (meta.etag, meta.size, meta.commit_hash, meta.xet_file_data) == (git_id, size, commit.oid, None)
+    assert (meta.etag, meta.size, meta.commit_hash) == (sha, size, commit.oid) and meta.xet_file_data.file_hash
     assert size > BIG
     entry = {f.path: f for f in api.list_repo_tree("team/art", recursive=True)}
-    assert entry["model.safetensors"].blob_id == git_id and entry["model.safetensors"].lfs is None and "sub" in entry
+    assert entry["model.safetensors"].lfs.sha256 == sha and entry["model.safetensors"].xet_hash and "sub" in entry
     card = api.model_info("team/art").card_data
     assert card.license == "apache-2.0" and card.tags == ["adaptkit"]
+
+
+def test_upload_folder_round_trip_inline_hub(tmp_path, folder):
+    "lfs=False: preupload says 'regular', so even the 12 MiB file travels inline and is stored as a regular file."
+    with LocalHub(tmp_path / "hub", token=TOKEN, lfs=False) as hub:
+        api = HfApi(endpoint=hub.endpoint, token=TOKEN)
+        api.create_repo("team/art")
+        commit = api.upload_folder(folder_path=folder, repo_id="team/art", commit_message="add art")
+        assert hub.counts["lfs-batch"] == 0 and hub.counts["xet-token"] == 0 and hub.counts["commit"] == 1
+        data = (folder / "model.safetensors").read_bytes()
+        git_id = hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()  # sent inline: stored as a regular file
+        meta = get_hf_file_metadata(hf_hub_url("team/art", "model.safetensors", endpoint=hub.endpoint), token=TOKEN)
+        assert (meta.etag, meta.size, meta.commit_hash, meta.xet_file_data) == (git_id, len(data), commit.oid, None)
+        entry = {f.path: f for f in api.list_repo_tree("team/art", recursive=True)}
+        assert entry["model.safetensors"].blob_id == git_id and entry["model.safetensors"].lfs is None
+        one = hf_hub_download("team/art", "model.safetensors", endpoint=hub.endpoint, token=TOKEN,
+                              cache_dir=tmp_path / "c")
+        assert Path(one).read_bytes() == data
 
 
 def test_range_and_head(hub, api, folder):
@@ -89,8 +107,10 @@ def test_range_and_head(hub, api, folder):
     assert _http("GET", url, headers={"Range": f"bytes={len(data)}-"})[0] == 416
     status, headers, body = _http("HEAD", url)
     assert status == 200 and body == b"" and int(headers["Content-Length"]) == len(data)
-    # sent inline, so a regular file: no X-Linked-* headers (those are for LFS files), as on the Hub
-    assert "X-Linked-Size" not in headers and "X-Xet-Hash" not in headers and headers["X-Repo-Commit"]
+    # an LFS file stored with Xet: X-Linked-* headers and its Xet hash, as on the Hub
+    assert headers["X-Linked-Size"] == str(len(data)) and len(headers["X-Xet-Hash"]) == 64 and headers["X-Repo-Commit"]
+    readme = _http("HEAD", hf_hub_url("team/art", "README.md", endpoint=hub.endpoint))[1]
+    assert "X-Linked-Size" not in readme and "X-Xet-Hash" not in readme  # a small text file: regular
 
 
 def test_lfs_batch_path_with_xet_disabled(tmp_path, folder, monkeypatch):
@@ -154,14 +174,14 @@ def test_lfs_protocol_raw(tmp_path):
         assert Path(got).read_bytes() == data
 
 
-def test_lfs_hub_refuses_default_client_clearly(tmp_path):
-    "lfs=True with a client that keeps Xet on: the Xet token request fails at once (501), nothing is committed."
-    with LocalHub(tmp_path / "hub", lfs=True) as hub:
+def test_inline_hub_serves_the_default_client(tmp_path):
+    "lfs=False: every file is inline, so the stock client (Xet on) never asks for a Xet token."
+    with LocalHub(tmp_path / "hub", lfs=False) as hub:
         api = HfApi(endpoint=hub.endpoint, token="any")
         api.create_repo("team/x")
-        with pytest.raises(ConnectionError, match="xet-write-token"):  # raised by hf_xet
-            api.upload_file(path_or_fileobj=b"\0binary" * 100, path_in_repo="w.bin", repo_id="team/x")
-        assert hub.counts["commit"] == 0
+        api.upload_file(path_or_fileobj=b"\0binary" * 100, path_in_repo="w.bin", repo_id="team/x")
+        assert hub.counts["commit"] == 1 and hub.counts["xet-token"] == 0 and hub.counts["cas-xorb"] == 0
+        assert api.get_paths_info("team/x", ["w.bin"])[0].lfs is None
 
 
 @pytest.fixture(scope="module")

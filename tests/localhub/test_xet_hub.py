@@ -1,0 +1,288 @@
+"""LocalHub serves Xet: the stock `huggingface_hub` client with `hf_xet` installed (its default transfer) pushes and
+pulls through the hub's own CAS, and every route checks its Xet token. The request log shows which path each transfer
+took, so every test can tell that Xet (or LFS) was really used. Nothing here touches the network."""
+import hashlib
+import json
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+import pytest
+from huggingface_hub import HfApi, constants, hf_hub_download, snapshot_download
+from huggingface_hub.errors import GatedRepoError, HfHubHTTPError
+
+from adaptkit.localhub import LocalHub, hash_file, make_xet_token
+from adaptkit.localhub.http import NO_GATED
+
+hf_xet = pytest.importorskip("hf_xet")
+
+TOKEN = "hf_localhub_xet_token"
+
+
+@pytest.fixture(autouse=True)
+def xet_cache(tmp_path, monkeypatch):
+    "hf_xet's cache and logs in the test's folder (a session made in this test reads them), progress bars off."
+    monkeypatch.setenv("HF_XET_CACHE", str(tmp_path / "xet-cache"))
+    monkeypatch.setenv("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+
+
+@pytest.fixture
+def xhub(tmp_path):
+    "A LocalHub with a token, in its default mode (the Hub's LFS rule), writing its request log to `xhub.log_path`."
+    log = tmp_path / "requests.log"
+    with LocalHub(tmp_path / "hub", token=TOKEN, log=log) as hub:
+        hub.log_path = log
+        yield hub
+
+
+def _hits(hub) -> list:
+    "(method, target, status) of every request the hub has logged so far."
+    return [tuple(line.split()[3:6]) for line in hub.log_path.read_text().splitlines()]
+
+
+def _hit(hub, method, part, status=None) -> int:
+    "How many logged requests were `method` with `part` in their target (and this status, if given)."
+    return sum(m == method and part in t and (status is None or s == str(status)) for m, t, s in _hits(hub))
+
+
+def _random(n, seed=0) -> bytes: return np.random.default_rng(seed).integers(0, 256, n, dtype=np.uint8).tobytes()
+
+
+def _xorbs(hub) -> list: return sorted((hub.root / "xet" / "xorbs").glob("*/*"))
+
+
+def _stored(hub) -> int: return sum(p.stat().st_size for p in _xorbs(hub))
+
+
+def _http(method, url, body=None, headers=None):
+    "(status, headers, body) of one raw request."
+    request = urllib.request.Request(url, data=body, method=method, headers=headers or {})
+    try:
+        with urllib.request.urlopen(request, timeout=30) as r: return r.status, r.headers, r.read()
+    except urllib.error.HTTPError as e: return e.code, e.headers, e.read()
+
+
+@pytest.fixture
+def folder(tmp_path):
+    "A model folder: a 2 MB binary (LFS by the Hub's rule), a small config (regular), a binary in a subfolder."
+    d = tmp_path / "model"
+    (d / "extra").mkdir(parents=True)
+    (d / "model.safetensors").write_bytes(_random(2_000_000))
+    (d / "config.json").write_text(json.dumps({"hidden_size": 32}))
+    (d / "extra" / "head.bin").write_bytes(b"\0" + _random(300_000, 1))
+    return d
+
+
+def test_stock_client_pushes_and_pulls_through_xet(xhub, folder, tmp_path):
+    api = HfApi(endpoint=xhub.endpoint, token=TOKEN)
+    api.create_repo("team/m")
+    api.upload_folder(folder_path=folder, repo_id="team/m")
+    cas = f"/xet/{xhub.server.store.xet.id}"
+    assert _hit(xhub, "GET", "/api/models/team/m/xet-write-token/main", 200) == 1
+    assert _hit(xhub, "POST", f"{cas}/v1/xorbs/default/", 200) >= 1 and _hit(xhub, "POST", f"{cas}/v1/shards", 200) == 1
+    assert xhub.counts["lfs-batch"] == 0 and xhub.counts["cas-xorb"] >= 1  # Xet, not the LFS batch API
+    infos = {i.path: i for i in api.get_paths_info("team/m", ["model.safetensors", "config.json", "extra/head.bin"])}
+    for name in ("model.safetensors", "extra/head.bin"):
+        data = (folder / name).read_bytes()
+        assert infos[name].xet_hash == hash_file(data).xet_hash  # LFS files, stored with Xet
+        assert infos[name].lfs.sha256 == hashlib.sha256(data).hexdigest() and infos[name].lfs.size == len(data)
+    assert infos["config.json"].xet_hash is None and infos["config.json"].lfs is None  # small text: inline
+    # downloads go through the CAS: resolve is asked for its headers only, the bytes come from xorb fetches
+    got = hf_hub_download("team/m", "model.safetensors", endpoint=xhub.endpoint, token=TOKEN, cache_dir=tmp_path / "c")
+    assert Path(got).read_bytes() == (folder / "model.safetensors").read_bytes()
+    assert _hit(xhub, "HEAD", "/team/m/resolve/main/model.safetensors", 200) == 1
+    assert _hit(xhub, "GET", "/team/m/resolve/main/model.safetensors") == 0
+    assert _hit(xhub, "GET", "/xet-read-token/", 200) >= 1 and _hit(xhub, "GET", "/reconstructions/", 200) >= 1
+    assert _hit(xhub, "GET", f"{cas}/xorbs/", 206) >= 1
+    snap = Path(snapshot_download("team/m", endpoint=xhub.endpoint, token=TOKEN, cache_dir=tmp_path / "s"))
+    for p in folder.rglob("*"):
+        if p.is_file(): assert (snap / p.relative_to(folder)).read_bytes() == p.read_bytes(), p
+    # the same bytes pushed again, to another repo: nothing new is stored
+    before = _xorbs(xhub)
+    api.create_repo("team/copy")
+    api.upload_file(path_or_fileobj=str(folder / "model.safetensors"), path_in_repo="w.safetensors",
+                    repo_id="team/copy")
+    assert _xorbs(xhub) == before
+    assert api.get_paths_info("team/copy", ["w.safetensors"])[0].xet_hash == infos["model.safetensors"].xet_hash
+    # a new version with 100 KB changed in the middle: only about that much more is stored
+    data = bytearray((folder / "model.safetensors").read_bytes())
+    data[1_000_000:1_100_000] = _random(100_000, 2)
+    (tmp_path / "v2.safetensors").write_bytes(data)
+    stored = _stored(xhub)
+    api.upload_file(path_or_fileobj=str(tmp_path / "v2.safetensors"), path_in_repo="model.safetensors",
+                    repo_id="team/m")
+    assert _stored(xhub) - stored < 500_000, _stored(xhub) - stored  # the file has 2 MB
+    got = hf_hub_download("team/m", "model.safetensors", endpoint=xhub.endpoint, token=TOKEN, cache_dir=tmp_path / "c2")
+    assert Path(got).read_bytes() == bytes(data)
+    # a pull request through Xet: the write token for a PR being opened is asked with revision None
+    pr = api.upload_file(path_or_fileobj=_random(50_000, 3), path_in_repo="pr.bin", repo_id="team/m", create_pr=True)
+    assert _hit(xhub, "GET", "/api/models/team/m/xet-write-token/None", 200) == 1
+    got = hf_hub_download("team/m", "pr.bin", revision=pr.pr_revision, endpoint=xhub.endpoint, token=TOKEN,
+                          cache_dir=tmp_path / "c3")
+    assert Path(got).read_bytes() == _random(50_000, 3)
+
+
+def test_client_without_xet_uses_lfs_and_reads_xet_files(xhub, folder, tmp_path, monkeypatch):
+    api = HfApi(endpoint=xhub.endpoint, token=TOKEN)
+    api.create_repo("team/m")
+    api.upload_file(path_or_fileobj=str(folder / "model.safetensors"), path_in_repo="xet.safetensors",
+                    repo_id="team/m")  # with Xet
+    monkeypatch.setattr(constants, "HF_HUB_DISABLE_XET", True)  # from here on, a client without Xet
+    tokens = _hit(xhub, "GET", "xet-write-token")
+    api.upload_file(path_or_fileobj=str(folder / "extra" / "head.bin"), path_in_repo="lfs.bin", repo_id="team/m")
+    assert (xhub.counts["lfs-batch"], xhub.counts["lfs-upload"], xhub.counts["lfs-verify"]) == (1, 1, 1)
+    assert _hit(xhub, "GET", "xet-write-token") == tokens  # the classic LFS path, no Xet
+    infos = {i.path: i for i in api.get_paths_info("team/m", ["xet.safetensors", "lfs.bin"])}
+    assert infos["lfs.bin"].lfs.size == (folder / "extra" / "head.bin").stat().st_size
+    assert infos["lfs.bin"].xet_hash is None and infos["xet.safetensors"].xet_hash is not None
+    # the Xet-stored file, read without Xet: plain bytes from resolve, rebuilt from the xorbs as they are sent
+    got = hf_hub_download("team/m", "xet.safetensors", endpoint=xhub.endpoint, token=TOKEN, cache_dir=tmp_path / "c")
+    assert Path(got).read_bytes() == (folder / "model.safetensors").read_bytes()
+    assert _hit(xhub, "GET", "/team/m/resolve/main/xet.safetensors", 200) == 1
+    assert xhub.counts["cas-reconstruction"] == 0
+    # an LFS client pushing bytes Xet already holds is asked for no upload; its commit names the Xet file
+    api.upload_file(path_or_fileobj=str(folder / "model.safetensors"), path_in_repo="again.safetensors",
+                    repo_id="team/m")
+    assert (xhub.counts["lfs-batch"], xhub.counts["lfs-upload"]) == (2, 1)
+    again = api.get_paths_info("team/m", ["again.safetensors"])[0]
+    assert again.xet_hash == infos["xet.safetensors"].xet_hash
+    got = hf_hub_download("team/m", "lfs.bin", endpoint=xhub.endpoint, token=TOKEN, cache_dir=tmp_path / "c2")
+    assert Path(got).read_bytes() == (folder / "extra" / "head.bin").read_bytes()
+
+
+def test_range_requests_on_a_xet_file(xhub, tmp_path):
+    api = HfApi(endpoint=xhub.endpoint, token=TOKEN)
+    api.create_repo("team/m")
+    data = _random(1_500_000, 4)
+    api.upload_file(path_or_fileobj=data, path_in_repo="w.bin", repo_id="team/m")
+    url, auth = f"{xhub.endpoint}/team/m/resolve/main/w.bin", {"Authorization": f"Bearer {TOKEN}"}
+    status, headers, body = _http("HEAD", url, headers=auth)
+    assert status == 200 and headers["X-Xet-Hash"] == hash_file(data).xet_hash
+    route = headers["X-Xet-Refresh-Route"]
+    assert "/api/models/team/m/xet-read-token/" in route and f"<{route}>" in headers["Link"]
+    status, headers, body = _http("GET", url, headers={**auth, "Range": "bytes=200000-299999"})
+    assert (status, body, headers["Content-Range"]) == (206, data[200_000:300_000], f"bytes 200000-299999/{len(data)}")
+    assert _http("GET", url, headers={**auth, "Range": "bytes=-10"})[2] == data[-10:]
+    assert _http("GET", url, headers={**auth, "Range": f"bytes={len(data)}-"})[0] == 416
+    # hf_xet asks for byte ranges too: the reconstruction honours Range
+    session = hf_xet.XetSession(hf_xet.XetConfig().with_config({"client.retry_max_attempts": 1}))
+    with session.new_download_stream_group(token_refresh_url=route, token_refresh_headers=auth) as group:
+        info = hf_xet.XetFileInfo(hash_file(data).xet_hash, len(data))
+        for start, end in [(0, 10), (131_000, 400_000), (len(data) - 7, len(data))]:
+            assert b"".join(group.download_stream(info, start, end)) == data[start:end]
+    token = json.loads(_http("GET", route, headers=auth)[2])
+    cas = token["casUrl"]
+    status, _, body = _http("GET", f"{cas}/v1/reconstructions/{hash_file(data).xet_hash}",
+                            headers={"Authorization": f"Bearer {token['accessToken']}", "Range": "bytes=700000-700999"})
+    plan = json.loads(body)
+    assert status == 200 and sum(t["unpacked_length"] for t in plan["terms"]) - plan["offset_into_first_range"] >= 1000
+    assert sum(t["unpacked_length"] for t in plan["terms"]) < len(data) // 2  # only the chunks the range needs
+
+
+def _token(hub, repo, mode, auth=TOKEN, rev="main"):
+    return _http("GET", f"{hub.endpoint}/api/models/{repo}/xet-{mode}-token/{rev}",
+                 headers={"Authorization": f"Bearer {auth}"} if auth else {})
+
+
+def test_xet_tokens_are_checked_on_every_route(xhub, tmp_path):
+    api = HfApi(endpoint=xhub.endpoint, token=TOKEN)
+    for repo, private in (("team/open", False), ("team/secret", True)):
+        api.create_repo(repo, private=private)
+        api.upload_file(path_or_fileobj=_random(200_000, int(private)), path_in_repo="w.bin", repo_id=repo)
+    secret_hash = hash_file(_random(200_000, 1)).xet_hash
+    open_hash = hash_file(_random(200_000, 0)).xet_hash
+    # the token routes follow the repo's rules
+    status, headers, body = _token(xhub, "team/open", "write")
+    write = json.loads(body)
+    assert status == 200 and headers["X-Xet-Access-Token"] == write["accessToken"]
+    assert headers["X-Xet-Cas-Url"] == write["casUrl"] and int(headers["X-Xet-Token-Expiration"]) == write["exp"]
+    assert _token(xhub, "team/open", "write", auth=None)[0] == 401  # writes need the hub's token
+    assert _token(xhub, "team/open", "write", auth="hf_wrong")[0] == 401
+    assert _token(xhub, "team/open", "write", rev="nobranch")[0] == 404
+    assert _token(xhub, "team/secret", "read", auth=None)[0] == 404  # private: as if it did not exist
+    status, _, body = _token(xhub, "team/open", "read", auth=None)  # public: anyone may read
+    read, cas = json.loads(body), write["casUrl"]
+    assert status == 200 and read["casUrl"] == cas
+    secret = xhub.server.secret
+    expired = make_xet_token(secret, "model", "team/open", "w", expires=time.time() - 1)[0]
+    forged = write["accessToken"][:-4] + ("0000" if not write["accessToken"].endswith("0000") else "1111")
+    routes = [("GET", f"{cas}/v1/chunks/default-merkledb/{'0' * 64}", None, True),
+              ("POST", f"{cas}/v1/xorbs/default/{'0' * 64}", b"not a xorb", True),
+              ("POST", f"{cas}/v1/shards", b"not a shard", True),
+              ("GET", f"{cas}/v1/reconstructions/{open_hash}", None, False),
+              ("GET", f"{cas}/v2/reconstructions/{open_hash}", None, False)]
+    for method, url, body, writes in routes:
+        for bad in (None, "hf_localhub_xet_token", forged, expired):  # none, the hub's own token, forged, expired
+            status, _, answer = _http(method, url, body, {"Authorization": f"Bearer {bad}"} if bad else {})
+            assert status == 401, (method, url, bad, answer)
+        status, _, answer = _http(method, url, body, {"Authorization": f"Bearer {read['accessToken']}"})
+        assert status == (403 if writes else 200), (method, url, answer)
+        if writes: assert b"only reads" in answer
+        status, _, answer = _http(method, url, body, {"Authorization": f"Bearer {write['accessToken']}"})
+        assert status == (404 if "chunks" in url else 400 if writes else 200), (method, url, answer)
+    # a token for one repo does not reconstruct a file only another (private) repo names
+    status, _, answer = _http("GET", f"{cas}/v1/reconstructions/{secret_hash}",
+                              headers={"Authorization": f"Bearer {read['accessToken']}"})
+    assert status == 404 and b"is not a file of the model repo team/open" in answer
+    # another root's CAS address is refused
+    other = cas.rsplit("/", 1)[0] + "/" + "0" * 16
+    assert _http("GET", f"{other}/v1/reconstructions/{open_hash}",
+                 headers={"Authorization": f"Bearer {read['accessToken']}"})[0] == 404
+    # a fetch URL serves the ranges it was signed for, until it expires, and nothing else
+    plan = json.loads(_http("GET", f"{cas}/v1/reconstructions/{open_hash}",
+                            headers={"Authorization": f"Bearer {read['accessToken']}"})[2])
+    (fetch,) = [f for fs in plan["fetch_info"].values() for f in fs]
+    url, first, last = fetch["url"], fetch["url_range"]["start"], fetch["url_range"]["end"]
+    status, headers, body = _http("GET", url, headers={"Range": f"bytes={first}-{last}"})
+    assert status == 206 and len(body) == last - first + 1 and headers["Content-Range"].startswith(f"bytes {first}-")
+    assert _http("GET", url, headers={"Range": f"bytes={first}-{last + 1}"})[0] == 403
+    assert _http("GET", url.replace("sig=", "sig=0"), headers={"Range": f"bytes={first}-{last}"})[0] == 403
+    assert _http("GET", url.replace("&exp=", "&exp=1"), headers={"Range": f"bytes={first}-{last}"})[0] == 403
+
+
+def test_deleting_a_repo_collects_the_xet_objects_only_it_named(xhub):
+    api = HfApi(endpoint=xhub.endpoint, token=TOKEN)
+    shared, own = _random(600_000, 5), _random(600_000, 6)
+    api.create_repo("team/a")
+    api.upload_file(path_or_fileobj=shared, path_in_repo="shared.bin", repo_id="team/a")
+    after_a, store = _xorbs(xhub), xhub.server.store.xet
+    api.create_repo("team/b")
+    api.upload_file(path_or_fileobj=shared, path_in_repo="shared.bin", repo_id="team/b")
+    api.upload_file(path_or_fileobj=own, path_in_repo="own.bin", repo_id="team/b")
+    assert len(_xorbs(xhub)) > len(after_a) and store.file_by_sha256(hashlib.sha256(own).hexdigest())
+    api.delete_repo("team/b")
+    assert _xorbs(xhub) == after_a and store.file_by_sha256(hashlib.sha256(own).hexdigest()) is None
+    got = hf_hub_download("team/a", "shared.bin", endpoint=xhub.endpoint, token=TOKEN, force_download=True)
+    assert Path(got).read_bytes() == shared  # what another repo names stays
+    api.delete_repo("team/a")
+    assert _xorbs(xhub) == [] and list((xhub.root / "xet" / "files").glob("*/*")) == []
+
+
+def test_a_gated_repo_needs_a_real_identity(tmp_path):
+    "Issue 38: a hub started without a token cannot check a bearer, so no bearer opens a gated repo there."
+    root = tmp_path / "hub"
+    with LocalHub(root, token=TOKEN) as hub:
+        api = HfApi(endpoint=hub.endpoint, token=TOKEN)
+        api.create_repo("team/g")
+        api.upload_file(path_or_fileobj=b"weights", path_in_repo="w.txt", repo_id="team/g")
+        api.update_repo_settings("team/g", gated="auto")
+        assert _http("GET", f"{hub.endpoint}/team/g/resolve/main/w.txt",
+                     headers={"Authorization": f"Bearer {TOKEN}"})[2] == b"weights"
+        assert _http("GET", f"{hub.endpoint}/team/g/resolve/main/w.txt",
+                     headers={"Authorization": "Bearer hf_anything"})[0] == 401  # a wrong token, as before
+    with LocalHub(root) as hub:  # the same root, served without a token
+        for auth in ({}, {"Authorization": "Bearer hf_anything"}):
+            status, headers, _ = _http("GET", f"{hub.endpoint}/team/g/resolve/main/w.txt", headers=auth)
+            assert (status, headers["X-Error-Code"]) == (401, "GatedRepo"), auth
+            assert _http("GET", f"{hub.endpoint}/api/models/team/g/xet-read-token/main", headers=auth)[0] == 401
+        with pytest.raises(GatedRepoError):
+            hf_hub_download("team/g", "w.txt", endpoint=hub.endpoint, token="hf_anything", cache_dir=tmp_path / "c")
+        api = HfApi(endpoint=hub.endpoint, token="hf_anything")
+        assert api.model_info("team/g").gated == "auto"  # listed as gated, as on the Hub
+        with pytest.raises(HfHubHTTPError, match="no one can sign in to a gated repo") as e:
+            api.update_repo_settings("team/g", gated="manual")
+        assert e.value.response.status_code == 400 and NO_GATED in e.value.response.json()["error"]
+        api.update_repo_settings("team/g", gated=False)  # un-gating needs no identity: it opens the repo
+        assert _http("GET", f"{hub.endpoint}/team/g/resolve/main/w.txt")[2] == b"weights"
