@@ -15,6 +15,7 @@ from fastcore.basics import patch
 from huggingface_hub import ModelCard, constants
 
 from adaptkit.hub import (
+    METADATA_FILE,
     Method,
     file_checksums,
     is_repo_id,
@@ -23,11 +24,12 @@ from adaptkit.hub import (
     push_folder,
     read_metadata,
     render_card,
+    source_of,
     verify_checksums,
     write_folder,
     write_metadata,
 )
-from .models import check_base, fingerprint, load_base
+from .models import _plain_name, check_base, fingerprint, load_base
 
 # %% auto #0
 __all__ = ['Artifact', 'ModelArtifact', 'AdapterArtifact', 'ArtifactTrainerMixin']
@@ -42,6 +44,7 @@ class Artifact:
     commit_message: str = "Upload with adaptkit"  # default commit message of `push_to_hub`
     base_model: str | None = None  # the base's Hub repo id (None: unknown or local)
     base_revision: str | None = None  # the base's commit
+    base_path: str | None = None  # the base's local folder, when it has no repo id (a wrong-base refusal names it)
     base_fingerprint: dict | None = None  # `fingerprint(base)`, checked when the artifact is loaded on a base
     results: list | None = None  # measured results for the card: dicts with task, dataset, metric, value
     datasets: list | None = None  # names of the training data for the card
@@ -58,6 +61,7 @@ class Artifact:
         source = {
             "base_model": self.base_model,
             "base_revision": self.base_revision,
+            "base_path": self.base_path,
             "fingerprint": self.base_fingerprint,
         }
         return {"artifact": self.kind, "source": source, "settings": dict(self.settings or {}),
@@ -92,17 +96,35 @@ def model_card(
         **{**fields, "tags": [*(self.tags or []), *fields.get("tags", [])]},
     )
 
+def _merged_record(
+    written: dict,  # what the artifact's own files recorded (`_write`)
+    own: dict,  # the common record (`Artifact.record`)
+) -> dict:
+    "`own` merged into `written`: its values win unless unknown (None, empty); dicts (`source`, `settings`) key by key."
+    out = dict(written)
+    for key, value in own.items():
+        if isinstance(value, dict) and isinstance(written.get(key), dict):
+            out[key] = {**dict.fromkeys(value), **written[key], **{k: v for k, v in value.items() if v is not None}}
+        elif key not in written or value not in (None, [], {}): out[key] = value
+    return out
+
 @patch
 def _fill(self: Artifact, folder: Path, repo_id: str | None = None, name: str | None = None, hub_url=None) -> None:
     "Write the artifact's files, its card and its record (with every file's sha256) into the existing `folder`."
+    (Path(folder) / METADATA_FILE).unlink(missing_ok=True)  # an earlier record there would merge into this one
     self._write(folder)
     self._describe(folder, repo_id, name, hub_url)
 
 @patch
 def _describe(self: Artifact, folder: Path, repo_id: str | None = None, name: str | None = None, hub_url=None) -> None:
-    "Write the card and the record (with the sha256 of every file) of the artifact's files already in `folder`."
-    self.model_card(repo_id, name=name or Path(folder).name, hub_url=hub_url).save(folder / "README.md")
-    write_metadata(folder, **self.record(), files=file_checksums(folder))
+    """Write the card and the record (with the sha256 of every file) of the artifact's files already in `folder`: the
+    common record merged into what the files recorded, and the card showing the merged base and settings."""
+    record = _merged_record(read_metadata(folder), self.record())
+    shown = copy.copy(self)  # the card names the base and settings the record keeps
+    shown.base_model, shown.base_revision = record["source"]["base_model"], record["source"]["base_revision"]
+    shown.settings = record["settings"]
+    shown.model_card(repo_id, name=name or Path(folder).name, hub_url=hub_url).save(folder / "README.md")
+    write_metadata(folder, **record, files=file_checksums(folder))
 
 @patch
 def _save(self: Artifact, folder: Path, repo_id: str | None = None, hub_url: str | None = None) -> Path:
@@ -143,7 +165,7 @@ def from_pretrained(
     if "source" in record:  # what it was made from (a record of an older release may lack it)
         src = record["source"] or {}
         obj.base_model, obj.base_revision = src.get("base_model"), src.get("base_revision")
-        obj.base_fingerprint = src.get("fingerprint")
+        obj.base_path, obj.base_fingerprint = src.get("base_path"), src.get("fingerprint")
     if "artifact" in record:  # the common record: else `_read` restored what the older one had
         obj.results, obj.datasets = list(record.get("results") or []), list(record.get("datasets") or [])
         obj.settings = dict(record.get("settings") or {})
@@ -208,6 +230,17 @@ def _load_base_for(record: dict, base, what: str, endpoint=None, token=None, **l
     rev = None if base is not None else src.get("base_revision")
     return load_causal_lm(base or src["base_model"], revision=rev, endpoint=endpoint, token=token, **load_kwargs)
 
+def _named_base(model) -> dict:
+    "The base a model names by its `name_or_path`: a Hub snapshot's repo id and commit, a local folder, or a repo id."
+    name = str(getattr(getattr(model, "config", None), "name_or_path", "") or "")
+    if not name: return {}
+    if Path(name).is_dir():
+        src = source_of(name)  # a snapshot, or a folder pushed with `push_folder`: its repo and commit
+        if src.get("repo_id") and src.get("revision"):
+            return {"base_model": src["repo_id"], "base_revision": src["revision"]}
+        return {"base_path": str(Path(name).resolve())}
+    return {"base_model": name} if is_repo_id(name) else {}
+
 class AdapterArtifact(Artifact):
     "A PEFT adapter with its tokenizer, made on a recorded base; `from_pretrained` refuses another base by name."
     library_name = "peft"
@@ -220,6 +253,15 @@ class AdapterArtifact(Artifact):
     def _write(self, folder: Path) -> None:
         self.model.save_pretrained(folder)
         if self.tokenizer is not None: self.tokenizer.save_pretrained(folder)
+
+    def record(self) -> dict:
+        "The common record; with no base stamped, the base the adapter is on now: its fingerprint and its name."
+        record = super().record()
+        source = record["source"]
+        if source["fingerprint"] is None and self.model is not None:
+            if not any(source.values()): source.update(_named_base(self.model))  # nothing named it either
+            source["fingerprint"] = fingerprint(self.model)  # the base's own tensors (the adapter's left out)
+        return record
 
     @classmethod
     def _read(
@@ -238,7 +280,7 @@ class AdapterArtifact(Artifact):
         from peft import PeftModel
 
         from adaptkit.models import load_tokenizer
-        what = f"the adapter {folder.name!r}"
+        what = f"the adapter {_plain_name(folder)!r}"  # a Hub pull as repo@commit, never its snapshot folder
         model = _load_base_for(record, base, what, endpoint, token, **load_kwargs)
         check_base(model, record.get("source") or {}, what, ignore_base_mismatch)
         tok = load_tokenizer(folder) if (folder / "tokenizer_config.json").is_file() else None
@@ -253,21 +295,24 @@ class AdapterArtifact(Artifact):
 class ArtifactTrainerMixin:
     "Makes a trainer's `save_model()` write its adaptkit artifact and `push_to_hub()` upload it with adaptkit's card."
     _tag_names = ["adaptkit"]
-    base_model = base_revision = base_fingerprint = None  # the base the trainer started from (`_load_base`)
+    base_model = base_revision = base_path = base_fingerprint = None  # the base the trainer started from (`_load_base`)
 
     def _load_base(self, model, base_model=None, base_revision=None, endpoint=None, token=None):
         """The base to train (a model, or a folder / repo id at `base_revision`), stamped on the trainer: its repo id
-        (`base_model`, else the repo it was pulled from), commit and `fingerprint`, taken before training changes it."""
+        (`base_model`, else the repo it was pulled from), commit, local folder when it has no repo id, and
+        `fingerprint`, taken before training changes it."""
         model, source = load_base(model, revision=base_revision, endpoint=endpoint, token=token)
         self.base_model = base_model or source.get("repo_id")
         pulled = self.base_model == source.get("repo_id")  # a commit belongs to the repo it was read from
         self.base_revision = base_revision or (source.get("revision") if pulled else None)
+        self.base_path = None if self.base_model else source.get("path") or _named_base(model).get("base_path")
         self.base_fingerprint = fingerprint(model)
         return model
 
     def _stamped(self, artifact: Artifact) -> Artifact:
-        "`artifact` with the trainer's base: repo id and revision, and for an adapter the fingerprint it is checked by."
+        "`artifact` with the trainer's base (repo id, revision, folder), and for an adapter its fingerprint."
         artifact.base_model, artifact.base_revision = self.base_model, self.base_revision
+        artifact.base_path = self.base_path
         if isinstance(artifact, AdapterArtifact): artifact.base_fingerprint = self.base_fingerprint
         return artifact
 

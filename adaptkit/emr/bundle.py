@@ -425,7 +425,7 @@ def fit_router(
     if layer is None: layer = self._middle_layer()
     feature = {"model": "unified", "layer": layer, "pooling": "mean", "normalize": "l2", "max_length": max_length}
     router = Router.fit({t: features(xs) for t, xs in texts.items()}, method=method, l2=l2,
-                        settings={"feature": feature})
+                        settings={"feature": feature}, tokenizer=tokenizer)  # bound to it: `route` checks it
     router.settings["held_out"] = router.accuracy({t: features(xs) for t, xs in held.items()}) if held else None
     self.router = router
     return router
@@ -449,6 +449,7 @@ def route(
 ) -> list[str]:
     "The task the bundle's router picks for each text (one forward pass of the unified model)."
     router = self._require_router()
+    router.check_tokenizer(tokenizer)  # the tokenizer it was fitted with, before any feature is computed
     return router.predict(self.router_features(texts, tokenizer, batch_size=batch_size))
 
 @patch

@@ -5,6 +5,7 @@
 # %% ../../nbs/emr/11_route.ipynb #f930654d
 from __future__ import annotations
 
+import hashlib
 import inspect
 import json
 import math
@@ -21,10 +22,12 @@ from safetensors.torch import save_file
 
 from .format import BundleError
 from ..hub import sha256_file
+from ..models import _plain_name
 from ..tensorfiles import TensorFiles
 
 # %% auto #0
-__all__ = ['ROUTER_FILE', 'ROUTER_METHODS', 'MIN_EXAMPLES', 'pooled_features', 'Router', 'RoutedOutput', 'RoutedModel']
+__all__ = ['ROUTER_FILE', 'ROUTER_METHODS', 'MIN_EXAMPLES', 'pooled_features', 'Router', 'tokenizer_fingerprint',
+           'RoutedOutput', 'RoutedModel']
 
 # %% ../../nbs/emr/11_route.ipynb #8fb31393
 def _encode(tokenizer, texts: list, max_length: int, model) -> dict:
@@ -40,6 +43,13 @@ def _texts(texts, what: str) -> list[str]:
     if (bad := next((i for i, t in enumerate(texts) if not (isinstance(t, str) and t)), None)) is not None:
         raise TypeError(f"{what}: item {bad} is {texts[bad]!r}, expected a non-empty string")
     return texts
+
+def _check_ids(batch: dict, model, tokenizer) -> None:
+    "Raise when the tokenizer gives a token id `model` has no embedding for (another model's tokenizer)."
+    ids, rows = batch.get("input_ids"), model.get_input_embeddings().num_embeddings
+    if ids is not None and ids.numel() and (top := int(ids.max())) >= rows:
+        raise ValueError(f"{_tokenizer_name(tokenizer)} gives token id {top}, but the model has {rows} embeddings: "
+                         "it is not the model's tokenizer")
 
 def _check_layer(layer, n: int) -> int:
     "`layer`, when it names one of `n` hidden states (the embeddings and n - 1 layers)."
@@ -65,6 +75,7 @@ def pooled_features(
     rows = [torch.empty(0, backbone.config.hidden_size)]
     for i in range(0, len(texts), batch_size):
         batch = _encode(tokenizer, texts[i : i + batch_size], max_length, backbone)
+        _check_ids(batch, backbone, tokenizer)
         hidden = backbone(**batch, output_hidden_states=True).hidden_states[layer].float()
         mask = batch.get("attention_mask", torch.ones(hidden.shape[:2], device=hidden.device))
         mask = mask.unsqueeze(-1).to(hidden.dtype)
@@ -156,6 +167,43 @@ class Router:
                 "per_task": {t: sum(h) / len(h) for t, h in hits.items()},
                 "examples": {t: len(h) for t, h in hits.items()}}
 
+# %% ../../nbs/emr/11_route.ipynb #a38r1py0
+def _tokenizer_name(tokenizer_or_fingerprint) -> str:
+    "A tokenizer for a message: 'the tokenizer NAME' (a Hub snapshot as repo@commit), else 'an in-memory tokenizer'."
+    t = tokenizer_or_fingerprint
+    name = t.get("name_or_path") if isinstance(t, dict) else getattr(t, "name_or_path", "")
+    return f"the tokenizer {_plain_name(name)!r}" if name else "an in-memory tokenizer"
+
+def tokenizer_fingerprint(
+    tokenizer,  # a transformers tokenizer
+) -> dict:
+    "Which tokenizer: its name, its vocabulary's size and the sha256 of its vocabulary (each token and id, sorted)."
+    vocab = sorted(tokenizer.get_vocab().items())
+    digest = hashlib.sha256(json.dumps(vocab, ensure_ascii=False).encode("utf-8")).hexdigest()
+    return {"name_or_path": _plain_name(tokenizer.name_or_path or ""), "vocab_size": len(vocab),
+            "vocab_sha256": digest}
+
+def _is_tokenizer_fingerprint(v) -> bool:
+    "Whether `v` is what `tokenizer_fingerprint` writes."
+    return (isinstance(v, dict) and isinstance(v.get("name_or_path"), str) and type(v.get("vocab_size")) is int
+            and v["vocab_size"] > 0 and isinstance(v.get("vocab_sha256"), str)
+            and _SHA256.fullmatch(v["vocab_sha256"]) is not None)
+
+@patch
+def check_tokenizer(
+    self: Router,
+    tokenizer,  # the tokenizer about to compute the router's features
+) -> None:
+    "Raise `ValueError` naming both tokenizers when `tokenizer` has another vocabulary than the router was fitted with."
+    want = self.settings.get("tokenizer")
+    if not want: return  # a router saved before routers recorded their tokenizer: nothing to check against
+    got = tokenizer_fingerprint(tokenizer)
+    if got["vocab_sha256"] == want["vocab_sha256"]: return
+    raise ValueError(f"this router was fitted with {_tokenizer_name(want)} ({want['vocab_size']} tokens), but "
+                     f"{_tokenizer_name(got)} ({got['vocab_size']} tokens) was given, with another vocabulary: its "
+                     "routes would be wrong; route with the tokenizer the router was fitted with, or fit the router "
+                     "again with this one")
+
 # %% ../../nbs/emr/11_route.ipynb #b4e94bc1
 def _check_method(method: str, l2: float):
     "Raise unless `method` is a router method and `l2` a positive number."
@@ -187,12 +235,14 @@ def fit(
     method: str = "prototype",  # "prototype" or "linear"
     l2: float = 1.0,  # the linear head's L2 penalty (scikit-learn's 1/C); not used by "prototype"
     settings: Mapping | None = None,  # what to record beside (feature settings...); the examples per task are added
+    tokenizer=None,  # the tokenizer the features were computed with: recorded, and `check_tokenizer` refuses another
 ) -> Router:
     "A router fitted on labelled features: per-task prototypes, or a logistic-regression head."
     _check_method(method, l2)
     tasks = _check_features(features)
     normed = [F.normalize(features[t].float(), dim=-1) for t in tasks]
     settings = dict(settings or {}) | {"examples": {t: len(f) for t, f in zip(tasks, normed)}}
+    if tokenizer is not None: settings["tokenizer"] = tokenizer_fingerprint(tokenizer)
     if method == "prototype":
         return cls(method, tasks, {"prototypes": F.normalize(torch.stack([f.mean(0) for f in normed]), dim=-1)},
                    settings)
@@ -224,6 +274,8 @@ def _check_entry(path: Path, entry, tasks: list) -> dict:
             and all(type(n) is int and n >= MIN_EXAMPLES for n in examples.values())):
         raise bad("examples", f"{{task: examples (>= {MIN_EXAMPLES})}} for every task")
     if not isinstance(entry.get("held_out"), (dict, type(None))): raise bad("held_out", "an object or null")
+    if "tokenizer" in entry and not _is_tokenizer_fingerprint(entry["tokenizer"]):
+        raise bad("tokenizer", "{'name_or_path': str, 'vocab_size': positive int, 'vocab_sha256': hex sha256}")
     return entry
 
 @patch
@@ -288,6 +340,7 @@ class RoutedModel:
     ):
         if max_loaded is not None and (type(max_loaded) is not int or max_loaded < 1):
             raise ValueError(f"max_loaded must be a positive int or None, got {max_loaded!r}")
+        if bundle.router is not None: bundle.router.check_tokenizer(tokenizer)  # before any model loads
         self.bundle, self.tokenizer, self.batch_size, self.max_loaded = bundle, tokenizer, batch_size, max_loaded
         self._load = dict(dtype=dtype, cache_dir=cache_dir, **load_kwargs)
         self.models: OrderedDict = OrderedDict()  # task -> loaded model, most recently used last

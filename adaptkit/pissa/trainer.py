@@ -6,19 +6,49 @@
 from __future__ import annotations
 
 import warnings
+from collections.abc import Mapping
 from pathlib import Path
 
+import datasets
 from fastcore.basics import patch
 from peft import LoraConfig
 from trl import SFTConfig, SFTTrainer
 
 from ..artifacts import ArtifactTrainerMixin
+from ..data import PROMPT_COMPLETION, Schema, load_rows
 from .artifact import PiSSAAdapter
 from .config import METHOD, PiSSAConfig, pissa_config
 from .principal import _check_rank, init_pissa
 
 # %% auto #0
 __all__ = ['PiSSATrainer']
+
+# %% ../../nbs/pissa/04_trainer.ipynb #a38p1py0
+_MESSAGES = Schema("chat messages", {"messages": list})
+
+def _sft_schema(columns: list, text_field: str = "text") -> Schema:
+    "The SFT format of rows with `columns`: prompt/completion (when either is there), chat messages, or plain text."
+    columns = set(columns)
+    if {"prompt", "completion"} & columns or not {"messages", text_field} & columns: return PROMPT_COMPLETION
+    return _MESSAGES if "messages" in columns else Schema("text rows", {text_field: str})
+
+def _columns(rows) -> list:
+    "The columns of rows in any form `load_rows` takes (a file or repo is read for them)."
+    if isinstance(rows, datasets.DatasetDict): rows = rows["train"] if "train" in rows else []
+    if isinstance(rows, datasets.Dataset): return rows.column_names
+    if isinstance(rows, (list, tuple)): return list(dict.fromkeys(k for r in rows if isinstance(r, Mapping) for k in r))
+    if isinstance(rows, (str, Path)): return load_rows(rows, Schema("rows", id_column="")).column_names
+    return []
+
+def _sft_rows(
+    rows,  # SFT rows: anything `adaptkit.data.load_rows` takes, a dict of such (named eval sets), or an IterableDataset
+    text_field: str = "text",  # the plain-text column (`SFTConfig.dataset_text_field`)
+):
+    "`rows` checked by `load_rows` in their SFT format (a `Dataset`); None and an `IterableDataset` as they are."
+    if rows is None or isinstance(rows, datasets.IterableDataset): return rows
+    if isinstance(rows, Mapping) and not isinstance(rows, datasets.DatasetDict):
+        return {name: _sft_rows(r, text_field) for name, r in rows.items()}
+    return load_rows(rows, _sft_schema(_columns(rows), text_field))
 
 # %% ../../nbs/pissa/04_trainer.ipynb #21b8c48c
 class PiSSATrainer(ArtifactTrainerMixin, SFTTrainer):
@@ -29,7 +59,7 @@ class PiSSATrainer(ArtifactTrainerMixin, SFTTrainer):
         self,
         model,  # a transformers model, or a folder / repo id loaded with `adaptkit.models.load_causal_lm`
         args: PiSSAConfig | SFTConfig | None = None,  # training settings; default `PiSSAConfig("pissa-out")`
-        train_dataset=None,  # the training rows, as `SFTTrainer` takes them (prompt/completion, messages, text)
+        train_dataset=None,  # SFT rows (prompt/completion, messages or text): anything `adaptkit.data.load_rows` takes
         *,
         peft_config: LoraConfig | None = None,  # default: `args.lora_config()` (or `pissa_config()` for an SFTConfig)
         base_model: str | None = None,  # Hub repo id of the base, for the card (found from `model` when a path/repo)
@@ -39,6 +69,10 @@ class PiSSATrainer(ArtifactTrainerMixin, SFTTrainer):
         **kwargs,  # the rest of `SFTTrainer`'s arguments (processing_class, eval_dataset, ...)
     ):
         args = args or PiSSAConfig("pissa-out")
+        text_field = getattr(args, "dataset_text_field", "text")
+        train_dataset = _sft_rows(train_dataset, text_field)  # checked before the base loads and PiSSA's SVD runs
+        if kwargs.get("eval_dataset") is not None:
+            kwargs["eval_dataset"] = _sft_rows(kwargs["eval_dataset"], text_field)
         model = self._load_base(model, base_model, base_revision, hub_endpoint, hub_token)  # before init changes it
         self.init_dir = Path(args.output_dir) / "_pissa_init"
         self.pissa = peft_config or (args.lora_config() if isinstance(args, PiSSAConfig) else pissa_config())

@@ -12,6 +12,7 @@ import datasets
 from trl import SFTTrainer
 
 from ..artifacts import ArtifactTrainerMixin
+from ..data import PROMPT_COMPLETION, Schema, load_rows
 from ..models import completion_collator, encode_completion
 from .artifact import TransferredAdapter
 from .config import METHOD, DistillationConfig, EmptyGenerationError, stage_config, vocabularies_match
@@ -27,6 +28,16 @@ def target_lora_config(
     "The target's `peft.LoraConfig`: the source adapter's rank/alpha unless the config sets them."
     return stage_config(config, DistillationConfig).lora_config(source_adapter_config)
 
+
+_TEXT_PAIRS = Schema("prompt/completion text", {"prompt": str, "completion": str})  # what logit level tokenises
+
+def _checked_rows(
+    rows,  # the teacher's prompt/completion rows: anything `adaptkit.data.load_rows` takes
+    schema: Schema = PROMPT_COMPLETION,  # what they must look like
+):
+    "`rows` checked by `load_rows` before any model loads: a `DataError` names the row and column; None passes."
+    if rows is None or isinstance(rows, datasets.IterableDataset): return rows
+    return load_rows(rows, schema)
 
 def _student(trainer, model, base_model, base_revision, endpoint, token, provenance):
     "The target base, its repo id, revision and fingerprint stamped on `trainer` (and the transfer's provenance)."
@@ -65,7 +76,7 @@ class TransLoRATrainer(ArtifactTrainerMixin, SFTTrainer):
         self,
         model,  # the target base: a model object (gets the LoRA injected), folder or repo id
         args: DistillationConfig | None = None,  # training and target-LoRA settings
-        train_dataset=None,  # the teacher's prompt/completion rows (`teacher_completions`)
+        train_dataset=None,  # the teacher's prompt/completion rows (`teacher_completions`), checked first
         *,
         peft_config=None,  # the target LoRA; default `args.lora_config()`
         base_model: str | None = None,  # the target base's Hub repo id (found from `model` when it is a path/repo)
@@ -76,6 +87,8 @@ class TransLoRATrainer(ArtifactTrainerMixin, SFTTrainer):
         **kwargs,  # the rest of `SFTTrainer`'s arguments (processing_class, callbacks, ...)
     ):
         args = stage_config(args, DistillationConfig)
+        train_dataset = _checked_rows(train_dataset)  # before the target base loads
+        if kwargs.get("eval_dataset") is not None: kwargs["eval_dataset"] = _checked_rows(kwargs["eval_dataset"])
         model = _student(self, model, base_model, base_revision, hub_endpoint, hub_token, provenance)
         super().__init__(
             model=model, args=args, train_dataset=train_dataset, peft_config=peft_config or args.lora_config(), **kwargs
@@ -101,7 +114,7 @@ def _gkd_trainer_class() -> type:
             model,  # the target base: a model object (gets the LoRA injected), folder or repo id
             teacher_model,  # the teacher (source base + source LoRA), sharing the student's vocabulary
             args: DistillationConfig | None = None,  # training, target-LoRA and GKD settings
-            train_dataset=None,  # the teacher's prompt/completion rows (tokenised here with `encode_completion`)
+            train_dataset=None,  # the teacher's prompt/completion text rows (checked, then `encode_completion`)
             *,
             processing_class,  # the student's tokenizer
             peft_config=None,  # the target LoRA; default `args.lora_config()`
@@ -113,6 +126,7 @@ def _gkd_trainer_class() -> type:
             **kwargs,
         ):  # the rest of `GKDTrainer`'s arguments
             args = stage_config(args, DistillationConfig)
+            train_dataset = _checked_rows(train_dataset, _TEXT_PAIRS)  # before the target base loads
             model = _student(self, model, base_model, base_revision, hub_endpoint, hub_token, provenance)
             gkd_args = args.gkd_config()
             super().__init__(

@@ -90,7 +90,15 @@ def answer_distribution(
 
 def _warn_if_one_answer(answers: dict) -> bool:
     "Log a warning (and return True) when one teacher answer is more than `ANSWER_SHARE_WARNING` of the rows."
-    if answers["distinct"] < 2 or answers["top_share"] <= ANSWER_SHARE_WARNING: return False
+    if answers["rows"] < 2 or answers["top_share"] <= ANSWER_SHARE_WARNING: return False
+    if answers["distinct"] == 1:  # the worst case: the teacher collapsed, the student would learn one answer only
+        _logger.warning(
+            "teacher: all %d distilled rows have one answer (%r): the teacher collapsed, and the student would learn "
+            "that answer only (is it the right source adapter? do the seeds show every kind of answer?)",
+            answers["rows"],
+            answers["most_common"][0][0],
+        )
+        return True
     _logger.warning(
         "teacher: %.0f%% of the %d distilled rows have one answer (%r): the synthetic prompts may not cover "
         "the task (do the seeds show every kind of answer?)",

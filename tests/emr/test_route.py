@@ -206,3 +206,45 @@ def test_routed_inference_runs_each_text_through_its_task_model(tmp_path):
     assert [o.task for o in forced] == ["words"] * 4 and torch.allclose(forced[1].logits, outputs[1].logits, atol=1e-5)
     with pytest.raises(ValueError, match="3 tasks for 4 texts"):
         routed.forward(texts, tasks=["words"] * 3)
+
+
+def test_the_router_is_bound_to_its_tokenizer_and_refuses_another_by_name(hub, tmp_path):
+    "Issue 38, item 14: the router records its tokenizer; another (routing plausibly, or with ids past the model's "
+    "embeddings) is refused by name before any feature is computed, never routed nor failing with an IndexError."
+    from transformers import AutoTokenizer
+
+    from adaptkit.emr.route import tokenizer_fingerprint
+    bundle = bundle_of(tmp_path)
+    TOK.save_pretrained(tmp_path / "tok")
+    tok = AutoTokenizer.from_pretrained(tmp_path / "tok")  # the tasks' tokenizer, named by its folder
+    router = bundle.fit_router(EXAMPLES, tok, method="prototype", layer=LAYER, max_length=16)
+    assert router.settings["tokenizer"] == tokenizer_fingerprint(tok) == {
+        "name_or_path": str(tmp_path / "tok"), "vocab_size": len(TOK), "vocab_sha256": router.settings["tokenizer"][
+            "vocab_sha256"]}
+    texts = HELD["words"] + HELD["digits"]
+    commit = bundle.push_to_hub("team/emr-routed", endpoint=hub.endpoint)
+    pulled = EMRBundle.from_pretrained("team/emr-routed", revision=commit, endpoint=hub.endpoint)
+    assert pulled.router.settings["tokenizer"] == router.settings["tokenizer"]  # stored with the bundle
+    assert pulled.route(texts, TOK) == ["words"] * 2 + ["digits"] * 2  # the same vocabulary, in memory: accepted
+    tiny_tokenizer(300).save_pretrained(tmp_path / "small")  # other ids for the same texts: routes plausibly
+    TOK.save_pretrained(tmp_path / "added")
+    added = AutoTokenizer.from_pretrained(tmp_path / "added")
+    added.add_tokens(["zebra"])  # id 512: the models have no embedding for it (an IndexError before)
+    added.save_pretrained(tmp_path / "added")
+    for name in ("small", "added"):
+        other = AutoTokenizer.from_pretrained(tmp_path / name)
+        refused = (rf"this router was fitted with the tokenizer '{tmp_path / 'tok'}' \({len(TOK)} tokens\), but the "
+                   rf"tokenizer '{tmp_path / name}' \({len(other)} tokens\) was given, with another vocabulary")
+        with pytest.raises(ValueError, match=refused):
+            pulled.route(texts + ["a zebra"], other)
+        with pytest.raises(ValueError, match=refused):
+            pulled.load_routed_model(other)
+    added = AutoTokenizer.from_pretrained(tmp_path / "added")
+    with pytest.raises(ValueError, match=rf"the tokenizer '{tmp_path / 'added'}' gives token id {len(TOK)}, but the "
+                                         rf"model has {len(TOK)} embeddings: it is not the model's tokenizer"):
+        bundle.fit_router(EXAMPLES | {"words": ["a zebra", "the zebra sat"]}, added, layer=LAYER, max_length=16)
+    meta = json.loads((pulled.folder / "emr.json").read_text())
+    meta["router"]["tokenizer"] = {"name_or_path": "x", "vocab_size": 0, "vocab_sha256": "0" * 64}
+    (tmp_path / "copy").mkdir()
+    with pytest.raises(BundleError, match=r"field 'router.tokenizer' must be"):
+        Router.load(tmp_path / "copy", meta["router"], ["words", "digits"])

@@ -556,6 +556,7 @@ def test_the_shared_lora_and_the_initial_adapter_record_the_base_each_goes_on(ti
     assert source == {
         "base_model": "team/base",
         "base_revision": None,
+        "base_path": None,
         "fingerprint": fingerprint(tiny_causal_lm(tiny_tok)),
     }
     with pytest.raises(BaseMismatchError, match="differs in"):
@@ -610,5 +611,5 @@ def test_init_records_its_seed_and_residual_and_keeps_the_pissa_init_on_the_mode
     assert record["source"] == {"base_model": None, "base_revision": None,
                                 "fingerprint": record["pissa"]["residual_fingerprint"]}
     lora = save_pissa_as_lora(pm, tmp_path / "lora", init_dir=tmp_path / "init")
-    assert read_metadata(lora)["source"] == {"base_model": None, "base_revision": None,
+    assert read_metadata(lora)["source"] == {"base_model": None, "base_revision": None, "base_path": None,
                                              "fingerprint": fingerprint(tiny_causal_lm(tiny_tok))}

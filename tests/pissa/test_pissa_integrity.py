@@ -121,13 +121,6 @@ def test_a_pissa_adapter_built_by_its_constructor_records_the_untouched_base_and
     assert read_metadata(again)["source"] == source
 
 
-# The core's record (nbs/06_artifacts.ipynb, another engineer's file while this was written) does not merge yet, and an
-# adapter built by its constructor records no base fingerprint: strict xfails, to drop when the core does both
-CORE_GAP = pytest.mark.xfail(strict=True, reason="the core's Artifact record: merge into _write's record; an "
-                                                 "AdapterArtifact records its model's base fingerprint by default")
-
-
-@CORE_GAP
 def test_a_record_merges_what_the_artifact_wrote_with_the_common_record(tiny_tok, tmp_path):
     "What `_write` recorded stays unless the artifact itself knows better (a value of its own, not None)."
     class Noted(ModelArtifact):
@@ -170,13 +163,13 @@ def _artifacts(tok, tmp_path):
         "AlignedPolicy": lambda: AlignedPolicy(tiny_causal_lm(tok), tok),
         "ImmunisedModel": lambda: ImmunisedModel(tiny_causal_lm(tok), tok),
         "Discriminator": lambda: Discriminator(_lora(tok), tok),
-        "TransferredAdapter": lambda: TransferredAdapter(_lora(tok), tok, counts=dict(seeds=2, synthetic=2, kept=2)),
+        "TransferredAdapter": lambda: TransferredAdapter(_lora(tok), tok,
+                                                         counts=dict(seeds=2, synthetic=2, kept=2, distilled=2)),
         "PiSSAAdapter": pissa,
     }
 
 
-ARTIFACTS = ["Aligner", "AlignedPolicy", "ImmunisedModel", pytest.param("Discriminator", marks=CORE_GAP),
-             pytest.param("TransferredAdapter", marks=CORE_GAP), "PiSSAAdapter"]
+ARTIFACTS = ["Aligner", "AlignedPolicy", "ImmunisedModel", "Discriminator", "TransferredAdapter", "PiSSAAdapter"]
 ADAPTERS = ["Discriminator", "TransferredAdapter", "PiSSAAdapter"]
 
 

@@ -528,8 +528,17 @@ def test_the_teacher_answers_are_summarised_and_one_dominant_answer_is_warned_of
     caplog.clear()
     with caplog.at_level("WARNING", logger="adaptkit.translora"):
         assert _warn_if_one_answer(answer_distribution([{"completion": c} for c in "abab"])) is False  # 50%: not over
-        assert _warn_if_one_answer(answer_distribution([{"completion": "same"}] * 3)) is False  # nothing to compare
+        assert _warn_if_one_answer(answer_distribution([{"completion": "only"}])) is False  # one row: no collapse
     assert caplog.text == ""
+
+
+def test_a_teacher_that_gives_one_answer_for_every_row_is_warned_of(caplog):
+    "The collapse the warning exists for (issue 38, item 19): every row the same answer, whitespace folded."
+    from adaptkit.translora.transfer import _warn_if_one_answer, answer_distribution
+    rows = [{"completion": c} for c in [" business", "business ", "business\n"]]
+    with caplog.at_level("WARNING", logger="adaptkit.translora"):
+        assert _warn_if_one_answer(answer_distribution(rows)) is True
+    assert "teacher: all 3 distilled rows have one answer ('business'): the teacher collapsed" in caplog.text
 
 
 def test_the_seeds_shared_prefix_and_suffix_are_cut_at_whitespace():

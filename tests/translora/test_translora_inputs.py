@@ -29,9 +29,7 @@ def test_transfer_lora_refuses_bad_seeds_before_loading_a_model(fault, column, t
         transfer_lora(tiny_model_dir, tmp_path / "no-adapter-needed", tiny_model_dir, ds)
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError,
-                   reason="TransLoRATrainer hands its rows to SFTTrainer unchecked, after loading the target base")
-@pytest.mark.parametrize("fault", ["empty", "null"])
+@pytest.mark.parametrize("fault", ["empty", "null", "no column"])
 @pytest.mark.parametrize("column", ["prompt", "completion"])
 def test_translora_trainer_refuses_bad_rows_before_loading_the_model(fault, column, tiny_model_dir, tmp_path,
                                                                      no_model_load):
@@ -39,3 +37,16 @@ def test_translora_trainer_refuses_bad_rows_before_loading_the_model(fault, colu
     ds, message = bad_rows(column, fault)
     with pytest.raises(DataError, match=re.escape(message)):
         TransLoRATrainer(str(tiny_model_dir), DistillationConfig(str(tmp_path / "out"), report_to="none"), ds)
+
+
+@pytest.mark.parametrize("fault", ["empty", "null", "no column"])
+@pytest.mark.parametrize("column", ["prompt", "completion"])
+def test_the_logit_level_trainer_refuses_bad_rows_before_loading_the_model(fault, column, tiny_model_dir, tiny_tok,
+                                                                         tmp_path, no_model_load):
+    from adaptkit.models import tiny_causal_lm
+    from adaptkit.translora import DistillationConfig
+    from adaptkit.translora.trainer import TransLoRAGKDTrainer
+    ds, message = bad_rows(column, fault)
+    config = DistillationConfig(str(tmp_path / "out"), distillation="logit", report_to="none")
+    with pytest.raises(DataError, match=re.escape(message)):
+        TransLoRAGKDTrainer(str(tiny_model_dir), tiny_causal_lm(tiny_tok), config, ds, processing_class=tiny_tok)
