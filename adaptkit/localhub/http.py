@@ -108,7 +108,7 @@ ROUTES = [(m, re.compile(p), h, k) for m, p, h, k in [
     ("POST", _CAS + r"/v1/shards", "cas_shard", "x"),
     ("GET", _CAS + r"/v(?P<v>[12])/reconstructions/(?P<h>[0-9a-f]{64})", "cas_reconstruction", "x"),
     ("POST", _CAS + r"/(?:v1/xorb-grants(?:/.*)?|v2/shards)", "cas_unserved", "x"),  # 404: the client uses v1
-    ("POST", _CAS + r"/v1/telemetry", "cas_telemetry", "s"),
+    ("POST", rf"(?:{_CAS})?/v1/telemetry", "cas_telemetry", "s"),  # hf_xet may post it to the hub's root
     ("GET", _CAS + r"/xorbs/(?P<h>[0-9a-f]{64})", "cas_fetch", "s"),
     ("GET", _F + r"/resolve/(?P<rev>[^/]+)/(?P<path>.+)", "resolve", "r"),
     ("POST", _F + r"\.git/info/lfs/objects/batch", "lfs_batch", "w"),
@@ -879,7 +879,7 @@ def _cas_unserved(self: HubHandler, cas):
     raise HubError(404, "LocalHub's CAS does not serve this route (xorb grants, v2 shards): use the v1 routes")
 
 @patch
-def _cas_telemetry(self: HubHandler, cas):
+def _cas_telemetry(self: HubHandler, cas=None):
     for _ in self._body(MAX_JSON): pass
     self._send(204, b"")
 

@@ -572,8 +572,10 @@ def read_entry(self: RepoStore, e: dict) -> bytes:
 
 @patch
 def entry_intact(self: RepoStore, e: dict) -> bool:
-    "Whether the store holds file entry `e`'s bytes (a blob: checked against its sha256; Xet: its file is recorded)."
-    if e.get("xet"): return self.xet.has_file(e["xet"])
+    "Whether the store holds file entry `e`'s bytes (a blob: checked against its sha256; Xet: its record and xorbs)."
+    if e.get("xet"):
+        try: return all(self.xet.has_xorb(t[0]) for t in self.xet.file(e["xet"]).terms)
+        except XetError: return False
     try: self.blobs.verified_path(e["sha256"], e["size"])
     except HubError: return False  # missing or corrupted (the store logged it)
     return True

@@ -286,3 +286,33 @@ def test_a_gated_repo_needs_a_real_identity(tmp_path):
         assert e.value.response.status_code == 400 and NO_GATED in e.value.response.json()["error"]
         api.update_repo_settings("team/g", gated=False)  # un-gating needs no identity: it opens the repo
         assert _http("GET", f"{hub.endpoint}/team/g/resolve/main/w.txt")[2] == b"weights"
+
+
+def test_preupload_does_not_vouch_for_a_xet_file_missing_a_xorb(xhub):
+    "A Xet file whose xorb is gone from disk is not reported as stored, so a client uploads it again."
+    api = HfApi(endpoint=xhub.endpoint, token=TOKEN)
+    api.create_repo("team/m")
+    data = _random(300_000, 8)
+    api.upload_file(path_or_fileobj=data, path_in_repo="w.bin", repo_id="team/m")
+    body = json.dumps({"files": [{"path": "w.bin", "size": len(data), "sample": ""}]}).encode()
+    preupload = lambda: json.loads(_http("POST", f"{xhub.endpoint}/api/models/team/m/preupload/main", body, {
+        "Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"})[2])["files"][0]
+    assert preupload()["oid"] == hashlib.sha256(data).hexdigest() and preupload()["uploadMode"] == "lfs"
+    for p in _xorbs(xhub): p.unlink()
+    assert preupload()["oid"] is None
+
+
+def test_export_and_import_carry_xet_stored_files(xhub, tmp_path):
+    from adaptkit.localhub.mirror import export_repos, import_repos
+    api = HfApi(endpoint=xhub.endpoint, token=TOKEN)
+    api.create_repo("team/m")
+    data = _random(400_000, 9)
+    api.upload_file(path_or_fileobj=data, path_in_repo="w.bin", repo_id="team/m")
+    assert api.get_paths_info("team/m", ["w.bin"])[0].xet_hash  # stored with Xet
+    export_repos(xhub.root, ["team/m"], tmp_path / "bundle.tar")  # from a running hub
+    import_repos(tmp_path / "bundle.tar", tmp_path / "other")
+    with LocalHub(tmp_path / "other", token=TOKEN) as other:
+        got = hf_hub_download("team/m", "w.bin", endpoint=other.endpoint, token=TOKEN, cache_dir=tmp_path / "c")
+        assert Path(got).read_bytes() == data
+        info = HfApi(endpoint=other.endpoint, token=TOKEN).get_paths_info("team/m", ["w.bin"])[0]
+        assert info.lfs.sha256 == hashlib.sha256(data).hexdigest()  # an LFS file there, its bytes a blob
