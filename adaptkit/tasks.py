@@ -19,7 +19,7 @@ from .models import generate_batched, packaged_file
 # %% auto #0
 __all__ = ['PUZZLES', 'TASKS', 'ARITHMETIC_SYSTEM', 'minilm', 'text_task', 'finetune_classifier', 'classifier_accuracy',
            'arithmetic_task', 'arithmetic_prompts', 'first_number_hits', 'first_number_accuracy', 'answer_hits',
-           'answer_accuracy', 'bootstrap_ci']
+           'answer_accuracy', 'bootstrap_ci', 'mmd', 'mmd_unbiased']
 
 # %% ../nbs/04_tasks.ipynb #69bcbb2a
 def minilm() -> Path:
@@ -263,3 +263,53 @@ def bootstrap_ci(
     low, high = np.quantile(replicates, [(1 - level) / 2, (1 + level) / 2])
     return {"mean": float(np.mean([r.mean() for r in runs])), "low": float(low), "high": float(high), "level": level,
             "n_seeds": len(runs), "n_items": [int(r.size) for r in runs]}
+
+# %% ../nbs/04_tasks.ipynb #3dea59e9
+def _kernel_sum(
+    z: torch.Tensor,  # pooled samples, one per row
+    kernels: int,  # number of Gaussian kernels
+    multiplier: float,  # bandwidth ratio between consecutive kernels
+    bandwidth: float | None = None,  # middle kernel's squared-distance scale; None: mean pairwise squared distance
+) -> torch.Tensor:
+    "The (rows x rows) sum of the Gaussian kernels of the pairwise squared distances of `z`, bandwidths detached."
+    sq = (z * z).sum(1)
+    d2 = (sq[:, None] + sq[None, :] - 2 * z @ z.T).clamp_min(0)
+    n = len(z)
+    scale = d2.detach().sum() / max(n * n - n, 1) if bandwidth is None else z.new_tensor(float(bandwidth))
+    base = scale.clamp_min(1e-12) / multiplier ** (kernels // 2)
+    return sum(torch.exp(-d2 / (base * multiplier ** i)) for i in range(kernels))
+
+def mmd(
+    x: torch.Tensor,  # samples from the first distribution, one per row
+    y: torch.Tensor,  # samples from the second, one per row, same width
+    *,
+    kernels: int = 5,  # number of Gaussian kernels
+    multiplier: float = 2.0,  # bandwidth ratio between consecutive kernels
+) -> torch.Tensor:
+    "Squared multi-kernel Gaussian MMD of the rows of `x` and `y`: the biased V-statistic, differentiable, float32."
+    k, m = _kernel_sum(torch.cat([x.flatten(1), y.flatten(1)]).float(), kernels, multiplier), len(x)
+    return k[:m, :m].mean() + k[m:, m:].mean() - 2 * k[:m, m:].mean()
+
+def _samples(a, name: str) -> torch.Tensor:
+    "`a` (a tensor, array or nested list, one sample per row) as float64 rows; a clear error for fewer than 2 rows."
+    t = (a.detach() if torch.is_tensor(a) else torch.as_tensor(np.asarray(a))).double()
+    if t.ndim < 2: raise ValueError(f"{name}: one sample per row expected (2 or more dims), got shape {tuple(t.shape)}")
+    if len(t) < 2: raise ValueError(f"{name}: the unbiased MMD needs at least 2 samples, got {len(t)}")
+    return t.flatten(1)
+
+def mmd_unbiased(
+    x,  # samples from the first distribution, one per row (a tensor or array)
+    y,  # samples from the second, one per row, same width; the sizes may differ
+    *,
+    kernels: int = 5,  # number of Gaussian kernels
+    multiplier: float = 2.0,  # bandwidth ratio between consecutive kernels
+    bandwidth: float | None = None,  # middle kernel's squared-distance scale; None: the pooled mean squared distance
+) -> float:
+    "Unbiased (U-statistic) squared multi-kernel Gaussian MMD between the rows of `x` and `y`, in float64; can be < 0."
+    x, y = _samples(x, "x"), _samples(y, "y")
+    if x.shape[1] != y.shape[1]:
+        raise ValueError(f"x and y need samples of one width: x has {x.shape[1]} values per row, y {y.shape[1]}")
+    if bandwidth is not None and not bandwidth > 0: raise ValueError(f"bandwidth must be > 0, got {bandwidth}")
+    k, m = _kernel_sum(torch.cat([x, y]), kernels, multiplier, bandwidth), len(x)
+    within = lambda b: (b.sum() - b.diagonal().sum()) / (len(b) * (len(b) - 1))
+    return float(within(k[:m, :m]) + within(k[m:, m:]) - 2 * k[:m, m:].mean())

@@ -11,8 +11,12 @@ import torch
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
+from ..tasks import mmd
+
+_all_ = ["mmd"]  # the noise term's estimate lives in the core (`adaptkit.tasks`): `adaptkit.repnoise.mmd` is the same
+
 # %% auto #0
-__all__ = ['decoder_layers', 'readout', 'LayerCapture', 'mmd', 'layer_ce', 'readout_ce', 'repnoise_loss']
+__all__ = ['decoder_layers', 'readout', 'LayerCapture', 'layer_ce', 'readout_ce', 'repnoise_loss', 'mmd']
 
 # %% ../../nbs/repnoise/02_loss.ipynb #c989b64f
 def _unwrap(model):
@@ -71,22 +75,6 @@ class LayerCapture:
         self.handles.clear()
 
 # %% ../../nbs/repnoise/02_loss.ipynb #ec70e591
-def mmd(
-    x: torch.Tensor,  # samples from the first distribution, one per row
-    y: torch.Tensor,  # samples from the second, one per row, same width
-    *,
-    kernels: int = 5,  # number of Gaussian kernels
-    multiplier: float = 2.0,  # bandwidth ratio between consecutive kernels
-) -> torch.Tensor:
-    "Squared multi-kernel Gaussian MMD between the rows of `x` and of `y`, in float32."
-    z = torch.cat([x.flatten(1), y.flatten(1)]).float()
-    sq = (z * z).sum(1)
-    d2 = (sq[:, None] + sq[None, :] - 2 * z @ z.T).clamp_min(0)
-    n, m = len(z), len(x)
-    base = (d2.detach().sum() / max(n * n - n, 1)).clamp_min(1e-12) / multiplier ** (kernels // 2)
-    k = sum(torch.exp(-d2 / (base * multiplier ** i)) for i in range(kernels))
-    return k[:m, :m].mean() + k[m:, m:].mean() - 2 * k[:m, m:].mean()
-
 def layer_ce(
     hidden: torch.Tensor,  # (batch, seq, width) residual stream after one decoder layer
     labels: torch.Tensor,  # (batch, seq) token ids, -100 where not scored
