@@ -16,6 +16,8 @@ from .config import METHOD
 __all__ = ['report_results', 'ImmunisedModel']
 
 # %% ../../nbs/repnoise/04_artifact.ipynb #81e4d54e
+_HARM = ("harmfulness", "harmful_loss", "generalisation_harmfulness", "generalisation_harmful_loss")
+
 def report_results(
     report: Mapping | None,  # an `immunisation_report` (or None: no results)
     dataset: str = "harmful-finetuning-eval",  # the evaluation data's name on the card
@@ -24,7 +26,7 @@ def report_results(
     out = []
     for model, by_lr in (report or {}).get("after", {}).items():
         for lr, m in by_lr.items():
-            for k in ("harmfulness", "harmful_loss"):
+            for k in (k for k in _HARM if k in m):
                 out.append({"task": "harmful-finetuning-attack", "dataset": dataset, "metric": f"{k} after attack",
                             "metric_name": f"{model}: {k} after attack, lr={lr}", "value": round(m[k]["mean"], 4)})
     for model, m in (report or {}).get("before", {}).items():
@@ -41,15 +43,43 @@ def _mean_range(v) -> str:
 def _attack_table(report: Mapping | None) -> str:
     "A markdown table of an immunisation report: each model before the attack and after it, per learning rate."
     if not report: return "No attack was run on this model: its resistance to harmful fine-tuning is unmeasured."
-    keys = ("harmfulness", "harmful_loss", "benign_loss", "benign_accuracy")
-    row = lambda name, when, m: [name, when, *(_mean_range(m[k]) if k in m else "" for k in keys)]
-    rows = [row(name, "before attack", m) for name, m in report.get("before", {}).items()]
-    rows += [
-        row(name, f"after attack, lr={lr}", m)
-        for name, by_lr in report.get("after", {}).items()
-        for lr, m in by_lr.items()
-    ]
-    return markdown_table(rows, ["model", "when", *keys])
+    rows = [(name, "before attack", m) for name, m in report.get("before", {}).items()]
+    rows += [(name, f"after attack, lr={lr}", m) for name, by_lr in report.get("after", {}).items()
+             for lr, m in by_lr.items()]
+    keys = [k for k in (*_HARM, "benign_loss", "benign_accuracy")
+            if k in _HARM[:2] + ("benign_loss", "benign_accuracy") or any(k in m for *_, m in rows)]
+    return markdown_table([[name, when, *(_mean_range(m[k]) if k in m else "" for k in keys)]
+                           for name, when, m in rows], ["model", "when", *keys])
+
+def _interval(c: Mapping) -> str: return f"{c['mean']:+.3f} [{c['low']:+.3f}, {c['high']:+.3f}]"
+
+def _criteria_table(criteria: Mapping | None) -> str:
+    "The verdict per criterion and, from the summary, every metric's intervals: both models and their difference."
+    if not criteria: return "The immunisation criteria were not measured for this model."
+    verdicts = [[k, f"**{v}**"] for k, v in criteria.get("verdict", {}).items()]
+    lines = [markdown_table(verdicts, ["criterion", "verdict"])]
+    if (t := criteria.get("thresholds")):
+        lines.append("Thresholds: " + ", ".join(f"`{k}` = {v}" for k, v in t.items()) + ".")
+    rows = []
+    for crit, conds in (criteria.get("summary") or {}).items():
+        for cond, metrics in conds.items():
+            for metric, c in metrics.items():
+                diff = next((k for k in c if " - " in k), None)
+                if diff is None: continue
+                defended, baseline = diff.split(" - ", 1)
+                rows.append([crit, cond, metric, *(_interval(c[k]) for k in (baseline, defended, diff))])
+    if rows:
+        heads = ["criterion", "condition", "metric", "baseline", "defended", "defended - baseline"]
+        lines.append(markdown_table(rows, heads))
+    return "\n\n".join(lines)
+
+def _defence_line(s: Mapping | None) -> str:
+    "One sentence naming the defence setting: the loss weights, the layers, the schedule and the data."
+    if not s: return ""
+    steps = f"{s['max_steps']} steps" if (s.get("max_steps") or -1) > 0 else f"{s.get('num_train_epochs')} epochs"
+    layers = "all decoder layers" if s.get("layers") is None else f"decoder layers {s['layers']}"
+    return (f" Defence setting: alpha {s.get('alpha')}, beta {s.get('beta')}, {layers}, learning rate "
+            f"{s.get('learning_rate')}, {steps} on {s.get('rows')} pairs (every value is in the settings table).")
 
 class ImmunisedModel(ModelArtifact):
     "A causal LM immunised with RepNoise: a plain checkpoint, with its defence settings and attack report on the card."
@@ -58,14 +88,18 @@ class ImmunisedModel(ModelArtifact):
     def __init__(self,
                  model,  # the defended causal LM (a PEFT model is saved merged, from a copy)
                  tokenizer,  # its tokenizer
-                 report: Mapping | None = None):  # an `immunisation_report` of it: kept whole, its means on the card
+                 report: Mapping | None = None,  # an `immunisation_report` of it: kept whole, its means on the card
+                 criteria: Mapping | None = None,  # its measured criteria (`verdict`, optional `summary`/`thresholds`)
+                 settings: Mapping | None = None):  # the defence settings (`defence_settings`); the trainer sets them
         super().__init__(model, tokenizer)
-        self.report = report
+        self.report, self.settings = report, dict(settings) if settings is not None else None
+        judged = (report or {}).get("criteria") or {}  # a report with one defended model judged: its criteria
+        self.criteria = criteria if criteria is not None else next(iter(judged.values())) if len(judged) == 1 else None
         self.results = report_results(report) or None
 
     def _write(self, folder: Path) -> None:
         super()._write(folder)
-        write_metadata(folder, repnoise={"report": self.report})
+        write_metadata(folder, repnoise={"report": self.report, "criteria": self.criteria})
 
     @classmethod
     def _accepts(cls, record: dict) -> bool:  # also a folder with a `repnoise` record but no artifact kind
@@ -73,20 +107,25 @@ class ImmunisedModel(ModelArtifact):
 
     @classmethod
     def _from_parts(cls, model, tokenizer, record: dict):
-        return cls(model, tokenizer, (record.get("repnoise") or {}).get("report"))
+        own = record.get("repnoise") or {}
+        return cls(model, tokenizer, own.get("report"), criteria=own.get("criteria"))
 
     def _card_fields(self) -> dict:
         summary = (
             "A causal LM immunised against harmful fine-tuning with Representation Noising: trained to keep its "
             "harmless answers while the representations of harmful answers are pushed towards Gaussian noise and their "
             "per-layer read-out loss up."
-        )
+        ) + _defence_line(self.settings)
         if (s := (self.report or {}).get("settings")):
             summary += (
                 f" Attacks: {s['steps']} steps of full fine-tuning on {s['attack_rows']} harmful rows at lrs "
-                f"{s['lrs']}, seeds {s['seeds']}; evaluation rows disjoint from attack rows; harmfulness = 1 - refusal "
-                "rate of greedy answers judged by adaptkit's refusal classifier."
+                f"{s['lrs']}, seeds {s['seeds']}; evaluation rows disjoint from attack rows"
+                + (f", plus {s['generalisation_rows']} rows of a harm domain the attack never saw"
+                   if s.get("generalisation_rows") else "")
+                + "; harmfulness = 1 - refusal rate of greedy answers judged by adaptkit's refusal classifier."
             )
+        if (v := (self.criteria or {}).get("verdict")):
+            summary += " Measured criteria: " + "; ".join(f"{k}: {x}" for k, x in v.items()) + "."
         usage = (
             "from adaptkit.repnoise import ImmunisedModel\n\nmodel = ImmunisedModel.from_pretrained(REPO_ID).model\n"
             "# a plain checkpoint: transformers alone loads it too\nfrom transformers import AutoModelForCausalLM\n"
@@ -97,4 +136,5 @@ class ImmunisedModel(ModelArtifact):
             "usage": usage,
             "tags": ["safety", "immunization"],
             "attack_table": _attack_table(self.report),
+            "criteria_table": _criteria_table(self.criteria),
         }

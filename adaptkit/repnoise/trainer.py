@@ -147,6 +147,7 @@ class RepNoiseTrainer(ArtifactTrainerMixin, Trainer):
         kwargs.setdefault("data_collator", RepNoiseCollator(processing_class))
         model = self._load_base(model, base_model, base_revision, hub_endpoint, hub_token)
         self.report = None  # an `immunisation_report` of the trained model: its results go on the saved card
+        self.criteria = None  # its measured criteria (`immunisation_criteria`): on the card too
         if peft_config is not None:
             from peft import get_peft_model
             model = get_peft_model(model, peft_config)
@@ -208,7 +209,7 @@ def defence_settings(
 # %% ../../nbs/repnoise/03_trainer.ipynb #5fd48052
 @patch
 def artifact(self: RepNoiseTrainer) -> ImmunisedModel:
-    "The trained model as an `ImmunisedModel`, with the base's repo id and revision, its settings and `self.report`."
-    model = self._stamped(ImmunisedModel(self.model, self.processing_class, report=self.report))
+    "The trained model as an `ImmunisedModel`: the base's repo id and revision, its settings, report and criteria."
+    model = self._stamped(ImmunisedModel(self.model, self.processing_class, report=self.report, criteria=self.criteria))
     model.settings = defence_settings(self.args, len(self.rows))
     return model
