@@ -16,11 +16,11 @@ from pathlib import Path
 from typing import Callable
 
 # %% auto #0
-__all__ = ['COMMANDS', 'HELP_COLUMNS', 'HELP_PACKAGES', 'HubArguments', 'PushArguments', 'Command', 'command',
-           'ModelArguments', 'run_pissa', 'run_aligner', 'run_repnoise', 'TransLoRAArguments', 'run_translora',
-           'EMRArguments', 'run_emr', 'MergeArguments', 'run_merge', 'ServeArguments', 'ExportArguments',
-           'ImportArguments', 'TransferArguments', 'run_serve', 'run_push', 'run_pull', 'run_export', 'run_import',
-           'parser_for', 'help_text', 'help_key', 'write_help_texts', 'stored_help', 'command_help', 'main']
+__all__ = ['COMMANDS', 'HELP_COLUMNS', 'HELP_PACKAGES', 'HubArguments', 'PushArguments', 'Command', 'command', 'ModelArguments',
+           'run_pissa', 'run_aligner', 'run_repnoise', 'TransLoRAArguments', 'run_translora', 'EMRArguments', 'run_emr',
+           'MergeArguments', 'run_merge', 'ServeArguments', 'ExportArguments', 'ImportArguments', 'TransferArguments',
+           'run_serve', 'run_push', 'run_pull', 'run_export', 'run_import', 'parser_for', 'help_text', 'help_key',
+           'write_help_texts', 'stored_help', 'command_help', 'main']
 
 # %% ../nbs/20_cli.ipynb #0f5214e0
 @dataclass
@@ -341,6 +341,14 @@ class MergeArguments:
         default=None, metadata={"help": "Globs of tensors kept per task, not merged (e.g. 'classifier.*')."}
     )
     seed: int = field(default=0, metadata={"help": "DARE's seed (mergekit-yaml's --random-seed)."})
+    max_shard_size: str = field(
+        default="5GB", metadata={"help": "Largest safetensors shard written (transformers' format, e.g. '500MB'); each "
+                                         "merged tensor goes to its shard as it is computed."}
+    )
+    dry_run: bool = field(
+        default=False, metadata={"help": "Print the plan (models, tensors, shards, bytes to read and write) as JSON "
+                                         "and stop; nothing is written (a repo id is downloaded to read its headers)."}
+    )
 
 @command("merge", lambda: [MergeArguments, PushArguments],
          "run a mergekit-style YAML (linear, TIES, DARE, breadcrumbs, emr, ...) and save/push the result",
@@ -351,10 +359,15 @@ def run_merge(
 ) -> dict:
     "Merge the models of `merge_config` into `--output_dir`: a merged model, or an EMR bundle for `merge_method: emr`."
     _need(args, "merge_config")
-    from adaptkit.emr.merge import merge_from_config
+    from adaptkit.emr.merge import merge_from_config, plan_merge_config
     push = _push_target(push_args, push_args)
+    if args.dry_run:
+        return _report(None, dry_run=True, **plan_merge_config(
+            args.merge_config, args.output_dir, exclude=args.exclude, endpoint=push_args.hub_endpoint,
+            token=push_args.hub_token, max_shard_size=args.max_shard_size))
     out = merge_from_config(args.merge_config, args.output_dir, exclude=args.exclude, seed=args.seed,
-                            endpoint=push_args.hub_endpoint, token=push_args.hub_token)
+                            endpoint=push_args.hub_endpoint, token=push_args.hub_token,
+                            max_shard_size=args.max_shard_size)
     commit = push and out.push_to_hub(push["repo_id"], endpoint=push["endpoint"], token=push["token"],
                                       private=push["private"], revision=push["revision"])
     return _report(push, commit, output_dir=args.output_dir, method=out.settings.get("method", "emr"),

@@ -5,69 +5,201 @@
 # %% ../../nbs/emr/06_artifact.ipynb #a27f0002
 from __future__ import annotations
 
+import errno
 import json
+import math
+import os
+import shutil
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file, save_file
 
 from ..artifacts import Artifact
 from .inputs import _build_model, _check_task_name
 from .methods import MERGE_METHODS
-from ..hub import write_metadata
+from ..hub import METADATA_FILE, write_metadata
+from ..tensorfiles import DTYPE_NAMES, ShardWriter, StreamWriter, TensorFiles, nbytes, size_in_bytes
+
 
 # %% auto #0
 __all__ = ['MergedModel']
 
+# %% ../../nbs/emr/06_artifact.ipynb #a27f0010
+class _LazyTensors(Mapping):
+    "Tensor name -> tensor of safetensors files (shards), each read from disk when it is asked for."
+    def __init__(self, files: TensorFiles): self.files, self.specs = files, files.specs
+    def __getitem__(self, name: str) -> torch.Tensor:
+        if name not in self.specs: raise KeyError(name)
+        return self.files.read(name)
+    def __iter__(self): return iter(self.specs)
+    def __len__(self): return len(self.specs)
+
+class _TensorStream(Mapping):
+    "Tensors still to be computed: their specs known up front, their values from `tensors`, `(name, tensor)` once."
+    def __init__(self, specs: dict, tensors: Iterator): self.specs, self.tensors = specs, tensors
+    def __getitem__(self, name: str): raise RuntimeError(f"tensor {name!r} is computed as the merge is written")
+    def __iter__(self): return iter(self.specs)
+    def __len__(self): return len(self.specs)
+
+def _specs(tensors: Mapping) -> dict:
+    "Name -> (safetensors dtype, shape) of in-memory, lazy or streamed tensors."
+    if hasattr(tensors, "specs"): return dict(tensors.specs)
+    return {n: (DTYPE_NAMES[t.dtype], tuple(t.shape)) for n, t in tensors.items()}
+
+def _items(tensors: Mapping):
+    "`(name, tensor)` of each tensor in order: a stream's as they are computed."
+    return tensors.tensors if isinstance(tensors, _TensorStream) else tensors.items()
+
+def _write_tensors(writer, tensors: Mapping, what: str):
+    "Write each tensor of `tensors` to `writer` as it comes; a failed write (a full disk) names the tensor and file."
+    for name, t in _items(tensors):
+        try: writer.write(name, t.contiguous())
+        except OSError as e:
+            path = (writer.where[name] if isinstance(writer, ShardWriter) else writer).path
+            full = "the disk is full: " if e.errno == errno.ENOSPC else ""
+            raise OSError(e.errno, f"writing tensor {name!r} of {what} to {path.name}: {full}{e.strerror or e}; the "
+                                   "partial output was removed, the output folder left as it was") from e
+
+def _check_shard_size(
+    specs: dict,  # tensor name -> (safetensors dtype, shape)
+    max_shard_size: int | str,  # bytes, or "5GB" / "500MB" as transformers takes it
+) -> int:
+    "`max_shard_size` in bytes, refused when a tensor is larger (a tensor is never split across shards)."
+    limit = size_in_bytes(max_shard_size)
+    big = max(specs, key=lambda n: nbytes(specs[n]), default=None)
+    if big is not None and nbytes(specs[big]) > limit:
+        need = math.ceil(nbytes(specs[big]) / 1e6)
+        raise ValueError(f"max_shard_size {max_shard_size!r} ({limit:,} bytes) is below tensor {big!r} "
+                         f"({nbytes(specs[big]):,} bytes, {specs[big][0]} {list(specs[big][1])}): a tensor is never "
+                         f"split across shards; give at least '{need}MB'")
+    return limit
+
+def _check_output(
+    out_dir: str | Path,  # the folder a merge will write (replacing it)
+    inputs: list,  # the merge's inputs: those that are local paths may not be replaced
+    *,
+    marker: str = METADATA_FILE,  # a file that makes an existing folder one the merge may replace
+    need: int = 0,  # bytes the merge writes: refused when the disk has less free
+) -> Path:
+    """Refuse, before any tensor is merged, an output that cannot be replaced: a file, a folder adaptkit did not
+    write, an input model's folder (or one holding it), a place that cannot be written, a disk without the room."""
+    out = Path(out_dir).expanduser().absolute()
+    if out.exists() and not out.is_dir(): raise FileExistsError(f"{out}: a file, not a folder: not replacing it")
+    for src in inputs:
+        if isinstance(src, (str, os.PathLike)) and (p := Path(src).expanduser()).exists():
+            if p.resolve() == out.resolve() or p.resolve().is_relative_to(out.resolve()):
+                raise ValueError(f"{out}: replacing it would delete the input {str(src)!r}: choose another folder")
+    if out.is_dir() and any(out.iterdir()) and not (out / marker).exists():
+        raise FileExistsError(f"{out} exists and was not written by adaptkit (no {marker}): not replacing it; "
+                              "remove it or choose another folder")
+    parent = next(p for p in (out.parent, *out.parent.parents) if p.exists())
+    if not (parent.is_dir() and os.access(parent, os.W_OK | os.X_OK)):
+        raise PermissionError(f"{out}: cannot write in {parent}")
+    if need and (free := shutil.disk_usage(parent).free) < need:
+        raise OSError(errno.ENOSPC, f"{out}: the merge writes {need:,} bytes and {parent} has {free:,} free")
+    return out
+
+
 # %% ../../nbs/emr/06_artifact.ipynb #91873265
+_BESIDE = ("generation_config.json", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+           "added_tokens.json", "vocab.json", "vocab.txt", "merges.txt", "tokenizer.model", "spiece.model",
+           "sentencepiece.bpe.model", "chat_template.jinja", "chat_template.json")  # the base's files a merge keeps
+
 class MergedModel(Artifact):
-    "One merged model (task arithmetic, TIES, DARE...) plus each task's own unmerged tensors (heads) and config."
+    """One merged model (task arithmetic, TIES, DARE...) plus each task's own unmerged tensors (heads) and config.
+
+    Saved, it is a transformers checkpoint: shards, config, generation config and the base's tokenizer at the root."""
     kind, commit_message, pipeline_tag = "merged-model", "Upload merged model with adaptkit", None
+    max_shard_size: int | str = "5GB"  # largest shard `save_pretrained` writes (transformers' default)
 
     def __init__(
         self,
-        state_dict: dict,  # merged tensor name -> tensor
+        state_dict: Mapping,  # merged tensor name -> tensor (a folder's shards read lazily, once saved and loaded)
         heads: dict,  # task -> {tensor name -> tensor} of its own tensors
         configs: dict,  # task -> its config dict (or the base's)
+        config: dict | None = None,  # the merged model's config.json (the base's, its dtype the merged one)
+        beside: dict | None = None,  # file name -> bytes kept from the base: generation config, tokenizer
+        sources: dict | None = None,  # "base" and each task -> where it came from (repo id@commit or folder name)
     ):
         self.state_dict, self.heads, self.configs = state_dict, heads, configs
+        self.config, self.beside, self.sources = config, dict(beside or {}), dict(sources or {})
 
     @property
     def tasks(self) -> list[str]: return list(self.heads)
 
-    def task_state_dict(self, task: str) -> dict: return self.state_dict | self.heads[task]
+    def task_state_dict(self, task: str) -> dict: return {**self.state_dict, **self.heads[task]}
 
     def load_task_model(self, task: str, *, dtype: torch.dtype | None = None, **kwargs):
         "The transformers model of `task`: the merged weights with the task's own head and config."
         dtype = dtype or next(iter(self.state_dict.values())).dtype
         return _build_model(self.configs[task], self.task_state_dict(task), dtype, f"task {task!r}", **kwargs)
 
+    def save_pretrained(
+        self,
+        save_directory: str | Path,  # the folder to write (an existing adaptkit folder is replaced, atomically)
+        *,
+        max_shard_size: int | str | None = None,  # largest shard, e.g. "2GB" (None: the model's, default "5GB")
+    ) -> Path:
+        "Write the merged model, a transformers checkpoint with its card, to `save_directory`; return the folder."
+        if max_shard_size is not None: self.max_shard_size = max_shard_size
+        _check_shard_size(_specs(self.state_dict), self.max_shard_size)
+        return self._save(Path(save_directory))
+
     def _write(self, folder: Path) -> None:
-        "`merged/model.safetensors`, and per task `tasks/<task>/own.safetensors` with its `config.json`."
-        contiguous = lambda sd: {k: v.contiguous() for k, v in sd.items()}
-        (folder / "merged").mkdir()
-        save_file(contiguous(self.state_dict), folder / "merged" / "model.safetensors")
-        for task, head in self.heads.items():
-            (d := folder / "tasks" / _check_task_name(task)).mkdir(parents=True)
-            save_file(contiguous(head), d / "own.safetensors")
-            if self.configs.get(task): (d / "config.json").write_text(json.dumps(self.configs[task], indent=2) + "\n")
-        write_metadata(folder, merged={"tasks": self.tasks})
+        """Shards (`model.safetensors`, or `model-0000x-of-0000n.safetensors` and the index) with config.json and the
+        base's files at the root, each tensor written as it comes; per task `tasks/<task>/own.safetensors`, config."""
+        writers = [ShardWriter(folder, _specs(self.state_dict), self.max_shard_size)]
+        try:
+            _write_tensors(writers[0], self.state_dict, "the merged model")
+            for task, head in self.heads.items():
+                d = folder / "tasks" / _check_task_name(task)
+                writers.append(StreamWriter(d / "own.safetensors", _specs(head)))
+                _write_tensors(writers[-1], head, f"task {task!r}")
+                if (cfg := self.configs.get(task)): (d / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
+        except BaseException:
+            for w in writers: w.close(check=False)
+            raise
+        for w in writers: w.close()
+        if self.config: (folder / "config.json").write_text(json.dumps(self.config, indent=2, sort_keys=True) + "\n")
+        for name, data in self.beside.items(): (folder / name).write_bytes(data)
+        write_metadata(folder, merged={"tasks": self.tasks, "sources": self.sources})
+
+    def _open_weights(self, folder: Path) -> MergedModel:
+        "Point at the weights in `folder`, read lazily: the shards (or an older `merged/`) and each task's own file."
+        weights = folder / "merged" if (folder / "merged" / "model.safetensors").is_file() else folder
+        self.state_dict = _LazyTensors(TensorFiles.of_folder(weights))
+        self.heads = {t: _LazyTensors(TensorFiles([folder / "tasks" / t / "own.safetensors"])) for t in self.heads}
+        return self
 
     @classmethod
     def _read(cls, folder: Path, record: dict, **_) -> MergedModel:
-        "The merged model in `folder`, its task names checked before they become paths."
-        tasks = [_check_task_name(t) for t in (record.get("merged") or {}).get("tasks", [])]
-        config = lambda t: json.loads(p.read_text()) if (p := folder / "tasks" / t / "config.json").is_file() else None
-        heads = {t: load_file(folder / "tasks" / t / "own.safetensors") for t in tasks}
-        return cls(load_file(folder / "merged" / "model.safetensors"), heads, {t: config(t) for t in tasks})
+        "The merged model in `folder`, its weights read lazily, its task names checked before they become paths."
+        merged = record.get("merged") or {}
+        tasks = [_check_task_name(t) for t in merged.get("tasks", [])]
+        def config(p): return json.loads(p.read_text()) if p.is_file() else None
+        beside = {f: (folder / f).read_bytes() for f in _BESIDE if (folder / f).is_file()}
+        out = cls({}, {t: {} for t in tasks}, {t: config(folder / "tasks" / t / "config.json") for t in tasks},
+                  config(folder / "config.json"), beside, merged.get("sources"))
+        return out._open_weights(folder)
 
     def _card_fields(self) -> dict:
         method = (self.settings or {}).get("method", "a merge")
         method = MERGE_METHODS[method].title if method in MERGE_METHODS else method
-        names = ", ".join(f"`{t}`" for t in self.tasks)
-        summary = (f"One model merged with {method} from {len(self.tasks)} task models fine-tuned from one base "
-                   f"(tasks: {names}), plus each task's own unmerged tensors (heads). "
-                   "A baseline for EMR-Merging: load the model of one task.")
+        names = ", ".join(f"`{t}`" + (f" ({self.sources[t]})" if self.sources.get(t) else "") for t in self.tasks)
+        base = f" ({self.sources['base']})" if self.sources.get("base") else ""
+        summary = (f"One model merged with {method} from {len(self.tasks)} task models fine-tuned from one base"
+                   f"{base}: {names}. ")
+        arch = ((self.config or {}).get("architectures") or [""])[0]
+        if arch and not any(self.heads.values()):
+            summary += f"The folder is a transformers checkpoint ({arch}) with the base's tokenizer."
+            usage = ("from transformers import AutoModelForCausalLM, AutoTokenizer\n\n"
+                     "model = AutoModelForCausalLM.from_pretrained(REPO_ID)\n"
+                     "tokenizer = AutoTokenizer.from_pretrained(REPO_ID)") if arch.endswith("ForCausalLM") else ""
+            return {"summary": summary, "usage": usage,
+                    "pipeline_tag": "text-generation" if arch.endswith("ForCausalLM") else None}
+        summary += ("Each task keeps its own unmerged tensors (heads) under `tasks/`: load the model of one task. "
+                    "A baseline for EMR-Merging.")
         usage = ("from adaptkit.emr import MergedModel\n\nmerged = MergedModel.from_pretrained(REPO_ID)\n"
                  f"model = merged.load_task_model({self.tasks[0]!r})" if self.tasks else "")
         return {"summary": summary, "usage": usage}

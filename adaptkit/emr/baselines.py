@@ -5,37 +5,103 @@
 # %% ../../nbs/emr/09_baselines.ipynb #ba5e0002
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
 
 import torch
 from tqdm.auto import tqdm
 
-from .artifact import MergedModel
+from .artifact import _BESIDE, MergedModel, _check_output, _check_shard_size, _items, _TensorStream
 from .inputs import _check_finite, _open_inputs, _plan_merge
 from .methods import MERGE_METHODS, merge_tensor, tensor_generator, tensor_parameters
+from ..tensorfiles import DTYPE_NAMES, DTYPES, nbytes, size_in_bytes
+
 
 # %% auto #0
 __all__ = ['merge_models', 'task_arithmetic', 'ties_merge']
 
-# %% ../../nbs/emr/09_baselines.ipynb #66ba9799
-def _merge_into_one(pretrained, finetuned, exclude, endpoint, token, combine_for: Callable, dtype, progress: bool,
-                    desc: str = "merging") -> MergedModel:
-    """Merge the shared tensors one at a time with `combine_for(tensor names)`: a per-tensor function
-    `(name, base, task vectors) -> merged tensor`, made (its parameters checked) before any tensor is read."""
-    base, tasks = _open_inputs(pretrained, finetuned, endpoint, token)
-    plan, merged = _plan_merge(base, tasks, exclude), {}
-    combine = combine_for(plan.merged)
-    for name in tqdm(plan.merged, desc=desc, unit="tensor", disable=not progress):
+# %% ../../nbs/emr/09_baselines.ipynb #ba5e0010
+def _origin_name(source) -> str:
+    "Where a model came from, fit to publish: repo id@commit, a local folder's name, or an in-memory state dict."
+    o = source.origin
+    if o.get("repo_id"): return o["repo_id"] + (f"@{o['revision']}" if o.get("revision") else "")
+    return Path(o["path"]).name if o.get("path") else "an in-memory state dict"
+
+def _out_dtype(spec_dtype: str, dtype) -> str:
+    "The safetensors dtype a tensor is written in: `dtype` for a float tensor when given, else its own."
+    return DTYPE_NAMES[dtype] if dtype is not None and DTYPES[spec_dtype].is_floating_point else spec_dtype
+
+def _root_config(base, tasks: dict, dtype) -> dict | None:
+    "The merged model's config.json: the base's (else the first task's), with the merged model's dtype."
+    cfg = base.config or next((m.config for m in tasks.values() if m.config), None)
+    if cfg is None or dtype is None: return cfg and dict(cfg)
+    name = str(dtype).removeprefix("torch.")
+    return {**cfg, "dtype": name} | ({"torch_dtype": name} if "torch_dtype" in cfg else {})
+
+def _beside(base) -> dict:
+    "The base's generation config and tokenizer files (mergekit's default `tokenizer_source: base`), as bytes."
+    folder = base.folder if base.folder is not None and base.folder.is_dir() else None
+    if folder is None: return dict(base.beside)
+    return {f: (folder / f).read_bytes() for f in _BESIDE if (folder / f).is_file()}
+
+def _check_result(t: torch.Tensor, name: str, method: str) -> torch.Tensor:
+    "`t`, a merged tensor, after checking it is finite (finite inputs can overflow: a large weight, a half dtype)."
+    if t.is_floating_point() and not torch.isfinite(t).all():
+        raise ValueError(f"tensor {name!r} of the merged model ({method}) has NaN or Inf values, though every input is "
+                         "finite: a weight or lambda too large for its dtype? Nothing was written")
+    return t
+
+def _merged_tensors(plan, base, tasks: dict, combine: Callable, dtype, method: str, bar) -> Iterator:
+    "Each merged tensor as it is computed, `(name, tensor)`: one tensor of every model in memory, all checked finite."
+    for name in plan.merged:
         b = _check_finite(base.read(name), name, "the base")
         b32 = b.float()
         task_vectors = torch.stack([_check_finite(m.delta(name, b32), name, f"task {t!r}") for t, m in tasks.items()])
-        merged[name] = combine(name, b32, task_vectors).to(dtype or b.dtype)
-    cast = lambda h: h.to(dtype) if dtype is not None and h.is_floating_point() else h
-    heads = {t: {n: cast(m.tensor(n, lambda n=n: base.read(n))) for n in plan.own[t]} for t, m in tasks.items()}
-    out = MergedModel(merged, heads, {t: m.config or base.config for t, m in tasks.items()})
-    out.base_model, out.base_revision = base.origin.get("repo_id"), base.origin.get("revision")
-    return out
+        out = combine(name, b32, task_vectors).to(dtype or b.dtype)
+        del b, b32, task_vectors
+        yield name, _check_result(out, name, method)
+        bar.update()
 
+def _own_tensors(m, names: list, base, dtype) -> Iterator:
+    "A task's own tensors, `(name, tensor)`, read one at a time (floats cast to `dtype` when given)."
+    for n in names:
+        t = m.tensor(n, lambda n=n: base.read(n))
+        yield n, t.to(dtype) if dtype is not None and t.is_floating_point() else t
+
+def _merge_into_one(pretrained, finetuned, exclude, endpoint, token, combine_for: Callable, dtype, progress: bool,
+                    desc: str = "merging", out_dir=None, max_shard_size="5GB", settings=None) -> MergedModel:
+    """Merge the shared tensors one at a time with `combine_for(tensor names)`: a per-tensor function
+    `(name, base, task vectors) -> merged tensor`, made (its parameters checked) before any tensor is read.
+
+    With `out_dir`, each merged tensor goes to its shard as it is computed (a temporary folder renamed at the end) and
+    the result reads them back lazily; without, the merged state dict is held in memory."""
+    inputs = [pretrained, *finetuned.values()] if isinstance(finetuned, Mapping) else [pretrained]
+    if out_dir is not None: _check_output(out_dir, inputs)  # before any model is opened
+    size_in_bytes(max_shard_size)
+    base, tasks = _open_inputs(pretrained, finetuned, endpoint, token)
+    plan = _plan_merge(base, tasks, exclude)
+    combine = combine_for(plan.merged)
+    specs = {n: (_out_dtype(base.specs[n][0], dtype), base.specs[n][1]) for n in plan.merged}
+    own = {t: {n: (_out_dtype(m.specs[n][0], dtype), m.specs[n][1]) for n in plan.own[t]} for t, m in tasks.items()}
+    _check_shard_size(specs, max_shard_size)
+    bar = tqdm(total=len(plan.merged), desc=desc, unit="tensor", disable=not progress)
+    merged = _TensorStream(specs, _merged_tensors(plan, base, tasks, combine, dtype, desc, bar))
+    heads = {t: _TensorStream(own[t], _own_tensors(m, plan.own[t], base, dtype)) for t, m in tasks.items()}
+    sources = {"base": _origin_name(base), **{t: _origin_name(m) for t, m in tasks.items()}}
+    out = MergedModel(merged, heads, {t: m.config or base.config for t, m in tasks.items()},
+                      _root_config(base, tasks, dtype), _beside(base), sources)
+    out.base_model, out.base_revision = base.origin.get("repo_id"), base.origin.get("revision")
+    out.settings, out.max_shard_size = settings, max_shard_size
+    with bar:
+        if out_dir is None:
+            out.state_dict, out.heads = dict(_items(merged)), {t: dict(_items(h)) for t, h in heads.items()}
+            return out
+        need = sum(map(nbytes, specs.values())) + sum(nbytes(s) for h in own.values() for s in h.values())
+        _check_output(out_dir, inputs, need=need)
+        return out._open_weights(out.save_pretrained(out_dir))
+
+
+# %% ../../nbs/emr/09_baselines.ipynb #66ba9799
 def _per_task(value, tasks: list, param: str) -> dict:
     "A per-model parameter as task -> setting: one setting for every task, or a mapping naming some of them."
     if value is None or (isinstance(value, Mapping) and not value): return {}
@@ -51,25 +117,9 @@ def _compact(per_task: dict):
     same = len(per_task) > 0 and all(v == values[0] for v in values) and isinstance(values[0], (int, float))
     return values[0] if same else per_task
 
-def merge_models(
-    pretrained,  # the base (same kinds as `emr_merge`)
-    finetuned: Mapping,  # task name -> fine-tuned model or LoRA adapter
-    *,
-    method: str = "task_arithmetic",  # a key of `MERGE_METHODS` (mergekit's names), e.g. "ties", "dare_ties"
-    weight=None,  # each task vector's weight: a number, {filter, value} conditions, or task -> either (default 1)
-    density=None,  # pruning methods: the fraction of each task vector kept, given as `weight` is (default 1)
-    gamma=None,  # breadcrumbs: the fraction of largest magnitudes dropped, given as `weight` is (default 0.01)
-    scaling: float = 1.0,  # λ: the merged task vector's factor (mergekit's `lambda`)
-    normalize: bool | None = None,  # divide by the summed weights (None: the method's default, as mergekit's)
-    rescale: bool = True,  # DARE: divide the kept entries by the density
-    seed: int = 0,  # DARE: each task's mask of each tensor is drawn from (seed, task, tensor name)
-    dtype: str | torch.dtype | None = None,  # the merged model's dtype (None: each tensor keeps the base's)
-    exclude=None,  # tensors kept per task, as in `emr_merge`
-    endpoint: str | None = None,  # Hub endpoint for repo ids
-    token: str | None = None,  # Hub token; never logged
-    progress: bool = True,  # show a progress bar
-) -> MergedModel:
-    "Merge models fine-tuned from one base into one model with a method users know, one tensor at a time."
+def _merge_models(pretrained, finetuned: Mapping, *, method, weight, density, gamma, scaling, normalize, rescale, seed,
+                  dtype, exclude, endpoint, token, out_dir, max_shard_size, progress, recorded=None) -> MergedModel:
+    "`merge_models`, with `recorded` settings added to the record (a configuration's)."
     if method not in MERGE_METHODS:
         raise ValueError(f"method {method!r}: adaptkit has {', '.join(MERGE_METHODS)} (and emr_merge)")
     m, tasks = MERGE_METHODS[method], list(finetuned)
@@ -93,13 +143,40 @@ def merge_models(
                                 normalize=normalize, scaling=scaling, rescale=rescale, generators=generators)
         return combine
 
-    out = _merge_into_one(pretrained, finetuned, exclude, endpoint, token, combine_for, dtype, progress, method)
-    out.settings = {"method": method, **{p: _compact(v) for p, v in settings.items() if v}}
-    out.settings |= {"scaling": scaling, "normalize": normalize} if method != "linear" else {"normalize": normalize}
-    if m.prune == "random": out.settings |= {"rescale": rescale, "seed": seed}
-    if dtype is not None: out.settings["dtype"] = str(dtype).removeprefix("torch.")
-    out.settings["tasks"] = out.tasks
-    return out
+    record = {"method": method, **{p: _compact(v) for p, v in settings.items() if v}}
+    record |= {"scaling": scaling, "normalize": normalize} if method != "linear" else {"normalize": normalize}
+    if m.prune == "random": record |= {"rescale": rescale, "seed": seed}
+    if dtype is not None: record["dtype"] = str(dtype).removeprefix("torch.")
+    record = record | {"tasks": tasks} | (recorded or {})
+    return _merge_into_one(pretrained, finetuned, exclude, endpoint, token, combine_for, dtype, progress, method,
+                           out_dir, max_shard_size, record)
+
+def merge_models(
+    pretrained,  # the base (same kinds as `emr_merge`)
+    finetuned: Mapping,  # task name -> fine-tuned model or LoRA adapter
+    *,
+    method: str = "task_arithmetic",  # a key of `MERGE_METHODS` (mergekit's names), e.g. "ties", "dare_ties"
+    weight=None,  # each task vector's weight: a number, {filter, value} conditions, or task -> either (default 1)
+    density=None,  # pruning methods: the fraction of each task vector kept, given as `weight` is (default 1)
+    gamma=None,  # breadcrumbs: the fraction of largest magnitudes dropped, given as `weight` is (default 0.01)
+    scaling: float = 1.0,  # λ: the merged task vector's factor (mergekit's `lambda`)
+    normalize: bool | None = None,  # divide by the summed weights (None: the method's default, as mergekit's)
+    rescale: bool = True,  # DARE: divide the kept entries by the density
+    seed: int = 0,  # DARE: each task's mask of each tensor is drawn from (seed, task, tensor name)
+    dtype: str | torch.dtype | None = None,  # the merged model's dtype (None: each tensor keeps the base's)
+    exclude=None,  # tensors kept per task, as in `emr_merge`
+    endpoint: str | None = None,  # Hub endpoint for repo ids
+    token: str | None = None,  # Hub token; never logged
+    out_dir: str | Path | None = None,  # write each merged tensor to its shard here as it is computed (None: in memory)
+    max_shard_size: int | str = "5GB",  # largest shard, as in transformers' `save_pretrained` ("500MB", bytes)
+    progress: bool = True,  # show a progress bar
+) -> MergedModel:
+    """Merge models fine-tuned from one base into one model with a method users know, one tensor at a time; with
+    `out_dir`, streamed to a transformers checkpoint there (shards, config, the base's tokenizer), read back lazily."""
+    return _merge_models(pretrained, finetuned, method=method, weight=weight, density=density, gamma=gamma,
+                         scaling=scaling, normalize=normalize, rescale=rescale, seed=seed, dtype=dtype, exclude=exclude,
+                         endpoint=endpoint, token=token, out_dir=out_dir, max_shard_size=max_shard_size,
+                         progress=progress)
 
 def task_arithmetic(
     pretrained,  # the base (same kinds as `emr_merge`)
@@ -109,11 +186,14 @@ def task_arithmetic(
     exclude=None,  # tensors kept per task, as in `emr_merge`
     endpoint: str | None = None,  # Hub endpoint for repo ids
     token: str | None = None,  # Hub token; never logged
+    out_dir: str | Path | None = None,  # stream the result to this folder (None: in memory)
+    max_shard_size: int | str = "5GB",  # largest shard written to `out_dir`
     progress: bool = True,  # show a progress bar
 ) -> MergedModel:
     "Task arithmetic: the base plus `scaling` times the sum of the task vectors (`merge_models` with its defaults)."
     return merge_models(pretrained, finetuned, method="task_arithmetic", scaling=scaling, exclude=exclude,
-                        endpoint=endpoint, token=token, progress=progress)
+                        endpoint=endpoint, token=token, out_dir=out_dir, max_shard_size=max_shard_size,
+                        progress=progress)
 
 def ties_merge(
     pretrained,  # the base (same kinds as `emr_merge`)
@@ -124,8 +204,12 @@ def ties_merge(
     exclude=None,  # tensors kept per task, as in `emr_merge`
     endpoint: str | None = None,  # Hub endpoint for repo ids
     token: str | None = None,  # Hub token; never logged
+    out_dir: str | Path | None = None,  # stream the result to this folder (None: in memory)
+    max_shard_size: int | str = "5GB",  # largest shard written to `out_dir`
     progress: bool = True,  # show a progress bar
 ) -> MergedModel:
     "TIES-Merging: trim, elect sign, disjoint mean, scaled (`merge_models` with the TIES paper's defaults)."
     return merge_models(pretrained, finetuned, method="ties", density=density, scaling=scaling, exclude=exclude,
-                        endpoint=endpoint, token=token, progress=progress)
+                        endpoint=endpoint, token=token, out_dir=out_dir, max_shard_size=max_shard_size,
+                        progress=progress)
+

@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 
 from ..hub import pull, source_of
-from ..tensorfiles import DTYPE_NAMES, SafetensorsHeaderError, TensorFiles
+from ..tensorfiles import DTYPE_NAMES, SafetensorsHeaderError, TensorFiles, read_header
 
 # %% auto #0
 __all__ = []
@@ -31,6 +31,7 @@ class _ModelSource:
                  files: TensorFiles | None = None):
         self.specs, self.read, self.config, self.origin, self.folder = specs, read, config, origin, folder
         self.files, self.prefix, self.own = files, "", set()
+        self.beside = {}  # file name -> bytes a merged model takes from its base (a model object's generation config)
 
     @classmethod
     def of_files(cls, files: TensorFiles, config: dict | None, origin: dict, folder: Path) -> "_ModelSource":
@@ -48,8 +49,12 @@ class _ModelSource:
         read = files.read if files else lambda name, rows=None: self.read(name[len(prefix):], rows)
         specs = {prefix + k: v for k, v in self.specs.items()}
         renamed = _ModelSource(specs, read, self.config, self.origin, self.folder, files)
-        renamed.prefix = prefix
+        renamed.prefix, renamed.beside = prefix, self.beside
         return renamed
+
+    def where(self, name: str) -> str:
+        "The file that holds tensor `name`, or the model's location, for error messages."
+        return str(self.files.file[name]) if self.files and name in self.files.file else self.location
 
     def delta(
         self, name: str, base: torch.Tensor, rows: tuple | None = None, out: torch.Tensor | None = None
@@ -148,6 +153,28 @@ def _check_task_name(name) -> str:
         )
     return name
 
+def _check_index(folder: Path):
+    """Raise unless `folder`'s shard index and its shards agree: every shard there, every tensor in one shard, the one
+    the index names, and no tensor left out of the index."""
+    index = folder / "model.safetensors.index.json"
+    if not index.is_file(): return
+    try: wmap = {str(k): str(v) for k, v in json.loads(index.read_text())["weight_map"].items()}
+    except (ValueError, KeyError, TypeError, AttributeError) as e:
+        raise ValueError(f"{index}: not a safetensors index ({e!r})") from None
+    shards, held = sorted({f for f in wmap.values() if Path(f).name == f and not f.startswith(".")}), {}
+    if (missing := [f for f in shards if not (folder / f).is_file()]):
+        lost = [n for n, f in wmap.items() if f == missing[0]]
+        raise FileNotFoundError(f"{index}: names shard {missing[0]!r} (tensor {lost[0]!r} and {len(lost) - 1} more), "
+                                f"which is not in {folder}: an incomplete download or copy?")
+    for f in shards:
+        for name in read_header(folder / f):
+            if name in held: raise ValueError(f"{folder}: tensor {name!r} is in two shards, {held[name]} and {f}")
+            held[name] = f
+    if (moved := [n for n, f in wmap.items() if n in held and held[n] != f]):
+        raise ValueError(f"{index}: maps tensor {moved[0]!r} to {wmap[moved[0]]}, but {held[moved[0]]} holds it")
+    if (extra := sorted(set(held) - set(wmap))):
+        raise ValueError(f"{index}: shard {held[extra[0]]} holds tensor {extra[0]!r}, which the index does not list")
+
 def _open_folder(folder: Path, base: _ModelSource | None) -> _ModelSource:
     "A pulled or local folder (or `.safetensors` file): a full model, or a LoRA adapter of `base`."
     origin = source_of(folder)
@@ -157,18 +184,26 @@ def _open_folder(folder: Path, base: _ModelSource | None) -> _ModelSource:
         if base is None: raise ValueError("it is a LoRA adapter; the base must be a full model")
         return _LoraSource(folder, base, origin)
     cfg = json.loads((folder / "config.json").read_text()) if (folder / "config.json").is_file() else None
+    _check_index(folder)
     return _ModelSource.of_files(TensorFiles.of_folder(folder), cfg, origin, folder)
 
 def _open_source(src, *, base: _ModelSource | None, what: str, endpoint=None, token=None) -> _ModelSource:
     "A `_ModelSource` of a state dict, model object, safetensors folder or file, repo id or LoRA adapter folder."
     if isinstance(src, Mapping): return _state_dict_source(src)
     if hasattr(src, "state_dict") and hasattr(src, "config"):
-        return _state_dict_source(src.state_dict(), src.config.to_dict())
+        source = _state_dict_source(src.state_dict(), src.config.to_dict())
+        if (gen := getattr(src, "generation_config", None)) is not None:
+            source.beside["generation_config.json"] = gen.to_json_string(use_diff=True).encode()
+        return source
+    # the base's tokenizer too: a merged model is saved with it (mergekit's default, tokenizer_source: base)
+    patterns = ["*.safetensors", "*.json"] + (["*.txt", "*.model", "*.jinja"] if base is None else [])
     try:
-        folder = pull(src, endpoint=endpoint, token=token, allow_patterns=["*.safetensors", "*.json"])
+        folder = pull(src, endpoint=endpoint, token=token, allow_patterns=patterns)
         return _open_folder(folder, base)
     except SafetensorsHeaderError as e:
         raise SafetensorsHeaderError(f"{what}: {e}") from e
+    except FileNotFoundError as e:  # a local path that is not there: named as such, no Hub asked
+        raise FileNotFoundError(f"{what}: {e}") from e
     except Exception as e:
         raise ValueError(f"{what}: cannot read {str(src)!r}: {e}") from e
 
@@ -215,10 +250,27 @@ def _check_dtypes(base: _ModelSource, tasks: dict, exclude):
                     f"task {t!r} ({m.location}) holds {name!r} as {got[0]}, the base as {dtype}: it cannot be merged. "
                     f"Convert that checkpoint to float, or keep the tensor per task with exclude={[name]!r}")
 
+_SIZE_KEYS = ("model_type", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
+              "num_key_value_heads", "head_dim", "vocab_size", "id2label")
+
+def _check_shapes(base: _ModelSource, tasks: dict, exclude):
+    """Raise when a task holds a base tensor in another shape though both configs agree on every size (vocabulary and
+    labels included): a damaged or mismatched checkpoint, not a new head. Without both configs, it stays per task."""
+    for name, (_, shape) in base.specs.items():
+        if _is_excluded(name, exclude): continue
+        for t, m in tasks.items():
+            got = m.specs.get(name)
+            if got is None or got[1] == shape or name in m.own or not (base.config and m.config): continue
+            if all(base.config.get(k) == m.config.get(k) for k in _SIZE_KEYS):
+                raise ValueError(f"task {t!r}: tensor {name!r} has shape {list(got[1])} in {m.where(name)}, the base "
+                                 f"{list(shape)} in {base.where(name)}, though their configs agree on every size: a "
+                                 f"damaged or mismatched checkpoint? (exclude={[name]!r} keeps it per task)")
+
 def _plan_merge(base: _ModelSource, tasks: dict, exclude) -> _MergePlan:
     "Decide from metadata only which tensors merge and which stay each task's own; raise on tensors the base lacks."
     _check_tensor_sets(base, tasks, exclude)
     _check_dtypes(base, tasks, exclude)
+    _check_shapes(base, tasks, exclude)
     names = list(dict.fromkeys([*base.specs, *(n for m in tasks.values() for n in m.specs)]))
     merged, own, orphans = [], {t: [] for t in tasks}, []
     for name in names:

@@ -15,18 +15,19 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
-from .artifact import MergedModel
-from .baselines import merge_models
+from .artifact import MergedModel, _check_output, _check_shard_size
+from .baselines import _merge_models, _origin_name, _out_dtype
 from .bundle import EMRBundle, _replace_folder
 from .elect import _elect_in_place, _RescalerSums
 from .format import _base_reference, _new_record, _write_record, pack_mask
 from .inputs import _check_finite, _MergePlan, _ModelSource, _open_inputs, _plan_merge
-from .methods import EMR, read_merge_config
+from .methods import EMR, MergeConfig, read_merge_config
 from .stream import _BackgroundWriter, _chunk_numel, _ChunkReader, _row_chunks
-from ..tensorfiles import DTYPES, ShardWriter, StreamWriter, size_in_bytes
+from ..hub import METADATA_FILE, is_repo_id, looks_like_path
+from ..tensorfiles import DTYPES, ShardWriter, StreamWriter, nbytes, size_in_bytes
 
 # %% auto #0
-__all__ = ['emr_merge', 'merge_from_config']
+__all__ = ['emr_merge', 'merge_from_config', 'plan_merge_config']
 
 # %% ../../nbs/emr/08_merge.ipynb #e0b1f0a1
 class _ElectionBuffers:
@@ -88,7 +89,8 @@ def _stream_merged(writers: dict, plan: _MergePlan, base: _ModelSource, tasks: d
         for k, (name, rows) in enumerate(items):
             raw = reader.get(k)
             b, unified, masks = _merge_chunk(name, rows, raw, base, tasks, sums, buffers)
-            jobs = [(writers["unified"], name, unified.to(DTYPES[base.specs[name][0]]))]
+            stored = _check_finite(unified.to(DTYPES[base.specs[name][0]]), name, "the unified model (the result)")
+            jobs = [(writers["unified"], name, stored)]
             if "base" in writers:  # a copy of the chunk read ahead: its buffer gets reused
                 jobs.append((writers["base"], name, b if raw[0] is None else b.clone()))
             writer.submit(jobs + [(writers[t, "mask"], name, pack_mask(masks[i])) for i, t in enumerate(names)])
@@ -140,8 +142,12 @@ def emr_merge(
     if rescale not in ("tensor_mean", "global"):
         raise ValueError(f"rescale must be 'tensor_mean' or 'global', got {rescale!r}")
     max_bytes = size_in_bytes(max_shard_size)
+    if out_dir is not None:  # before any model is opened
+        _check_output(out_dir, [pretrained, *finetuned.values()] if isinstance(finetuned, Mapping) else [],
+                      marker="emr.json")
     base, tasks = _open_inputs(pretrained, finetuned, endpoint, token)
     plan, reference = _plan_merge(base, tasks, exclude), _base_reference(base)
+    _check_shard_size({n: base.specs[n] for n in plan.merged}, max_bytes)
     temporary = out_dir is None
     out = Path(tempfile.mkdtemp(prefix="adaptkit-emr-")) / "bundle" if temporary else Path(out_dir)
     def write(tmp):
@@ -165,6 +171,20 @@ def _public_config(source: dict) -> dict:
     out["models"] = [{**e, "model": name(e["model"])} if isinstance(e, Mapping) else name(e) for e in out["models"]]
     return out
 
+def _check_local_models(cfg: MergeConfig):
+    "Raise, before anything is read or downloaded, for a model given as a local path that is not there."
+    for who, ref in [("base_model", cfg.base), *((f"model of task {t!r}", r) for t, r in cfg.models.items())]:
+        path = Path(ref).expanduser()
+        if not path.exists() and (looks_like_path(ref) or not is_repo_id(ref)):
+            raise FileNotFoundError(f"{who}: no local folder {ref!r} ({path.absolute()}); it is a path, not a Hub repo "
+                                    "id, so no Hub was asked")
+
+def _check_config_output(cfg: MergeConfig, out_dir) -> None:
+    "Refuse an output folder that cannot be replaced, before any model is read."
+    if out_dir is not None:
+        _check_output(out_dir, [cfg.base, *cfg.models.values()],
+                      marker="emr.json" if cfg.method == EMR.name else METADATA_FILE)
+
 def merge_from_config(
     config: str | Path | Mapping,  # a mergekit-style YAML file, or the same configuration as a dict
     out_dir: str | Path | None = None,  # the result's folder, replaced if it exists (None: not saved; emr: temporary)
@@ -173,18 +193,68 @@ def merge_from_config(
     seed: int = 0,  # DARE's seed (mergekit-yaml's --random-seed)
     endpoint: str | None = None,  # Hub endpoint for repo ids
     token: str | None = None,  # Hub token for private repos; never logged
+    max_shard_size: int | str = "5GB",  # largest shard of the merged model (emr: of its unified model)
     progress: bool = True,  # show a progress bar
 ) -> MergedModel | EMRBundle:
-    "Run a mergekit-style merge configuration on the streaming engine: a `MergedModel`, or an `EMRBundle` for emr."
+    """Run a mergekit-style merge configuration on the streaming engine: a `MergedModel` (with `out_dir`, a
+    transformers checkpoint streamed there tensor by tensor), or an `EMRBundle` for emr."""
     cfg = read_merge_config(config)  # the whole configuration checked before any model is opened
+    _check_local_models(cfg)
+    _check_config_output(cfg, out_dir)
     if cfg.method == EMR.name:  # the configuration's own method: a bundle, not one merged model
         return emr_merge(cfg.base, cfg.models, exclude=exclude, rescale=cfg.parameters.get("rescale", "tensor_mean"),
-                         out_dir=out_dir, endpoint=endpoint, token=token, progress=progress)
-    shared = cfg.parameters
-    given = {p: v for p, v in cfg.settings.items() if v}
-    out = merge_models(cfg.base, cfg.models, method=cfg.method, **given, scaling=shared.get("lambda", 1.0),
-                       normalize=shared.get("normalize"), rescale=shared.get("rescale", True), seed=seed,
-                       dtype=cfg.dtype, exclude=exclude, endpoint=endpoint, token=token, progress=progress)
-    out.settings["config"] = _public_config(cfg.source)
-    if out_dir is not None: out.save_pretrained(out_dir)
-    return out
+                         out_dir=out_dir, endpoint=endpoint, token=token, max_shard_size=max_shard_size,
+                         progress=progress)
+    shared, given = cfg.parameters, {p: v or None for p, v in cfg.settings.items()}
+    return _merge_models(cfg.base, cfg.models, method=cfg.method, weight=given.get("weight"),
+                         density=given.get("density"), gamma=given.get("gamma"), scaling=shared.get("lambda", 1.0),
+                         normalize=shared.get("normalize"), rescale=shared.get("rescale", True), seed=seed,
+                         dtype=cfg.dtype, exclude=exclude, endpoint=endpoint, token=token, out_dir=out_dir,
+                         max_shard_size=max_shard_size, progress=progress,
+                         recorded={"config": _public_config(cfg.source)})
+
+
+# %% ../../nbs/emr/08_merge.ipynb #2df88430
+def _shard_count(specs: dict, max_bytes: int) -> int:
+    "How many shards `ShardWriter` writes for `specs`."
+    from huggingface_hub import split_state_dict_into_shards_factory
+    split = split_state_dict_into_shards_factory(specs, get_storage_size=nbytes, max_shard_size=max_bytes)
+    return len(split.filename_to_tensors)
+
+def plan_merge_config(
+    config: str | Path | Mapping,  # a mergekit-style YAML file, or the same configuration as a dict
+    out_dir: str | Path | None = None,  # where the merge would write (checked as the merge checks it)
+    *,
+    exclude=None,  # tensors kept per task, as in `merge_from_config`
+    endpoint: str | None = None,  # Hub endpoint for repo ids (a repo id is downloaded to read its headers)
+    token: str | None = None,  # Hub token; never logged
+    max_shard_size: int | str = "5GB",  # largest shard, as in `merge_from_config`
+) -> dict:
+    """What `merge_from_config` would do, from the configuration and the models' headers only: the method, the models,
+    the tensors merged and kept per task, the bytes it reads and writes, the shards. Nothing is written."""
+    cfg = read_merge_config(config)
+    _check_local_models(cfg)
+    _check_config_output(cfg, out_dir)
+    max_bytes = size_in_bytes(max_shard_size)
+    base, tasks = _open_inputs(cfg.base, cfg.models, endpoint, token)
+    plan = _plan_merge(base, tasks, exclude)
+    emr, dtype = cfg.method == EMR.name, cfg.dtype and getattr(torch, cfg.dtype)
+    merged = {n: (base.specs[n][0] if emr else _out_dtype(base.specs[n][0], dtype), base.specs[n][1])
+              for n in plan.merged}
+    _check_shard_size(merged, max_bytes)
+    own = {t: {n: (_out_dtype(m.specs[n][0], None if emr else dtype), m.specs[n][1]) for n in plan.own[t]}
+           for t, m in tasks.items()}
+    def reads(m, names): return sum(nbytes(m.specs[n]) for n in names if n in m.specs)
+    read = reads(base, plan.merged) + sum(
+        reads(m.adapter, m.adapter.specs) if hasattr(m, "adapter") else reads(m, plan.merged + plan.own[t])
+        for t, m in tasks.items())
+    written = sum(map(nbytes, merged.values())) + sum(nbytes(s) for h in own.values() for s in h.values())
+    if emr:  # a 1-bit mask per task, and the base copied unless it is a pulled Hub snapshot
+        written += len(tasks) * sum(math.ceil(math.prod(s) / 8) for _, s in merged.values())
+        written += sum(map(nbytes, merged.values())) if _base_reference(base) is None else 0
+    return {"method": cfg.method, "base": _origin_name(base), "models": {t: _origin_name(m) for t, m in tasks.items()},
+            "output": None if out_dir is None else str(out_dir), "merged_tensors": len(plan.merged),
+            "merged_parameters": sum(math.prod(s) for _, s in merged.values()),
+            "own_tensors": {t: len(v) for t, v in plan.own.items()}, "shards": _shard_count(merged, max_bytes),
+            "bytes_to_read": read, "bytes_to_write": written}
+

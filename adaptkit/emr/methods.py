@@ -187,14 +187,19 @@ def _conditions(value, where: str) -> list:
             raise ValueError(f"{where}: a filter must be a string, got {c['filter']!r}")
     return [{"filter": c.get("filter"), "value": c["value"]} for c in value]
 
+_FLOAT32_MAX = torch.finfo(torch.float32).max
+
 def _number(param: str, value, where: str) -> float:
-    "`value` of `param` as a float, checked: weights any finite number, densities in (0, 1], gamma in [0, 1)."
+    """`value` of `param` as a float, checked: densities in (0, 1], gamma in [0, 1), others (weights, lambda) finite
+    in float32, the merge's arithmetic."""
     try: x = float(value) if not isinstance(value, bool) else math.nan
     except (TypeError, ValueError): x = math.nan
-    ok = {"density": lambda: 0 < x <= 1, "gamma": lambda: 0 <= x < 1}.get(param, lambda: True)
+    ok = {"density": lambda: 0 < x <= 1, "gamma": lambda: 0 <= x < 1}.get(param, lambda: abs(x) <= _FLOAT32_MAX)
     if not math.isfinite(x) or not ok():
         need = {"density": "a number in (0, 1]", "gamma": "a number in [0, 1)"}.get(param, "a finite number")
-        raise ValueError(f"{where}: {param} must be {need}, got {value!r}")
+        big = f" (float32's largest is {_FLOAT32_MAX:.4g}: the arithmetic is float32)" if (
+            param not in ("density", "gamma") and math.isfinite(x)) else ""
+        raise ValueError(f"{where}: {param} must be {need}, got {value!r}{big}")
     return x
 
 def _resolve(conditions: list, name: str):
@@ -233,11 +238,10 @@ _UNSUPPORTED = {
     "slices": "layer slices (frankenmerges, layer_range) are not supported: adaptkit merges whole models listed "
               "under `models`",
     "modules": "per-module merges are not supported: list whole models under `models`",
-    "tokenizer_source": "adaptkit does not build tokenizers (each task keeps its own tensors): remove tokenizer_source",
     "tokenizer": "adaptkit does not build tokenizers (each task keeps its own tensors): remove tokenizer",
     "chat_template": "adaptkit does not set chat templates: remove chat_template",
 }
-_FIELDS = ("merge_method", "base_model", "models", "parameters", "dtype", "out_dtype")
+_FIELDS = ("merge_method", "base_model", "models", "parameters", "dtype", "out_dtype", "tokenizer_source")
 _MERGEKIT_ONLY = ("slerp", "nuslerp", "multislerp", "karcher", "della", "della_linear", "sce", "model_stock",
                   "nearswap", "arcee_fusion", "passthrough")
 _DTYPES = {"float32": "float32", "float16": "float16", "bfloat16": "bfloat16", "float64": "float64",
@@ -255,12 +259,34 @@ class MergeConfig:
     dtype: str | None  # the merged model's dtype name (None: the base's)
     source: dict  # the configuration as given
 
+class _DuplicateKey(yaml.YAMLError):
+    "A key given twice in one YAML mapping (PyYAML keeps the last one silently)."
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    "PyYAML's safe loader, refusing a key given twice in one mapping."
+
+def _unique_mapping(loader: _UniqueKeyLoader, node, deep: bool = False) -> dict:
+    seen = {}
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=True)
+        line = key_node.start_mark.line + 1
+        try: first = seen.get(key)
+        except TypeError: continue  # an unhashable key: the safe loader's own error follows
+        if first is not None:
+            where = f"on line {line}" if first == line else f"(lines {first} and {line})"
+            raise _DuplicateKey(f"{key} is given twice {where}; YAML loaders keep the last one silently: remove one")
+        seen[key] = line
+    return loader.construct_mapping(node, deep)
+
+_UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _unique_mapping)
+
 def _load(config) -> dict:
-    "The configuration as a dict: a mapping as is, else the YAML file it names."
+    "The configuration as a dict: a mapping as is, else the YAML file it names (a key given twice refused)."
     if isinstance(config, Mapping): return dict(config)
     path = Path(config)
     if not path.is_file(): raise FileNotFoundError(f"no merge configuration at {path}")
-    try: data = yaml.safe_load(path.read_text())
+    try: data = yaml.load(path.read_text(), Loader=_UniqueKeyLoader)
+    except _DuplicateKey as e: raise ValueError(f"{path}: {e}") from None
     except yaml.YAMLError as e: raise ValueError(f"{path}: not valid YAML: {e}") from e
     if not isinstance(data, Mapping): raise ValueError(f"{path}: a merge configuration is a mapping of fields")
     return dict(data)
@@ -358,6 +384,9 @@ def read_merge_config(
         if k in _UNSUPPORTED: raise ValueError(f"{k}: {_UNSUPPORTED[k]}")
         if k not in _FIELDS: raise ValueError(f"{k}: unknown field (adaptkit reads {', '.join(_FIELDS)})")
     if "merge_method" not in data: raise ValueError("merge_method: required")
+    if data.get("tokenizer_source", "base") != "base":
+        raise ValueError(f"tokenizer_source: {data['tokenizer_source']!r}: adaptkit does not build tokenizers; the "
+                         "merged model gets the base's tokenizer (tokenizer_source: base, mergekit's default)")
     method = _check_method(data["merge_method"])
     top = data.get("parameters") or {}
     if not isinstance(top, Mapping): raise ValueError(f"parameters: a mapping, got {top!r}")
@@ -373,8 +402,12 @@ def read_merge_config(
                 raise ValueError(f"models[{i}].parameters.{k}: not a per-model parameter of {method}{hint}"
                                  + (f"; it reads {', '.join(per_model)}" if per_model else "; it reads none"))
         for p in per_model:
-            conds = [*_conditions(params[p], f"models[{i}].parameters.{p}")] if p in params else []
-            if p in top: conds += _conditions(top[p], f"parameters.{p}")
+            own = _conditions(params[p], f"models[{i}].parameters.{p}") if p in params else []
+            common = _conditions(top[p], f"parameters.{p}") if p in top else []
+            for where, given in ((f"models[{i}].parameters", own), ("parameters", common)):
+                for c in given:  # every value checked now, before any model is read
+                    _number(p, c["value"], where + (f" (filter {c['filter']!r})" if c["filter"] else ""))
+            conds = own + common
             if not conds and p == "weight":
                 raise ValueError(f"models[{i}] ({ref}): weight is required by {method} (as in mergekit)")
             if conds: settings[p][name] = conds

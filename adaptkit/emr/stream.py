@@ -5,6 +5,7 @@
 # %% ../../nbs/emr/05_stream.ipynb #s7ea0002
 from __future__ import annotations
 
+import errno
 import math
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
@@ -71,7 +72,13 @@ class _BackgroundWriter:
 
     @staticmethod
     def _write(jobs: list):
-        for writer, name, chunk in jobs: writer.write(name, chunk)
+        for writer, name, chunk in jobs:
+            try: writer.write(name, chunk)
+            except OSError as e:  # a full disk: name the tensor and the file
+                path = (writer.where[name] if hasattr(writer, "where") else writer).path
+                full = "the disk is full: " if e.errno == errno.ENOSPC else ""
+                raise OSError(e.errno, f"writing tensor {name!r} to {path.parent.name}/{path.name}: {full}"
+                                       f"{e.strerror or e}; the partial output was removed") from e
 
     def submit(self, jobs: list):
         self.pending.append(self.pool.submit(self._write, jobs))

@@ -230,7 +230,7 @@ OK = {"merge_method": "dare_ties", "base_model": "/nowhere/base",
 @pytest.mark.parametrize("change, message", [
     ({"slices": [{"sources": [{"model": "/nowhere/a", "layer_range": [0, 2]}]}]}, "slices: layer slices"),
     ({"modules": {"text": {}}}, "modules: per-module merges are not supported"),
-    ({"tokenizer_source": "base"}, "tokenizer_source: adaptkit does not build tokenizers"),
+    ({"tokenizer_source": "union"}, "tokenizer_source: 'union': adaptkit does not build tokenizers"),
     ({"tokenizer": {"source": "union"}}, "tokenizer: adaptkit does not build tokenizers"),
     ({"chat_template": "chatml"}, "chat_template: adaptkit does not set chat templates"),
     ({"merge_method": "della"}, "merge_method 'della' is a mergekit method adaptkit does not have; adaptkit has: "
@@ -259,14 +259,23 @@ def test_every_unsupported_field_is_named_before_any_model_is_opened(change, mes
         merge_from_config(OK | change, progress=False)
 
 
-def test_a_value_out_of_range_is_named_with_its_task_and_tensor(models):
-    "A density is checked per tensor (filters may give it), once the tensors are known and before any is read."
-    cfg = OK | {"base_model": str(models / "base"),
-                "models": [{"model": str(models / "ft0"), "parameters": {"weight": 1, "density": 1.5}},
-                           {"model": str(models / "ft1"), "parameters": {"weight": 1, "density": 0.5}}]}
-    with pytest.raises(ValueError, match=r"task 'ft0', tensor 'lm_head.weight': density must be a number "
-                                         r"in \(0, 1\], got 1.5"):
-        merge_from_config(cfg, progress=False)
+def test_a_value_out_of_range_is_named_with_its_model_before_any_model_is_read(models, monkeypatch):
+    "Every value of a configuration is checked when it is read (issue 37, item 4: `weight: abc` caught first)."
+    import adaptkit.emr.inputs as inputs
+    monkeypatch.setattr(inputs, "_open_source", lambda *a, **k: pytest.fail("a model was opened"))
+    for params, message in [({"weight": 1, "density": 1.5}, r"density must be a number in \(0, 1\], got 1.5"),
+                            ({"weight": "abc"}, "weight must be a finite number, got 'abc'"),
+                            ({"weight": 1.0e39}, r"weight must be a finite number, got 1e\+39 \(float32's largest")]:
+        cfg = OK | {"base_model": str(models / "base"),
+                    "models": [{"model": str(models / "ft0"), "parameters": params},
+                               {"model": str(models / "ft1"), "parameters": {"weight": 1, "density": 0.5}}]}
+        with pytest.raises(ValueError, match=r"models\[0\].parameters: " + message):
+            merge_from_config(cfg, progress=False)
+    monkeypatch.undo()  # a filter's value is checked per tensor, once the tensors are known, before any is read
+    with pytest.raises(ValueError, match=r"task 'ft0', tensor 'lm_head.weight': density must be a number in"):
+        merge_models(models / "base", {"ft0": models / "ft0", "ft1": models / "ft1"}, method="ties",
+                     density={"ft0": [{"filter": "lm_head", "value": 1.5}, {"value": 0.5}], "ft1": 0.5},
+                     progress=False)
 
 
 def test_a_yaml_file_that_is_not_a_configuration_is_named(tmp_path):

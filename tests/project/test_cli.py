@@ -526,3 +526,73 @@ def test_cli_merge_names_an_unsupported_mergekit_field_before_any_work(tmp_path,
     assert not (tmp_path / "out").exists()
     assert main(["merge", "--output_dir", str(tmp_path / "out")]) == 2
     assert "missing --merge_config" in capsys.readouterr().err
+
+
+@pytest.fixture
+def merge_inputs(tmp_path):
+    "A tiny Llama base with its tokenizer and two fine-tuned copies as folders, and a TIES YAML: the YAML's path."
+    from adaptkit.models import tiny_causal_lm, tiny_tokenizer
+    base = tiny_causal_lm(num_layers=2)
+    base.save_pretrained(tmp_path / "base")
+    tiny_tokenizer().save_pretrained(tmp_path / "base")
+    for i in range(2):
+        g = torch.Generator().manual_seed(i + 1)
+        m = tiny_causal_lm(num_layers=2)
+        m.load_state_dict({k: v + 0.02 * torch.randn(v.shape, generator=g) for k, v in base.state_dict().items()})
+        m.save_pretrained(tmp_path / f"ft{i}")
+    cfg = {"merge_method": "ties", "base_model": str(tmp_path / "base"),
+           "models": [{"model": str(tmp_path / f"ft{i}"), "parameters": {"weight": 1.0, "density": 0.5}}
+                      for i in range(2)]}
+    (tmp_path / "merge.yml").write_text(yaml.safe_dump(cfg))
+    return tmp_path / "merge.yml"
+
+
+def test_cli_merge_writes_shards_that_stock_transformers_loads(merge_inputs, tmp_path, capsys):
+    "Issue 37, items 1 and 4: `--max_shard_size` shards at the root, with config, tokenizer and card beside them."
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from adaptkit.emr.merge import merge_from_config
+    out = tmp_path / "out"
+    res = run(["merge", merge_inputs, "--output_dir", out, "--max_shard_size", "70KB"], capsys)
+    assert (res["method"], res["tasks"]) == ("ties", ["ft0", "ft1"])
+    shards = sorted(p.name for p in out.glob("model-*.safetensors"))
+    assert len(shards) >= 3 and (out / "model.safetensors.index.json").is_file()
+    model = AutoModelForCausalLM.from_pretrained(out)
+    want = merge_from_config(merge_inputs, progress=False)
+    assert all(torch.equal(p, want.state_dict[n]) for n, p in model.state_dict().items())
+    assert AutoTokenizer.from_pretrained(out)("a b")["input_ids"] == AutoTokenizer.from_pretrained(
+        tmp_path / "base")("a b")["input_ids"]
+    card = (out / "README.md").read_text()
+    assert "merged with TIES from 2 task models fine-tuned from one base (base): `ft0` (ft0), `ft1` (ft1)" in card
+
+
+def test_cli_merge_dry_run_prints_the_plan_and_writes_nothing(merge_inputs, tmp_path, capsys):
+    from adaptkit.tensorfiles import TensorFiles, nbytes
+    res = run(["merge", merge_inputs, "--output_dir", tmp_path / "out", "--dry-run", "--max_shard_size", "70KB"],
+              capsys)
+    specs = TensorFiles.of_folder(tmp_path / "base").specs
+    model_bytes = sum(nbytes(s) for s in specs.values())
+    assert res["dry_run"] and (res["method"], res["base"], res["models"]) == ("ties", "base",
+                                                                              {"ft0": "ft0", "ft1": "ft1"})
+    assert (res["bytes_to_read"], res["bytes_to_write"]) == (3 * model_bytes, model_bytes)
+    assert res["merged_tensors"] == len(specs) and res["shards"] >= 3
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda t: t.replace("weight: 1.0", "weight: 1.0e+39", 1), "models[0].parameters: weight must be a finite number"),
+    (lambda t: t.replace("weight: 1.0", "weight: abc", 1), "models[0].parameters: weight must be a finite number, got "
+                                                          "'abc'"),
+    (lambda t: t + "merge_method: linear\n", "merge_method is given twice (lines"),
+    (lambda t: t.replace("/ft1", "/ft9"), "model of task 'ft9': no local folder"),
+])
+def test_cli_merge_refuses_a_bad_yaml_before_any_model_is_read(merge_inputs, tmp_path, capsys, monkeypatch, edit,
+                                                                message):
+    "Issue 38, items 9 and 11, and issue 37, item 4: the configuration checked whole, first."
+    import adaptkit.emr.inputs as inputs
+    monkeypatch.setattr(inputs, "_open_source", lambda *a, **k: pytest.fail("a model was opened"))
+    merge_inputs.write_text(edit(merge_inputs.read_text()))
+    assert main(["merge", str(merge_inputs), "--output_dir", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("adaptkit merge: error:") and message in err, err
+    assert not (tmp_path / "out").exists()

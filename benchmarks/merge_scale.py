@@ -1,0 +1,190 @@
+"""Merges past one model's memory (issue 37, item 2): `adaptkit merge` (TIES, streamed to shards) on synthetic
+Llama-shaped models of about 0.1B, 0.5B and 1B parameters, against mergekit 0.1.5's `mergekit-yaml` on the same YAML.
+
+For each size the script builds a base and `--models` fine-tuned copies (the base plus 1% noise; bfloat16 safetensors
+shards with a LlamaForCausalLM config, seeded), then runs, alternately for `--repeats` rounds, each in its own process
+under `/usr/bin/time -v` (which reads the child's own peak RSS from wait4, so the driver's memory never counts):
+- `adaptkit merge merge.yml --output_dir out --max_shard_size ...` (the merge);
+- `adaptkit merge merge.yml --dry-run` (the same interpreter, imports and headers, no tensor: the interpreter's own);
+- `mergekit-yaml merge.yml out --out-shard-size ...` from `.venv-mergekit` (the baseline), when it is installed.
+Reported per size: the model's bytes, adaptkit's peak RSS above the interpreter's own and that over one model's bytes
+(goal: flat and <= 0.25), mergekit's peak RSS, each side's median wall time and adaptkit's over mergekit's (the median
+of the per-round ratios; goal <= 1.0), and whether the two merged models agree (max abs difference, per tensor).
+
+Waits for a quiet machine and writes through benchmarks/_bench.py: benchmarks/results/merge_scale.json
+(merge_scale.loaded.json on a loaded machine with ADAPTKIT_BENCH_ALLOW_LOADED=1).
+
+Run: .venv/bin/python benchmarks/merge_scale.py                     (0.1B, 0.5B and 1B: ~15 GB of temporary files)
+     .venv/bin/python benchmarks/merge_scale.py --sizes 0.1 --repeats 1   (the smallest only, minutes)
+     --threads N sets torch's threads in both tools (OMP_NUM_THREADS and mergekit's --num-threads)."""
+import argparse
+import json
+import math
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+from _bench import median, quiet_start, write_result  # noqa: E402
+
+from adaptkit.tensorfiles import TensorFiles, size_in_bytes  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+ADAPTKIT = ROOT / ".venv" / "bin" / "adaptkit"
+MERGEKIT = ROOT / ".venv-mergekit" / "bin" / "mergekit-yaml"
+# parameters (billions) -> hidden size, layers, intermediate size, vocabulary: Llama's proportions
+SIZES = {"0.1": (768, 12, 2048, 16000), "0.5": (1024, 32, 2816, 32000), "1": (2048, 16, 5632, 32000)}
+
+
+def layout(hidden: int, layers: int, intermediate: int, vocab: int) -> dict:
+    "Tensor name -> shape of a Llama causal LM (4 key/value heads of 64, untied embeddings), in the order saved."
+    kv = 4 * 64
+    shapes = {"model.embed_tokens.weight": (vocab, hidden)}
+    for i in range(layers):
+        p = f"model.layers.{i}."
+        shapes |= {p + "self_attn.q_proj.weight": (hidden, hidden), p + "self_attn.k_proj.weight": (kv, hidden),
+                   p + "self_attn.v_proj.weight": (kv, hidden), p + "self_attn.o_proj.weight": (hidden, hidden),
+                   p + "mlp.gate_proj.weight": (intermediate, hidden), p + "mlp.up_proj.weight": (intermediate, hidden),
+                   p + "mlp.down_proj.weight": (hidden, intermediate), p + "input_layernorm.weight": (hidden,),
+                   p + "post_attention_layernorm.weight": (hidden,)}
+    return shapes | {"model.norm.weight": (hidden,), "lm_head.weight": (vocab, hidden)}
+
+
+def config(hidden: int, layers: int, intermediate: int, vocab: int) -> dict:
+    return {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": hidden,
+            "num_hidden_layers": layers, "intermediate_size": intermediate, "vocab_size": vocab,
+            "num_attention_heads": hidden // 64, "num_key_value_heads": 4, "head_dim": 64, "hidden_act": "silu",
+            "max_position_embeddings": 2048, "rms_norm_eps": 1e-5, "tie_word_embeddings": False, "dtype": "bfloat16",
+            "bos_token_id": 1, "eos_token_id": 2}
+
+
+def write_model(folder: Path, dims: tuple, task: int | None, shard_bytes: int = 2 * 10**9) -> int:
+    "Seeded bfloat16 weights (a task: the base plus 1% noise of its own seed) in safetensors shards; the bytes written."
+    import torch
+    from safetensors.torch import save_file
+    folder.mkdir(parents=True)
+    shards, cur, size, total = [], {}, 0, 0
+    for i, (name, shape) in enumerate(layout(*dims).items()):
+        t = torch.randn(shape, generator=torch.Generator().manual_seed(i)) * 0.02
+        if task is not None:
+            t += 0.0002 * torch.randn(shape, generator=torch.Generator().manual_seed(10**6 * (task + 1) + i))
+        t = t.bfloat16()
+        if cur and size + t.nbytes > shard_bytes: shards.append(cur); cur, size = {}, 0
+        cur[name], size, total = t, size + t.nbytes, total + t.nbytes
+    shards.append(cur)
+    wmap = {}
+    for k, shard in enumerate(shards):
+        fname = f"model-{k + 1:05d}-of-{len(shards):05d}.safetensors"
+        save_file(shard, folder / fname, metadata={"format": "pt"})
+        wmap |= {n: fname for n in shard}
+    (folder / "model.safetensors.index.json").write_text(json.dumps({"metadata": {"total_size": total},
+                                                                     "weight_map": wmap}))
+    (folder / "config.json").write_text(json.dumps(config(*dims)))
+    return total
+
+
+def timed(cmd: list, env: dict) -> dict:
+    "Run `cmd` under /usr/bin/time -v: wall seconds and the child's peak RSS (bytes)."
+    with tempfile.NamedTemporaryFile("r", suffix=".time") as f:
+        t = time.perf_counter()
+        p = subprocess.run(["/usr/bin/time", "-v", "-o", f.name, *map(str, cmd)], env=env, capture_output=True,
+                           text=True)
+        seconds = time.perf_counter() - t
+        report = f.read()
+    if p.returncode: raise RuntimeError(f"{cmd[0]} failed ({p.returncode}):\n{p.stderr[-3000:]}")
+    rss = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", report)[1]) * 1024
+    return {"seconds": seconds, "peak_rss": rss, "stdout": p.stdout}
+
+
+def max_difference(ours: Path, theirs: Path) -> float:
+    "The largest absolute difference between two merged checkpoints, tensor by tensor (float32)."
+    a, b = TensorFiles.of_folder(ours), TensorFiles.of_folder(theirs)
+    if set(a.specs) != set(b.specs): return float("inf")
+    return max((a.read(n).float() - b.read(n).float()).abs().max().item() for n in a.specs)
+
+
+def bench_size(label: str, work: Path, n_models: int, repeats: int, shard: str, threads: int | None) -> dict:
+    dims = SIZES[label]
+    folder = work / label
+    model_bytes = write_model(folder / "base", dims, None)
+    for i in range(n_models): write_model(folder / f"ft{i}", dims, i)
+    cfg = {"merge_method": "ties", "base_model": str(folder / "base"), "dtype": "bfloat16",
+           "parameters": {"normalize": True},
+           "models": [{"model": str(folder / f"ft{i}"), "parameters": {"weight": 1.0, "density": 0.5}}
+                      for i in range(n_models)]}
+    (folder / "merge.yml").write_text(json.dumps(cfg))  # JSON is YAML
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TQDM_DISABLE": "1"}
+    if threads: env["OMP_NUM_THREADS"] = str(threads)
+    ours, theirs = folder / "adaptkit-out", folder / "mergekit-out"
+    runs = {"adaptkit": [], "interpreter": [], "mergekit": []}
+    # mergekit's --out-shard-size counts parameters: bfloat16 holds 2 bytes each
+    mergekit_args = ["--out-shard-size", str(size_in_bytes(shard) // 2), "--quiet", "--no-copy-tokenizer"] + (
+        ["--num-threads", str(threads)] if threads else [])
+    for _ in range(repeats):
+        shutil.rmtree(ours, ignore_errors=True)
+        runs["adaptkit"].append(timed([ADAPTKIT, "merge", folder / "merge.yml", "--output_dir", ours,
+                                       "--max_shard_size", shard], env))
+        runs["interpreter"].append(timed([ADAPTKIT, "merge", folder / "merge.yml", "--output_dir", work / "none",
+                                          "--dry-run"], env))
+        if MERGEKIT.exists():
+            shutil.rmtree(theirs, ignore_errors=True)
+            runs["mergekit"].append(timed([MERGEKIT, folder / "merge.yml", theirs, *mergekit_args], env))
+    over = [a["peak_rss"] - b["peak_rss"] for a, b in zip(runs["adaptkit"], runs["interpreter"])]
+    result = {
+        "parameters": sum(math.prod(s) for s in layout(*dims).values()), "model_bytes": model_bytes,
+        "dims": dict(zip(("hidden", "layers", "intermediate", "vocab"), dims)), "models": n_models,
+        "largest_tensor_bytes": 2 * max(math.prod(s) for s in layout(*dims).values()),
+        "adaptkit_s": [r["seconds"] for r in runs["adaptkit"]], "adaptkit_median_s": median(
+            [r["seconds"] for r in runs["adaptkit"]]),
+        "adaptkit_peak_rss_bytes": max(r["peak_rss"] for r in runs["adaptkit"]),
+        "interpreter_peak_rss_bytes": max(r["peak_rss"] for r in runs["interpreter"]),
+        "adaptkit_peak_rss_over_interpreter_bytes": max(over),
+        "peak_over_interpreter_per_model": max(over) / model_bytes,
+        "shards_written": len(list(ours.glob("model-*.safetensors"))) or 1,
+        "plan": json.loads(runs["interpreter"][-1]["stdout"].strip().splitlines()[-1]),
+    }
+    if runs["mergekit"]:
+        mk = [r["seconds"] for r in runs["mergekit"]]
+        result |= {"mergekit_s": mk, "mergekit_median_s": median(mk),
+                   "mergekit_peak_rss_bytes": max(r["peak_rss"] for r in runs["mergekit"]),
+                   "time_ratio_median_of_ratios": median([a / b for a, b in zip(result["adaptkit_s"], mk)]),
+                   "time_ratio_of_medians": result["adaptkit_median_s"] / median(mk),
+                   "max_abs_difference_vs_mergekit": max_difference(ours, theirs)}
+    shutil.rmtree(folder, ignore_errors=True)
+    return result
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--sizes", nargs="+", default=list(SIZES), choices=list(SIZES),
+                    help="model sizes in billions of parameters (0.1, 0.5, 1)")
+    ap.add_argument("--models", type=int, default=3, help="fine-tuned models merged (besides the base)")
+    ap.add_argument("--repeats", type=int, default=3, help="rounds; each runs every variant once, in turn")
+    ap.add_argument("--max_shard_size", default="1GB", help="shard size of both outputs (mergekit: in parameters)")
+    ap.add_argument("--threads", type=int, default=None, help="torch threads in both tools (default: their own)")
+    ap.add_argument("--work", default=None, help="folder for the models (default: a temporary one)")
+    args = ap.parse_args()
+    start = quiet_start()
+    work = Path(args.work or tempfile.mkdtemp(prefix="merge-scale-"))
+    try:
+        sizes = {s: bench_size(s, work, args.models, args.repeats, args.max_shard_size, args.threads)
+                 for s in args.sizes}
+    finally:
+        if not args.work: shutil.rmtree(work, ignore_errors=True)
+    write_result("merge_scale", {
+        "what": "adaptkit merge (TIES, density 0.5, bfloat16, streamed to shards) vs mergekit-yaml 0.1.5, same YAML; "
+                "peak RSS of each child from /usr/bin/time -v; interpreter = the same command with --dry-run",
+        "goal": "peak_over_interpreter_per_model flat and <= 0.25; time ratio <= 1.0",
+        "threads": args.threads, "repeats": args.repeats, "max_shard_size": args.max_shard_size, "sizes": sizes,
+    }, start)
+    for s, r in sizes.items():
+        print(s, {k: v for k, v in r.items() if not isinstance(v, (list, dict))})
+
+
+if __name__ == "__main__":
+    main()

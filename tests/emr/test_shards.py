@@ -1,0 +1,265 @@
+"""Merges that stream to shards (issue 37, items 1, 4, 5) and the integrity checks around them (issue 38, items 9, 11).
+
+A merged model written with `out_dir` is a transformers checkpoint whose tensors equal the in-memory merge bit for bit;
+the bad inputs of item 5 (a shard size below a tensor, a disk that fills, shards that disagree) each get an error
+naming the file or tensor and leave no folder behind."""
+import errno
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+import adaptkit.emr.inputs as inputs
+from adaptkit.emr import MergedModel, emr_merge, merge_from_config, merge_models
+from adaptkit.emr.artifact import _LazyTensors
+from adaptkit.models import tiny_causal_lm, tiny_tokenizer
+from adaptkit.tensorfiles import StreamWriter
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    "A tiny Llama base (with its tokenizer and generation config) and three fine-tuned copies, as folders."
+    root = tmp_path_factory.mktemp("shards")
+    tok, base = tiny_tokenizer(), tiny_causal_lm(num_layers=2)
+    base.save_pretrained(root / "base")
+    tok.save_pretrained(root / "base")
+    for i in range(3):
+        g = torch.Generator().manual_seed(i + 1)
+        m = tiny_causal_lm(num_layers=2)
+        m.load_state_dict({k: v + 0.02 * torch.randn(v.shape, generator=g) for k, v in base.state_dict().items()})
+        m.save_pretrained(root / f"ft{i}")
+    return root
+
+
+def tasks_of(root, n=3):
+    return {f"ft{i}": root / f"ft{i}" for i in range(n)}
+
+
+def leftovers(folder: Path) -> list:
+    "Hidden temporary siblings a save leaves when it fails half-way."
+    return sorted(p.name for p in folder.parent.iterdir() if p.name.startswith(f".{folder.name}."))
+
+
+def no_model_may_open(monkeypatch):
+    monkeypatch.setattr(inputs, "_open_source", lambda *a, **k: pytest.fail("a model was opened"))
+
+
+# ---- item 1: streaming to shards, bitwise equal to the in-memory merge ----
+
+@pytest.mark.parametrize("method, kw", [("ties", {"density": 0.5}), ("dare_ties", {"density": 0.6, "seed": 3}),
+                                        ("task_arithmetic", {"scaling": 0.7}), ("linear", {"weight": 0.4})])
+def test_a_streamed_merge_writes_transformers_shards_equal_to_the_in_memory_merge(models, tmp_path, method, kw):
+    in_memory = merge_models(models / "base", tasks_of(models), method=method, progress=False, **kw)
+    out = tmp_path / "out"
+    streamed = merge_models(models / "base", tasks_of(models), method=method, out_dir=out, max_shard_size="70KB",
+                            progress=False, **kw)
+    index = json.loads((out / "model.safetensors.index.json").read_text())
+    shards = sorted(set(index["weight_map"].values()))
+    assert len(shards) >= 3 and shards == [f"model-{i:05d}-of-{len(shards):05d}.safetensors"
+                                           for i in range(1, len(shards) + 1)]
+    assert all((out / s).stat().st_size <= 70_000 + 4096 for s in shards)  # a shard's tensors fit, plus its header
+    assert isinstance(streamed.state_dict, _LazyTensors)  # read back lazily, nothing held
+    again = MergedModel.from_pretrained(out)
+    assert isinstance(again.state_dict, _LazyTensors) and list(again.state_dict) == list(in_memory.state_dict)
+    for name, want in in_memory.state_dict.items():
+        assert torch.equal(streamed.state_dict[name], want) and torch.equal(again.state_dict[name], want), name
+        assert streamed.state_dict[name].dtype == want.dtype
+    assert again.settings == in_memory.settings and leftovers(out) == []
+
+
+def test_an_in_memory_merge_saves_to_the_same_shards(models, tmp_path):
+    "`save_pretrained(max_shard_size=...)` of an in-memory merge writes the same files as the streamed merge."
+    merged = merge_models(models / "base", tasks_of(models), method="ties", density=0.5, progress=False)
+    merged.save_pretrained(tmp_path / "saved", max_shard_size="70KB")
+    merge_models(models / "base", tasks_of(models), method="ties", density=0.5, out_dir=tmp_path / "streamed",
+                 max_shard_size="70KB", progress=False)
+    shards = sorted(p.name for p in (tmp_path / "saved").glob("model-*.safetensors"))
+    assert shards and shards == sorted(p.name for p in (tmp_path / "streamed").glob("model-*.safetensors"))
+    for s in shards:
+        assert (tmp_path / "saved" / s).read_bytes() == (tmp_path / "streamed" / s).read_bytes()
+
+
+def test_emr_unified_model_is_sharded_at_the_same_option(models, tmp_path):
+    cfg = {"merge_method": "emr", "base_model": str(models / "base"), "models": [str(p) for p in
+                                                                                 tasks_of(models).values()]}
+    bundle = merge_from_config(cfg, tmp_path / "bundle", max_shard_size="70KB", progress=False)
+    index = json.loads((tmp_path / "bundle" / "unified" / "model.safetensors.index.json").read_text())
+    assert len(set(index["weight_map"].values())) >= 3 and bundle.tasks == ["ft0", "ft1", "ft2"]
+
+
+# ---- item 4: the output folder is a checkpoint users can load ----
+
+def test_the_output_folder_loads_with_stock_transformers(models, tmp_path):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    cfg = {"merge_method": "ties", "base_model": str(models / "base"), "dtype": "bfloat16",
+           "models": [{"model": str(p), "parameters": {"weight": 1.0, "density": 0.5}}
+                      for p in tasks_of(models).values()]}
+    merged = merge_from_config(cfg, tmp_path / "out", max_shard_size="70KB", progress=False)
+    model, info = AutoModelForCausalLM.from_pretrained(tmp_path / "out", output_loading_info=True)
+    assert not any(info.values()) and model.dtype == torch.bfloat16
+    for name, p in model.state_dict().items():
+        assert torch.equal(p, merged.state_dict[name]), name
+    tok, base_tok = AutoTokenizer.from_pretrained(tmp_path / "out"), AutoTokenizer.from_pretrained(models / "base")
+    assert tok("merge me")["input_ids"] == base_tok("merge me")["input_ids"]
+    assert tok.chat_template == base_tok.chat_template
+    assert (tmp_path / "out" / "generation_config.json").is_file()
+    assert sorted(p.name for p in (tmp_path / "out" / "tasks").iterdir()) == ["ft0", "ft1", "ft2"]
+    card = (tmp_path / "out" / "README.md").read_text()
+    assert "merged with TIES from 3 task models fine-tuned from one base (base): `ft0` (ft0)" in card
+    assert "`ft0` (ft0)" in card and "AutoModelForCausalLM.from_pretrained" in card
+
+
+def test_an_output_that_cannot_be_replaced_is_refused_before_any_model_is_read(models, tmp_path, monkeypatch):
+    no_model_may_open(monkeypatch)
+    cfg = {"merge_method": "task_arithmetic", "base_model": str(models / "base"),
+           "models": [{"model": str(p), "parameters": {"weight": 1.0}} for p in tasks_of(models).values()]}
+    (tmp_path / "a-file").write_text("x")
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("keep me")
+    for out, error, message in [
+        (tmp_path / "a-file", FileExistsError, "a file, not a folder"),
+        (tmp_path / "mine", FileExistsError, "was not written by adaptkit"),
+        (models / "ft1", ValueError, "replacing it would delete the input"),
+        (models, ValueError, "replacing it would delete the input"),
+    ]:
+        with pytest.raises(error, match=message):
+            merge_from_config(cfg, out, progress=False)
+        with pytest.raises(error, match=message):
+            merge_models(models / "base", tasks_of(models), out_dir=out, progress=False)
+    assert (tmp_path / "mine" / "notes.txt").read_text() == "keep me"
+
+
+def test_a_missing_local_folder_is_named_as_such(models, monkeypatch):
+    cfg = {"merge_method": "task_arithmetic", "base_model": str(models / "base"),
+           "models": [{"model": str(models / "ft0"), "parameters": {"weight": 1.0}},
+                      {"model": "./no-such-model", "parameters": {"weight": 1.0}}]}
+    with monkeypatch.context() as m:
+        no_model_may_open(m)
+        with pytest.raises(FileNotFoundError, match="model of task 'no-such-model': no local folder './no-such-model'"):
+            merge_from_config(cfg, progress=False)
+    with pytest.raises(FileNotFoundError, match=r"task 'b': .*no such local file or folder.*no Hub was asked"):
+        merge_models(models / "base", {"a": models / "ft0", "b": models / "nothing-here"}, progress=False)
+
+
+# ---- item 5: bad input ----
+
+def test_a_shard_size_below_the_largest_tensor_is_refused_before_any_tensor_is_read(models, tmp_path):
+    with pytest.raises(ValueError, match=r"max_shard_size '10KB' \(10,000 bytes\) is below tensor "
+                                         r"'(lm_head|model.embed_tokens).weight' \(65,536 bytes, F32 \[512, 32\]\)"
+                                         r".*'1MB'"):
+        merge_models(models / "base", tasks_of(models), out_dir=tmp_path / "out", max_shard_size="10KB",
+                     progress=False)
+    with pytest.raises(ValueError, match="is below tensor '(lm_head|model.embed_tokens).weight'"):
+        emr_merge(models / "base", tasks_of(models), out_dir=tmp_path / "emr", max_shard_size="10KB", progress=False)
+    assert not (tmp_path / "out").exists() and not (tmp_path / "emr").exists()
+
+
+def full_disk_after(monkeypatch, n: int):
+    "StreamWriter.write raises ENOSPC from its n-th call on, as a full disk does."
+    calls, write = [], StreamWriter.write
+    def write_until_full(self, name, chunk):
+        calls.append(name)
+        if len(calls) >= n: raise OSError(errno.ENOSPC, "No space left on device")
+        return write(self, name, chunk)
+    monkeypatch.setattr(StreamWriter, "write", write_until_full)
+    return calls
+
+
+@pytest.mark.parametrize("merge", ["merge_models", "emr_merge"])
+def test_a_disk_that_fills_mid_merge_names_the_tensor_and_leaves_the_old_folder(models, tmp_path, monkeypatch, merge):
+    run = (lambda out: merge_models(models / "base", tasks_of(models), out_dir=out, max_shard_size="70KB",
+                                    progress=False)) if merge == "merge_models" else (
+        lambda out: emr_merge(models / "base", tasks_of(models), out_dir=out, max_shard_size="70KB", progress=False))
+    old = run(tmp_path / "out")  # a previous result, replaced only by a complete one
+    before = sorted(p.name for p in (tmp_path / "out").rglob("*"))
+    calls = full_disk_after(monkeypatch, 7)
+    with pytest.raises(OSError, match=r"writing tensor '.+' .*the disk is full: No space left on device") as e:
+        run(tmp_path / "out")
+    assert e.value.errno == errno.ENOSPC and repr(calls[6]) in str(e.value)
+    assert sorted(p.name for p in (tmp_path / "out").rglob("*")) == before and leftovers(tmp_path / "out") == []
+    with pytest.raises(OSError, match="the disk is full"):
+        run(tmp_path / "new")
+    assert not (tmp_path / "new").exists() and leftovers(tmp_path / "new") == []
+    monkeypatch.undo()
+    assert type(old).from_pretrained(tmp_path / "out").tasks == ["ft0", "ft1", "ft2"]
+
+
+def sharded_copy(models, tmp_path, name="ft1"):
+    "A fine-tuned model saved in 70 KB shards: (folder, its index as a dict)."
+    folder = tmp_path / f"{name}-sharded"
+    from transformers import AutoModelForCausalLM
+    AutoModelForCausalLM.from_pretrained(models / name).save_pretrained(folder, max_shard_size="70KB")
+    return folder, json.loads((folder / "model.safetensors.index.json").read_text())
+
+
+def test_shards_that_disagree_with_their_index_are_named(models, tmp_path):
+    folder, index = sharded_copy(models, tmp_path)
+    shards = sorted(set(index["weight_map"].values()))
+    merge = lambda: merge_models(models / "base", {"ft0": models / "ft0", "ft1": folder}, progress=False)
+    assert merge().tasks == ["ft0", "ft1"]  # intact, it merges
+    write = lambda wm: (folder / "model.safetensors.index.json").write_text(json.dumps({**index, "weight_map": wm}))
+    name = next(n for n, f in index["weight_map"].items() if f == shards[1])
+    for weight_map, message in [
+        ({**index["weight_map"], name: shards[0]}, f"maps tensor '{name}' to {shards[0]}, but {shards[1]} holds it"),
+        ({n: f for n, f in index["weight_map"].items() if n != name},
+         f"shard {shards[1]} holds tensor '{name}', which the index does not list"),
+        ({**index["weight_map"], name: "model-00009-of-00009.safetensors"}, "names shard 'model-00009-of-00009"),
+    ]:
+        write(weight_map)
+        with pytest.raises((ValueError, FileNotFoundError), match=f"task 'ft1': .*{message}"):
+            merge()
+    write(index["weight_map"])
+    (folder / shards[-1]).unlink()
+    with pytest.raises(FileNotFoundError, match=f"names shard '{shards[-1]}'.*an incomplete download or copy"):
+        merge()
+
+
+def test_a_tensor_of_another_shape_under_the_same_config_is_named(models, tmp_path):
+    "Same config, one tensor of another shape: a damaged checkpoint, not a new head; named with its file."
+    folder = tmp_path / "odd"
+    folder.mkdir()
+    (folder / "config.json").write_bytes((models / "ft1" / "config.json").read_bytes())
+    sd = load_file(models / "ft1" / "model.safetensors")
+    sd["model.layers.1.mlp.up_proj.weight"] = sd["model.layers.1.mlp.up_proj.weight"][:-1].clone()
+    from safetensors.torch import save_file
+    save_file(sd, folder / "model.safetensors", metadata={"format": "pt"})
+    with pytest.raises(ValueError, match=r"task 'odd': tensor 'model.layers.1.mlp.up_proj.weight' has shape \[63, 32\] "
+                                         r"in .*odd/model.safetensors, the base \[64, 32\] in "
+                                         r".*base/model.safetensors"):
+        merge_models(models / "base", {"ft0": models / "ft0", "odd": folder}, out_dir=tmp_path / "out", progress=False)
+    assert not (tmp_path / "out").exists()
+
+
+# ---- issue 38: non-finite results, duplicate keys ----
+
+def test_a_non_finite_result_is_named_and_nothing_is_written(tmp_path):
+    "Finite inputs whose merge overflows its dtype (float16 here): the tensor and the method are named."
+    base = {"w": torch.full((4, 3), 6.0e4), "b": torch.zeros(3)}
+    tasks = {t: {"w": base["w"] + 3.0e4, "b": torch.ones(3)} for t in ("a", "c")}
+    with pytest.raises(ValueError, match=r"tensor 'w' of the merged model \(task_arithmetic\) has NaN or Inf values"):
+        merge_models(base, tasks, dtype="float16", out_dir=tmp_path / "out", progress=False)
+    assert not (tmp_path / "out").exists() and leftovers(tmp_path / "out") == []
+    half, high = torch.full((4, 3), -6.0e4, dtype=torch.float16), torch.full((4, 3), 6.0e4, dtype=torch.float16)
+    with pytest.raises(ValueError, match=r"tensor 'w' of the unified model \(the result\) has NaN or Inf values"):
+        emr_merge({"w": half}, {"a": {"w": high}, "c": {"w": high}}, out_dir=tmp_path / "emr", progress=False)
+    assert not (tmp_path / "emr").exists()
+    with pytest.raises(ValueError, match=r"tensor 'w' of task 'c' has NaN or Inf values"):
+        merge_models(base, {"a": tasks["a"], "c": {"w": torch.full((4, 3), float("nan")), "b": torch.ones(3)}},
+                     progress=False)
+
+
+def test_a_yaml_key_given_twice_is_refused_with_its_line(models, tmp_path, monkeypatch):
+    no_model_may_open(monkeypatch)
+    text = (f"merge_method: ties\nbase_model: {models / 'base'}\nmodels:\n"
+            + "".join(f"  - model: {p}\n    parameters: {{weight: 1.0, density: 0.5}}\n"
+                      for p in tasks_of(models).values())
+            + "merge_method: linear\n")
+    (tmp_path / "twice.yml").write_text(text)
+    with pytest.raises(ValueError, match=r"twice.yml: merge_method is given twice \(lines 1 and 10\)"):
+        merge_from_config(tmp_path / "twice.yml", progress=False)
+    (tmp_path / "nested.yml").write_text(text.replace("weight: 1.0, density", "weight: 1.0, weight: 2, density")
+                                         .replace("merge_method: linear\n", ""))
+    with pytest.raises(ValueError, match=r"nested.yml: weight is given twice on line 5"):
+        merge_from_config(tmp_path / "nested.yml", progress=False)
