@@ -1,9 +1,10 @@
 """What every benchmark shares: a quiet machine before timing, the device named, medians, and one way to write results.
 
 A benchmark calls `start = quiet_start()` before its first timed run and `write_result(name, result, start)` at the
-end. On a loaded machine (1-minute load average above 0.75 per core, i.e. 1.5 on the 2-core box) `quiet_start` waits
-up to `ADAPTKIT_BENCH_WAIT` seconds (default 600) for the load to fall; if it does not, the benchmark refuses to run,
-unless `ADAPTKIT_BENCH_ALLOW_LOADED=1`, in which case the results are written to `<name>.loaded.json`, marked
+end: every result records the load average and torch's thread count at its start, and the load at its end. On a
+loaded machine (1-minute load average above 0.75 per core, i.e. 1.5 on the 2-core box) `quiet_start` waits up to
+`ADAPTKIT_BENCH_WAIT` seconds (default 600) for the load to fall; if it does not, the benchmark refuses to run, unless
+`ADAPTKIT_BENCH_ALLOW_LOADED=1`, in which case the results are written to `<name>.loaded.json`, marked
 `"loaded": true`, and never replace the quiet `<name>.json`. Results from a GPU machine go to `<name>.<device>.json`.
 """
 import datetime
@@ -40,8 +41,16 @@ def quiet_start(wait_s: float | None = None) -> dict:
     if loaded and os.environ.get("ADAPTKIT_BENCH_ALLOW_LOADED") != "1":
         sys.exit(f"load average {load[0]:.2f} > {max_load():.2f} after waiting {wait_s:.0f} s: timings would be "
                  f"inflated, so nothing is measured (ADAPTKIT_BENCH_ALLOW_LOADED=1 writes results marked loaded)")
-    return {"load_average_at_start": [round(x, 2) for x in load], "loaded": loaded,
+    return {"load_average_at_start": [round(x, 2) for x in load], "loaded": loaded, **threads_at_start(),
             "started": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
+
+
+def threads_at_start() -> dict:
+    """The threads torch computes with as timing starts (None when the benchmark has not imported torch: then
+    OMP_NUM_THREADS and the CPUs this process may run on, which torch's default follows), for the start record."""
+    torch = sys.modules.get("torch")
+    return {"torch_threads_at_start": torch.get_num_threads() if torch else None,
+            "omp_num_threads": os.environ.get("OMP_NUM_THREADS"), "cpus_allowed": len(os.sched_getaffinity(0))}
 
 
 def median(xs) -> float:

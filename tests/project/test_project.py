@@ -69,7 +69,7 @@ def test_every_module_is_exported_from_a_notebook():
 
 
 METHODS = ("pissa", "aligner", "repnoise", "translora", "emr")
-CORE = ("artifacts", "data", "models", "tensorfiles", "tasks")
+CORE = ("artifacts", "config", "data", "models", "tensorfiles", "tasks")
 
 
 def _module_name(path: Path, root: Path) -> str:
@@ -250,3 +250,127 @@ def test_an_undeclared_import_is_named(tmp_path):
     bad = undeclared_imports([mod], {"torch"}, {"reasoning-gym"})
     assert [b.split(" ", 1)[1] for b in bad] == ["httpx2"] and bad[0].endswith(":3 httpx2")
     assert [b.split(" ")[1] for b in undeclared_imports([mod], {"torch", "httpx2"}, set())] == ["reasoning_gym"]
+
+
+# --- setup.cfg's mutation sections name functions mutmut can mutate -----------------------------------------------
+
+def _mutatable(tree, name: str) -> bool:
+    """Whether `name` (`function` or `Class.method`) is defined in `tree` as mutmut 3 mutates it: a top-level function
+    without decorators, or a method of a top-level class without decorators but `staticmethod`/`classmethod`."""
+    import ast
+    cls, _, fn = name.rpartition(".")
+    allowed = [[], ["staticmethod"], ["classmethod"]] if cls else [[]]
+    body = next((n.body for n in tree.body if isinstance(n, ast.ClassDef) and n.name == cls), []) if cls else tree.body
+    decorators = lambda f: [d.id if isinstance(d, ast.Name) else ast.dump(d) for d in f.decorator_list]
+    return any(isinstance(n, ast.FunctionDef) and n.name == fn and decorators(n) in allowed for n in body)
+
+
+def mutation_config_problems(config: Path, root: Path = ROOT) -> list[str]:
+    """What `make mutation` (tests/scripts/mutation.py reading `config`) would not find: a section's missing file or
+    test file, a function not defined (undecorated) in one of the section's files."""
+    import ast
+    read_modules = runpy.run_path(str(ROOT / "tests" / "scripts" / "mutation.py"))["read_modules"]
+    problems, trees = [], {}
+    for section, spec in read_modules(config).items():
+        missing = [f for f in spec["files"] + spec["tests"] if not (root / f).is_file()]
+        problems += [f"[mutation:{section}] {f}: no such file" for f in missing]
+        if not spec["functions"]: problems.append(f"[mutation:{section}]: no functions")
+        for function in spec["functions"]:
+            module, _, name = function.partition(":")
+            file = "adaptkit/" + module.replace(".", "/") + ".py"
+            if file not in spec["files"]:
+                problems.append(f"[mutation:{section}] {function}: its file {file} is not among the section's files")
+            elif (root / file).is_file():
+                tree = trees.get(file) or trees.setdefault(file, ast.parse((root / file).read_text(encoding="utf-8")))
+                if not _mutatable(tree, name):
+                    problems.append(f"[mutation:{section}] {function}: no undecorated {name} in {file}")
+    return problems
+
+
+def test_every_mutation_function_is_where_setup_cfg_says():
+    "Each [mutation:NAME] function is defined where its module path says, in a mutated file, as mutmut mutates it."
+    assert not mutation_config_problems(ROOT / "setup.cfg")
+
+
+def test_a_moved_or_decorated_mutation_function_is_named(tmp_path):
+    pkg = tmp_path / "adaptkit" / "emr"
+    pkg.mkdir(parents=True)
+    (pkg / "elect.py").write_text("def emr_elect(): pass\nclass _Sums:\n    @staticmethod\n    def add(): pass\n"
+                                  "@patch\ndef fit(self): pass\n")
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_x.py").write_text("")
+    cfg = tmp_path / "setup.cfg"
+    cfg.write_text("[mutation:emr]\nfiles = adaptkit/emr/elect.py\ntests = tests/test_x.py tests/gone.py\n"
+                   "functions = emr.elect:emr_elect emr.elect:_Sums.add emr.merge:emr_elect emr.elect:_elect\n"
+                   "    emr.elect:fit\n")
+    assert mutation_config_problems(cfg, tmp_path) == [
+        "[mutation:emr] tests/gone.py: no such file",
+        "[mutation:emr] emr.merge:emr_elect: its file adaptkit/emr/merge.py is not among the section's files",
+        "[mutation:emr] emr.elect:_elect: no undecorated _elect in adaptkit/emr/elect.py",
+        "[mutation:emr] emr.elect:fit: no undecorated fit in adaptkit/emr/elect.py",
+    ]
+
+
+# --- benchmarks: each records its start, and what each imports still exists (they are never run by the tests) --------
+
+BENCHMARKS = ROOT / "benchmarks"
+
+
+def _benchmarks() -> list[Path]:
+    return sorted(p for p in BENCHMARKS.rglob("*.py") if p.name != "_bench.py")
+
+
+def test_every_benchmark_records_the_load_and_torch_threads_at_its_start(monkeypatch):
+    """Each benchmark takes its start record from `_bench.quiet_start` and writes through `_bench.write_result`, or (the
+    diagnostics) records the load average and torch's thread count itself; the start record holds both."""
+    missing = []
+    for p in _benchmarks():
+        text = p.read_text(encoding="utf-8")
+        through_bench = "quiet_start(" in text and "write_result(" in text
+        if not through_bench and not ("load_average_at_start" in text and "torch_threads" in text):
+            missing.append(str(p.relative_to(ROOT)))
+    assert not missing, f"benchmarks that record neither the load nor the threads at their start: {missing}"
+    monkeypatch.setenv("ADAPTKIT_BENCH_ALLOW_LOADED", "1")
+    start = runpy.run_path(str(BENCHMARKS / "_bench.py"))["quiet_start"](wait_s=0)
+    assert len(start["load_average_at_start"]) == 3 and start["cpus_allowed"] >= 1
+    torch = sys.modules.get("torch")
+    assert start["torch_threads_at_start"] == (torch.get_num_threads() if torch else None)
+
+
+def benchmark_import_problems(paths) -> list[str]:
+    "`file:line name` for each module or name a script imports (at any depth) that does not import: moved or gone."
+    import ast
+    import importlib
+    problems = []
+    def importable(module: str, name: str | None = None) -> bool:
+        try: mod = importlib.import_module(module)
+        except ImportError: return False
+        if name is None or name == "*" or hasattr(mod, name): return True
+        try: importlib.import_module(f"{module}.{name}"); return True
+        except ImportError: return False
+    for p in paths:
+        try: tree = ast.parse(p.read_text(encoding="utf-8"), str(p))
+        except SyntaxError as e: problems.append(f"{p.name}:{e.lineno} does not compile: {e.msg}"); continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                problems += [f"{p.name}:{node.lineno} {a.name}" for a in node.names if not importable(a.name)]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                problems += [f"{p.name}:{node.lineno} {node.module}.{a.name}" for a in node.names
+                             if not importable(node.module, a.name)]
+    return problems
+
+
+def test_every_benchmark_still_imports_what_it_uses(monkeypatch):
+    "After files moved (emr.merge's pieces, repnoise.trainer): every name a benchmark imports is still there."
+    monkeypatch.syspath_prepend(str(BENCHMARKS))  # `_bench`, as each script puts it on its path
+    assert not benchmark_import_problems(_benchmarks())
+
+
+def test_a_moved_name_in_a_benchmark_is_named(tmp_path):
+    script = tmp_path / "bench.py"
+    script.write_text("import json\nfrom adaptkit.emr import emr_merge\n\ndef main():\n"
+                      "    from adaptkit.emr.merge import no_such_function\n    import no_such_module_here\n")
+    assert benchmark_import_problems([script]) == ["bench.py:5 adaptkit.emr.merge.no_such_function",
+                                                   "bench.py:6 no_such_module_here"]
+    (tmp_path / "broken.py").write_text("def f(:\n")
+    assert benchmark_import_problems([tmp_path / "broken.py"])[0].startswith("broken.py:1 does not compile")
