@@ -288,25 +288,26 @@ def test_restart_keeps_everything(tmp_path, folder):
 
 
 def test_corrupted_blob_is_not_served(hub, api, tmp_path):
+    "A text file, so inline and stored as a blob (a binary one would be stored with Xet)."
     api.create_repo("team/c")
     data = b"precious bytes " * 1000
-    api.upload_file(path_or_fileobj=data, path_in_repo="p.bin", repo_id="team/c")
+    api.upload_file(path_or_fileobj=data, path_in_repo="p.txt", repo_id="team/c")
     blob = hub.root / "blobs" / hashlib.sha256(data).hexdigest()[:2] / hashlib.sha256(data).hexdigest()
     raw = bytearray(blob.read_bytes()); raw[10] ^= 0xFF; blob.write_bytes(bytes(raw))
     with pytest.raises(HfHubHTTPError, match="corrupted") as e:
-        hf_hub_download("team/c", "p.bin", endpoint=hub.endpoint, token=TOKEN, cache_dir=tmp_path / "c")
+        hf_hub_download("team/c", "p.txt", endpoint=hub.endpoint, token=TOKEN, cache_dir=tmp_path / "c")
     assert e.value.response.status_code == 500
-    assert not [p for p in (tmp_path / "c").rglob("p.bin")]  # nothing half-downloaded left in the cache
+    assert not [p for p in (tmp_path / "c").rglob("p.txt")]  # nothing half-downloaded left in the cache
     status, _, body = _http(
-        "GET", hf_hub_url("team/c", "p.bin", endpoint=hub.endpoint), headers={"Authorization": f"Bearer {TOKEN}"}
+        "GET", hf_hub_url("team/c", "p.txt", endpoint=hub.endpoint), headers={"Authorization": f"Bearer {TOKEN}"}
     )
     assert status == 500 and b"precious" not in body
     # repair: delete the file and upload the same bytes again
-    api.delete_file("p.bin", repo_id="team/c")
-    api.upload_file(path_or_fileobj=data, path_in_repo="p.bin", repo_id="team/c")
+    api.delete_file("p.txt", repo_id="team/c")
+    api.upload_file(path_or_fileobj=data, path_in_repo="p.txt", repo_id="team/c")
     assert (
         Path(
-            hf_hub_download("team/c", "p.bin", endpoint=hub.endpoint, token=TOKEN, cache_dir=tmp_path / "c2")
+            hf_hub_download("team/c", "p.txt", endpoint=hub.endpoint, token=TOKEN, cache_dir=tmp_path / "c2")
         ).read_bytes()
         == data
     )
