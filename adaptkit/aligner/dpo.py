@@ -11,6 +11,7 @@ import logging
 from collections.abc import Sequence
 
 import datasets
+from accelerate.utils import broadcast_object_list
 from trl import DPOConfig, DPOTrainer
 
 from .artifact import AlignedPolicy, Aligner, chat_answers, conversation
@@ -93,9 +94,10 @@ def dpo_rounds(
         m.update(trainer.train().metrics)
         m.update({k: v for h in trainer.state.log_history for k, v in h.items() if k.startswith("rewards/")})
         policy = trainer.model.merge_and_unload() if peft_config is not None else trainer.model
-        if push_to:
+        if push_to:  # one process pushes (under `accelerate launch` too); every process gets the commit id
             art = _policy(policy, tokenizer, m, args, base_model)
-            m["commit"] = _push_round(art, push_to, r, hub_endpoint, hub_token)
+            commit = _push_round(art, push_to, r, hub_endpoint, hub_token) if trainer.is_world_process_zero() else None
+            m["commit"] = broadcast_object_list([commit])[0]
         metrics.append(m)
     trained = _policy(policy, tokenizer, metrics[-1], args, base_model)
     trained.rounds = metrics
