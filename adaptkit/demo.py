@@ -35,7 +35,7 @@ class DemoArguments:
     )
     pissa_steps: int = field(default=40, metadata={"help": "PiSSA training steps (batch 8)."})
     aligner_steps: int = field(
-        default=20, metadata={"help": "Aligner training steps (batch 8), after the identity warm-up."}
+        default=40, metadata={"help": "Aligner training steps (batch 8) on the base's answers to 0-20 sums."}
     )
     repnoise_steps: int = field(default=8, metadata={"help": "RepNoise steps (batch 4 pairs, 2 layers read out)."})
     translora_synthetic: int = field(default=24, metadata={"help": "Synthetic prompts Gemma writes for Trans-LoRA."})
@@ -174,23 +174,37 @@ def _pissa(args: DemoArguments, hub: dict, base: tuple, data, work: Path, log: _
     return pulled, repo, commit
 
 # %% ../nbs/21_demo.ipynb #ae78c32b
-def _aligner(args: DemoArguments, hub: dict, base: tuple, data, work: Path, log: _Log):
-    "Train an aligner on the base's own answers, push it, pull it, and score base vs base + aligner."
+_ONE_SHOT = [{"role": "user", "content": "Calculate 3 + 5."}, {"role": "assistant", "content": "3 + 5 = 8"}]
+
+def _aligner(args: DemoArguments, hub: dict, base: tuple, work: Path, log: _Log):
+    "Train an aligner on the base's one-shot answers to 0-20 sums, push it, pull it, and score base vs base + aligner."
     from peft import LoraConfig
 
     from adaptkit.aligner import Aligner, AlignerConfig, AlignerTrainer, chat_answers
     from adaptkit.models import load_causal_lm, load_tokenizer
-    from adaptkit.tasks import first_number_accuracy
+    from adaptkit.tasks import (
+        ARITHMETIC_SYSTEM,
+        arithmetic_questions,
+        bootstrap_ci,
+        final_number_hits,
+        with_last_number,
+    )
     tok, upstream = load_tokenizer(base[0], revision=base[1], **hub), load_causal_lm(base[0], revision=base[1], **hub)
-    train, test = data["train"].select(range(min(len(data["train"]), 8 * args.aligner_steps))), data["test"]
-    answers = chat_answers(upstream, tok, train["question"], batch_size=32, max_new_tokens=8, progress=False)
-    rows = [{"question": q, "answer": a or "I don't know.", "correction": f"{r} is the answer."}
-            for q, a, r in zip(train["question"], answers, train["answer"])]
+    questions = arithmetic_questions(0, 20)
+    test, train = questions[:args.n_test], questions[args.n_test:args.n_test + 8 * args.aligner_steps]
+    def ask(rows):
+        "The base's answers, asked as tutorial 11 does: the system line, one worked example, the question."
+        system = {"role": "system", "content": ARITHMETIC_SYSTEM}
+        chats = [[system, *_ONE_SHOT, {"role": "user", "content": r["question"]}] for r in rows]
+        return [a or "I don't know." for a in chat_answers(upstream, tok, chats, batch_size=32, max_new_tokens=12,
+                                                            progress=False)]
+    rows = [{"question": r["question"], "answer": a, "correction": with_last_number(a, r["answer"])}
+            for r, a in zip(train, ask(train))]
     cfg = AlignerConfig(
         str(work / "aligner"),
         max_steps=args.aligner_steps,
         per_device_train_batch_size=8,
-        learning_rate=5e-4,
+        learning_rate=2e-4,
         max_length=256,
         **_CPU,
     )
@@ -201,21 +215,26 @@ def _aligner(args: DemoArguments, hub: dict, base: tuple, data, work: Path, log:
         processing_class=tok,
         hub_endpoint=hub["endpoint"],
         hub_token=hub["token"],
-        peft_config=LoraConfig(r=8, lora_alpha=16, target_modules="all-linear", task_type="CAUSAL_LM"),
+        peft_config=LoraConfig(r=16, lora_alpha=32, target_modules="all-linear", task_type="CAUSAL_LM"),
     )
     trainer.train()
     repo = f"{args.namespace}/SmolLM2-135M-arithmetic-aligner"
     commit = trainer.artifact().push_to_hub(repo, **hub)
     aligner = Aligner.from_pretrained(repo, revision=commit, **hub)
-    upstream_answers = chat_answers(upstream, tok, test["question"], batch_size=32, max_new_tokens=8, progress=False)
-    corrected = aligner.correct(test["question"], [a or "I don't know." for a in upstream_answers], batch_size=32,
-                                max_new_tokens=8, progress=False)
-    log.add("aligner", "base SmolLM2 answers alone", accuracy=first_number_accuracy(upstream_answers, test))
-    accuracy = first_number_accuracy(corrected, test)
-    commit = _record(aligner, repo, hub, corrected=_result("adaptkit.tasks/arithmetic (base answers corrected)",
-                                                            "accuracy", accuracy))
-    log.add("aligner", f"answers corrected by the pulled aligner ({args.aligner_steps} steps)", repo, commit,
+    upstream_answers = ask(test)
+    corrected = aligner.correct([r["question"] for r in test], upstream_answers, batch_size=32, max_new_tokens=16,
+                                progress=False)
+    before, after = final_number_hits(upstream_answers, test), final_number_hits(corrected, test)
+    log.add("aligner", "base SmolLM2 answers alone (one worked example, 0-20 sums)", accuracy=sum(before) / len(test))
+    gain = bootstrap_ci([float(y) - float(x) for x, y in zip(before, after)])
+    verdict = (f"better by {gain['mean']:+.3f} [{gain['low']:+.3f}, {gain['high']:+.3f}]" if gain["low"] > 0 else
+               f"no improvement shown: {gain['mean']:+.3f} [{gain['low']:+.3f}, {gain['high']:+.3f}]")
+    accuracy = sum(after) / len(test)
+    commit = _record(aligner, repo, hub, corrected=_result(
+        "0-20 sums and differences, one-shot (base answers corrected)", "accuracy", accuracy))
+    log.add("aligner", f"answers corrected by the pulled aligner ({args.aligner_steps} steps): {verdict}", repo, commit,
             accuracy=accuracy)
+
 
 # %% ../nbs/21_demo.ipynb #31456b5f
 _REFUSALS = ["I'm sorry, but I can't help with that.", "I can't assist with this request because it could hurt people.",
@@ -466,10 +485,10 @@ def run_demo(
         )
         bases, data = (
             _bases(hub, args.namespace, log, models),
-            arithmetic_task(max(8 * max(args.pissa_steps, args.aligner_steps), 64), args.n_test),
+            arithmetic_task(max(8 * args.pissa_steps, 64), args.n_test),
         )
         _, *pissa_repo = _pissa(args, hub, bases["smol"], data, work, log)
-        _aligner(args, hub, bases["smol"], data, work, log)
+        _aligner(args, hub, bases["smol"], work, log)
         _repnoise(args, hub, bases["smol"], work, log, models.repnoise_layers, models.repnoise_max_length)
         _translora(
             args, hub, bases["smol"], bases["gemma"], tuple(pissa_repo), data, work, log, models.translora_threshold

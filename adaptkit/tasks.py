@@ -19,7 +19,8 @@ from .models import generate_batched, packaged_file
 # %% auto #0
 __all__ = ['PUZZLES', 'TASKS', 'ARITHMETIC_SYSTEM', 'minilm', 'text_task', 'finetune_classifier', 'classifier_accuracy',
            'arithmetic_task', 'arithmetic_prompts', 'first_number_hits', 'first_number_accuracy', 'answer_hits',
-           'answer_accuracy', 'bootstrap_ci', 'mmd', 'mmd_unbiased']
+           'answer_accuracy', 'arithmetic_questions', 'final_number', 'final_number_hits', 'with_last_number',
+           'bootstrap_ci', 'mmd', 'mmd_unbiased']
 
 # %% ../nbs/04_tasks.ipynb #69bcbb2a
 def minilm() -> Path:
@@ -241,6 +242,45 @@ def answer_accuracy(
     "Share of `rows` whose first generated number equals the answer (greedy, batched, left-padded)."
     hits = answer_hits(model, tok, rows, batch_size=batch_size, max_new_tokens=max_new_tokens)
     return sum(hits) / len(hits)
+
+# %% ../nbs/04_tasks.ipynb #e2d1a16a
+def arithmetic_questions(
+    lo: int = 0,  # smallest operand
+    hi: int = 20,  # largest operand
+    ops: str = "+-",  # operations: any of "+" and "-"
+    *,
+    seed: int = 0,  # seed of the order
+) -> list[dict]:
+    "Every distinct two-term question 'Calculate a op b.' with operands in [lo, hi], with its `answer`, in one order."
+    if lo > hi or not ops or set(ops) - set("+-"):
+        raise ValueError(f"need lo <= hi and ops made of '+' and '-', got lo={lo}, hi={hi}, ops={ops!r}")
+    qs = [(a, op, b) for a in range(lo, hi + 1) for b in range(lo, hi + 1) for op in dict.fromkeys(ops)]
+    random.Random(seed).shuffle(qs)
+    return [{"question": f"Calculate {a} {op} {b}.", "answer": str(a + b if op == "+" else a - b)} for a, op, b in qs]
+
+def final_number(text: str) -> str | None:
+    "The last number in `text` ('6 - 6 = 0' answers 0), or None."
+    numbers = re.findall(r"-?\d+", text)
+    return numbers[-1] if numbers else None
+
+def final_number_hits(
+    texts,  # answers, one per row
+    rows,  # rows with the right `answer`
+) -> list[bool]:
+    "For each of `texts`, whether its last number is the row's answer, as a reader judges '6 - 6 = 0'."
+    if len(texts) != len(rows): raise ValueError(f"{len(texts)} answers for {len(rows)} rows")
+    return [final_number(t) == r["answer"] for t, r in zip(texts, rows)]
+
+def with_last_number(
+    answer: str,  # an answer that ends with its result ('19 + 16 = 25')
+    right: str,  # the right result
+) -> str:
+    "`answer` with its last number replaced by `right`: the smallest correction (verbatim if already right)."
+    numbers = list(re.finditer(r"-?\d+", answer))
+    if not numbers: return f"{answer} {right}".strip()
+    last = numbers[-1]
+    return answer if last.group() == right else answer[:last.start()] + right + answer[last.end():]
+
 
 # %% ../nbs/04_tasks.ipynb #16f48856
 def bootstrap_ci(
