@@ -218,7 +218,8 @@ def merge_from_config(
 def _shard_count(specs: dict, max_bytes: int) -> int:
     "How many shards `ShardWriter` writes for `specs`."
     from huggingface_hub import split_state_dict_into_shards_factory
-    split = split_state_dict_into_shards_factory(specs, get_storage_size=nbytes, max_shard_size=max_bytes)
+    split = split_state_dict_into_shards_factory(specs, get_storage_size=nbytes, max_shard_size=max_bytes,
+                                                 filename_pattern="model{suffix}.safetensors")
     return len(split.filename_to_tensors)
 
 def plan_merge_config(
