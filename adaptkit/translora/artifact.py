@@ -5,9 +5,9 @@
 # %% ../../nbs/translora/02_artifact.ipynb #tla27f02
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from pathlib import Path
-import math
 
 import torch
 from fastcore.basics import patch
@@ -194,18 +194,19 @@ def _transfer_summary(provenance: dict, counts: dict, distillation: str) -> str:
     "What the card says about how this adapter was made."
     target = _markdown_link(provenance.get("target_base"))
     if not counts: return f"A LoRA for {target}, distilled ({distillation}-level) from a teacher's answers."
-    fraction = counts["kept"] / max(1, counts["synthetic"])
+    n = lambda k: counts.get(k, "an unrecorded number of")
+    fraction = f" ({counts['kept'] / max(1, counts['synthetic']):.0%})" if {"kept", "synthetic"} <= set(counts) else ""
     kept = (
-        f"the discriminator {_markdown_link(provenance['discriminator'])} kept {counts['kept']} ({fraction:.0%}); "
+        f"the discriminator {_markdown_link(provenance['discriminator'])} kept {n('kept')}{fraction}; "
         if provenance.get("discriminator")
-        else f"no discriminator was used (all {counts['kept']} kept, unfiltered); "
+        else f"no discriminator was used (all {n('kept')} kept, unfiltered); "
     )
     source_adapter = _markdown_link(provenance.get("source_adapter"))
     source_base = _markdown_link(provenance.get("source_base"))
     return (f"A LoRA for {target}, transferred with Trans-LoRA from the adapter {source_adapter} on {source_base}, "
-            f"without the original training data: the target base wrote {counts['synthetic']} synthetic prompts "
-            f"few-shot from {counts['seeds']} seed examples; {kept}the source adapter answered them "
-            f"({counts['distilled']} non-empty answers) and this adapter was trained on those answers "
+            f"without the original training data: the target base wrote {n('synthetic')} synthetic prompts "
+            f"few-shot from {n('seeds')} seed examples; {kept}the source adapter answered them "
+            f"({n('distilled')} non-empty answers) and this adapter was trained on those answers "
             f"({distillation}-level distillation).")
 
 @patch
@@ -219,7 +220,8 @@ def _card_fields(self: TransferredAdapter) -> dict:
         common = ", ".join(f"`{a}` {c}" for a, c in self.answers["most_common"])
         stages += [["teacher answers: distinct", self.answers["distinct"]], ["teacher answers: most common", common]]
     table = markdown_table(stages, ["stage", "value"]) if stages else ""
-    interval = lambda r: f"{r['mean']:.3f}" + (f" [{r['low']:.3f}, {r['high']:.3f}]" if "low" in r and "high" in r else "")
+    bounds = lambda r: f" [{r['low']:.3f}, {r['high']:.3f}]" if "low" in r and "high" in r else ""
+    interval = lambda r: f"{r['mean']:.3f}" + bounds(r)
     compared = markdown_table(
         [[c["model"], c.get("dataset", ""), c["metric"], interval(c),
           " x ".join(str(c[k]) for k in ("n_seeds", "n_items") if c.get(k) is not None),
