@@ -124,6 +124,7 @@ def _describe(self: Artifact, folder: Path, repo_id: str | None = None, name: st
     shown.base_model, shown.base_revision = record["source"]["base_model"], record["source"]["base_revision"]
     shown.settings = record["settings"]
     shown.model_card(repo_id, name=name or Path(folder).name, hub_url=hub_url).save(folder / "README.md")
+    record.pop("files", None)  # the checksums are taken anew: a record already there (another rank's) had its own
     write_metadata(folder, **record, files=file_checksums(folder))
 
 @patch

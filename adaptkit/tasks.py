@@ -258,7 +258,9 @@ def arithmetic_questions(
     random.Random(seed).shuffle(qs)
     return [{"question": f"Calculate {a} {op} {b}.", "answer": str(a + b if op == "+" else a - b)} for a, op, b in qs]
 
-def final_number(text: str) -> str | None:
+def final_number(
+    text: str,  # an answer
+) -> str | None:
     "The last number in `text` ('6 - 6 = 0' answers 0), or None."
     numbers = re.findall(r"-?\d+", text)
     return numbers[-1] if numbers else None

@@ -153,7 +153,8 @@ def test_tree_paths_info_commits_and_deletions(api):
         and deep["d/e"].last_commit.oid == c1
     )
     # sent inline, so regular files, whatever the suffix (the stored kind is what every listing reports)
-    assert deep["d/b.txt"].size == 3 and deep["d/e/c.bin"].lfs is None and deep["d/b.txt"].lfs is None
+    # the Hub's rule (LocalHub's default, lfs=True): a .bin file is stored by LFS or Xet, a small text file inline
+    assert deep["d/b.txt"].size == 3 and deep["d/e/c.bin"].lfs is not None and deep["d/b.txt"].lfs is None
     with pytest.raises(EntryNotFoundError): list(api.list_repo_tree("team/t", path_in_repo="nope"))
     info = {x.path: x for x in api.get_paths_info("team/t", ["a.txt", "d", "missing"], expand=True)}
     assert sorted(info) == ["a.txt", "d"] and isinstance(info["a.txt"], RepoFile) and info["d"].last_commit.oid == c2
