@@ -16,11 +16,11 @@ from pathlib import Path
 from typing import Callable
 
 # %% auto #0
-__all__ = ['COMMANDS', 'HELP_COLUMNS', 'HELP_PACKAGES', 'HubArguments', 'PushArguments', 'Command', 'command',
-           'ModelArguments', 'run_pissa', 'run_aligner', 'run_repnoise', 'TransLoRAArguments', 'run_translora',
-           'EMRArguments', 'run_emr', 'MergeArguments', 'run_merge', 'ServeArguments', 'ExportArguments',
-           'ImportArguments', 'TransferArguments', 'run_serve', 'run_push', 'run_pull', 'run_export', 'run_import',
-           'parser_for', 'help_text', 'help_key', 'write_help_texts', 'stored_help', 'command_help', 'main']
+__all__ = ['COMMANDS', 'HELP_COLUMNS', 'HELP_PACKAGES', 'HubArguments', 'PushArguments', 'Command', 'command', 'ModelArguments',
+           'run_pissa', 'run_aligner', 'run_repnoise', 'TransLoRAArguments', 'run_translora', 'EMRArguments', 'run_emr',
+           'MergeArguments', 'run_merge', 'ServeArguments', 'ExportArguments', 'ImportArguments', 'TransferArguments',
+           'run_serve', 'run_push', 'run_pull', 'run_export', 'run_import', 'parser_for', 'help_text', 'help_key',
+           'write_help_texts', 'stored_help', 'command_help', 'main']
 
 # %% ../nbs/20_cli.ipynb #0f5214e0
 @dataclass

@@ -23,10 +23,10 @@ from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTra
 from .hub import pull, read_metadata, source_of, verify_checksums, write_folder
 
 # %% auto #0
-__all__ = ['CHATML_TEMPLATE', 'SMOLLM2_REPO', 'load_causal_lm', 'load_tokenizer', 'load_base', 'load_adapter',
-           'tiny_tokenizer', 'tiny_causal_lm', 'default_bf16', 'merged', 'GeneratedText', 'generate_batched',
-           'encode_completion', 'completion_collator', 'BaseMismatchError', 'fingerprint', 'fingerprint_mismatch',
-           'check_base', 'check_adapter_base', 'from_gguf', 'cache_dir', 'packaged_file', 'smollm2']
+__all__ = ['CHATML_TEMPLATE', 'SMOLLM2_REPO', 'load_causal_lm', 'load_tokenizer', 'load_base', 'load_adapter', 'tiny_tokenizer',
+           'tiny_causal_lm', 'default_bf16', 'merged', 'GeneratedText', 'generate_batched', 'encode_completion',
+           'completion_collator', 'BaseMismatchError', 'fingerprint', 'fingerprint_mismatch', 'check_base',
+           'check_adapter_base', 'from_gguf', 'cache_dir', 'packaged_file', 'smollm2']
 
 # %% ../nbs/03_models.ipynb #798be5b5
 def load_causal_lm(

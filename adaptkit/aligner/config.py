@@ -13,8 +13,7 @@ from ..config import MethodConfig
 from ..hub import Method
 
 # %% auto #0
-__all__ = ['METHOD', 'ALIGNER_V1_TEMPLATE', 'ALIGNER_QAC_TEMPLATE', 'format_aligner_prompt', 'check_template',
-           'AlignerConfig']
+__all__ = ['METHOD', 'ALIGNER_V1_TEMPLATE', 'ALIGNER_QAC_TEMPLATE', 'format_aligner_prompt', 'check_template', 'AlignerConfig']
 
 # %% ../../nbs/aligner/01_config.ipynb #a1c0nf04
 METHOD = Method("adaptkit.aligner", "Aligner", {"title": "Aligner: Efficient Alignment by Learning to Correct",

@@ -16,9 +16,9 @@ import torch
 import yaml
 
 # %% auto #0
-__all__ = ['MERGE_METHODS', 'EMR', 'CONFIG_METHODS', 'prune_magnitude', 'prune_random', 'prune_breadcrumbs',
-           'tensor_generator', 'sign_agreement', 'combine_weighted', 'MergeMethod', 'merge_tensor', 'tensor_parameters',
-           'MergeConfig', 'read_merge_config']
+__all__ = ['MERGE_METHODS', 'EMR', 'CONFIG_METHODS', 'prune_magnitude', 'prune_random', 'prune_breadcrumbs', 'tensor_generator',
+           'sign_agreement', 'combine_weighted', 'MergeMethod', 'merge_tensor', 'tensor_parameters', 'MergeConfig',
+           'read_merge_config']
 
 # %% ../../nbs/emr/10_methods.ipynb #770a461e
 def prune_magnitude(

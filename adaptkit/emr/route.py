@@ -26,8 +26,8 @@ from ..models import _plain_name
 from ..tensorfiles import TensorFiles
 
 # %% auto #0
-__all__ = ['ROUTER_FILE', 'ROUTER_METHODS', 'MIN_EXAMPLES', 'pooled_features', 'Router', 'tokenizer_fingerprint',
-           'RoutedOutput', 'RoutedModel']
+__all__ = ['ROUTER_FILE', 'ROUTER_METHODS', 'MIN_EXAMPLES', 'pooled_features', 'Router', 'tokenizer_fingerprint', 'RoutedOutput',
+           'RoutedModel']
 
 # %% ../../nbs/emr/11_route.ipynb #8fb31393
 def _encode(tokenizer, texts: list, max_length: int, model) -> dict:

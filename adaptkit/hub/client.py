@@ -31,8 +31,8 @@ from huggingface_hub.utils import HFValidationError, validate_repo_id
 _log = logging.getLogger(__name__)
 
 # %% auto #0
-__all__ = ['METADATA_FILE', 'is_repo_id', 'looks_like_path', 'read_metadata', 'write_json', 'write_metadata',
-           'sha256_file', 'file_checksums', 'verify_checksums', 'leftover_folders', 'write_folder', 'pull', 'source_of',
+__all__ = ['METADATA_FILE', 'is_repo_id', 'looks_like_path', 'read_metadata', 'write_json', 'write_metadata', 'sha256_file',
+           'file_checksums', 'verify_checksums', 'leftover_folders', 'write_folder', 'pull', 'source_of',
            'PushConflictError', 'push_folder']
 
 # %% ../../nbs/hub/01_client.ipynb #6d2b5f6a

@@ -34,8 +34,7 @@ from .trainer import _distillation_trainer
 _logger = logging.getLogger(__name__)
 
 # %% auto #0
-__all__ = ['ANSWER_SHARE_WARNING', 'load_adapter_checked', 'teacher_completions', 'answer_distribution',
-           'transfer_lora']
+__all__ = ['ANSWER_SHARE_WARNING', 'load_adapter_checked', 'teacher_completions', 'answer_distribution', 'transfer_lora']
 
 # %% ../../nbs/translora/06_transfer.ipynb #3d86625e
 def load_adapter_checked(
