@@ -316,3 +316,54 @@ def test_export_and_import_carry_xet_stored_files(xhub, tmp_path):
         assert Path(got).read_bytes() == data
         info = HfApi(endpoint=other.endpoint, token=TOKEN).get_paths_info("team/m", ["w.bin"])[0]
         assert info.lfs.sha256 == hashlib.sha256(data).hexdigest()  # an LFS file there, its bytes a blob
+
+
+def _disk(root: Path) -> int:
+    "Bytes on disk under a folder (its files' sizes)."
+    return sum(p.stat().st_size for p in root.rglob("*") if p.is_file())
+
+
+_XET_OFF = """import sys
+from huggingface_hub import constants, hf_hub_download
+assert constants.HF_HUB_DISABLE_XET
+print(hf_hub_download(sys.argv[1], sys.argv[2], endpoint=sys.argv[3], token=sys.argv[4], cache_dir=sys.argv[5]))
+"""
+
+
+def test_outside_check_a_24_mib_binary_as_a_user_pushes_it(tmp_path, monkeypatch):
+    """Issue 36's outside check, as written: a `LocalHub(root, token=...)` in its default mode, the stock client with
+    Xet on pushes a 24 MiB binary; paths-info shows LFS with a Xet hash; a second push with 1 MiB changed stores
+    <= 3 MiB more under the root's CAS store; downloads with Xet on and Xet off (`HF_HUB_DISABLE_XET=1`, another
+    process) return the same bytes."""
+    import subprocess
+    import sys
+    assert not constants.HF_HUB_DISABLE_XET  # the client as it comes: Xet on
+    root, size = tmp_path / "root", 24 * 2**20
+    data = bytearray(_random(size, 11))
+    with LocalHub(root, token=TOKEN, log=tmp_path / "requests.log") as hub:
+        hub.log_path = tmp_path / "requests.log"
+        api = HfApi(endpoint=hub.endpoint, token=TOKEN)
+        api.create_repo("user/big")
+        api.upload_file(path_or_fileobj=bytes(data), path_in_repo="weights.bin", repo_id="user/big")
+        assert _hit(hub, "POST", "/v1/shards", 200) == 1 and hub.counts["lfs-batch"] == 0  # it went through Xet
+        (info,) = api.get_paths_info("user/big", ["weights.bin"])
+        assert info.lfs is not None and info.lfs.size == size and info.lfs.sha256 == hashlib.sha256(data).hexdigest()
+        assert info.xet_hash == hash_file(bytes(data)).xet_hash
+        cas = root / "xet"
+        assert cas.is_dir() and _disk(cas) >= size  # the CAS store under the root holds the file
+        stored = _disk(cas)
+        data[12 * 2**20:13 * 2**20] = _random(2**20, 12)  # 1 MiB changed in the middle
+        api.upload_file(path_or_fileobj=bytes(data), path_in_repo="weights.bin", repo_id="user/big")
+        assert _hit(hub, "POST", "/v1/shards", 200) == 2
+        assert _disk(cas) - stored <= 3 * 2**20, _disk(cas) - stored
+        (info,) = api.get_paths_info("user/big", ["weights.bin"])
+        assert info.xet_hash == hash_file(bytes(data)).xet_hash
+        xet_on = hf_hub_download("user/big", "weights.bin", endpoint=hub.endpoint, token=TOKEN,
+                                 cache_dir=tmp_path / "on")
+        assert Path(xet_on).read_bytes() == data and _hit(hub, "GET", "/reconstructions/", 200) >= 1
+        env = {**__import__("os").environ, "HF_HUB_DISABLE_XET": "1"}
+        out = subprocess.run([sys.executable, "-c", _XET_OFF, "user/big", "weights.bin", hub.endpoint, TOKEN,
+                              str(tmp_path / "off")], env=env, capture_output=True, text=True, timeout=300)
+        assert out.returncode == 0, out.stderr
+        assert Path(out.stdout.strip().splitlines()[-1]).read_bytes() == data
+        assert _hit(hub, "GET", "/user/big/resolve/main/weights.bin", 200) == 1  # the plain bytes, from resolve
