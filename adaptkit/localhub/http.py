@@ -26,6 +26,7 @@ from fastcore.basics import patch
 
 from adaptkit.localhub.storage import (
     CHUNK,
+    REPO_NOT_FOUND,
     USER,
     HubError,
     YamlError,
@@ -449,7 +450,7 @@ def _repo(self: HubHandler, t: str, ns: str, name: str, write: bool = False) -> 
         raise HubError(401, f"{typ} {meta['id']} is private and this LocalHub has no token, so no bearer can prove "
                             "access to it: serve the hub with a token to read it")
     if meta is None or (meta["private"] and not self.verified):
-        raise HubError(404, f"Repository Not Found: {typ} {ns}/{name} does not exist or is private", "RepoNotFound")
+        raise HubError(404, REPO_NOT_FOUND, "RepoNotFound")  # the client's message names the URL, so the repo
     return meta
 
 @patch
@@ -537,7 +538,7 @@ def _delete_repo(self: HubHandler):
     body = self._json()
     typ, repo_id = _repo_type(body), f"{field(body, 'organization', str, USER)}/{field(body, 'name', str)}"
     if not self.server.store.delete(typ, check_repo_id(repo_id)):
-        raise HubError(404, f"Repository Not Found: {typ} {repo_id}", "RepoNotFound")
+        raise HubError(404, REPO_NOT_FOUND, "RepoNotFound")
     self._send(200, {})
 
 @patch

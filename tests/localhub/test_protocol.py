@@ -236,15 +236,18 @@ def test_refs_like_the_hub(api):
 
 
 def test_error_texts_are_the_hubs(api):
-    """Item 9. The wording huggingface_hub's own tests expect from the Hub (tests/test_hf_api.py): "A commit has
-    happened since. Please refresh and try again." (412), "Reference refs/heads/<b> already exists" (409),
-    "Cannot delete refs/heads/main" (403), "Invalid rev id" (a missing branch)."""
+    """Item 9. The wording huggingface_hub's own tests expect from the Hub (tests/test_hf_api.py): "The branch was
+    updated since you opened this page. Please refresh and try again." (412, the whole text),
+    "Reference refs/heads/<b> already exists" (409), "Cannot delete refs/heads/main" (403), "Invalid rev id" (a missing
+    branch)."""
     api.create_repo("team/w")
     head = api.list_repo_commits("team/w")[0].commit_id
     api.create_commit("team/w", [CommitOperationAdd("a.txt", b"a")], commit_message="a", parent_commit=head)
-    with pytest.raises(HfHubHTTPError, match=r"A commit has happened since\. Please refresh and try again\.") as e:
+    with pytest.raises(HfHubHTTPError) as e:
         api.create_commit("team/w", [CommitOperationAdd("b.txt", b"b")], commit_message="b", parent_commit=head)
     assert e.value.response.status_code == 412
+    assert "The branch was updated since you opened this page. Please refresh and try again." in str(e.value)
+    assert e.value.server_message == "The branch was updated since you opened this page. Please refresh and try again."
     api.create_branch("team/w", branch="cool-branch")
     for branch in ["cool-branch", "main"]:
         with pytest.raises(HfHubHTTPError, match=f"Reference refs/heads/{branch} already exists") as e:
@@ -259,6 +262,28 @@ def test_error_texts_are_the_hubs(api):
     with pytest.raises(HfHubHTTPError, match="Reference refs/tags/v1 already exists"):
         api.create_tag("team/w", tag="v1")
     api.create_tag("team/w", tag="v1", exist_ok=True)
+
+
+def test_create_commit_repo_does_not_exist_reads_as_on_the_hub(api):
+    """Item 9, huggingface_hub's `test_create_commit_repo_does_not_exist`: the server's words for a missing repo are
+    contained in the client's own message, so the error is the client's text and nothing more."""
+    with pytest.raises(RepositoryNotFoundError) as context:
+        api.create_commit(repo_id=f"{USER}/repo_that_do_not_exist", operations=[CommitOperationAdd("config.json",
+                          b"content")], commit_message="fake_message")
+    request_id = context.value.response.headers.get("X-Request-Id")
+    expected_message = (
+        f"404 Client Error. (Request ID: {request_id})\n\nRepository Not"
+        " Found for url:"
+        f" {api.endpoint}/api/models/{USER}/repo_that_do_not_exist/preupload/main.\nPlease"
+        " make sure you specified the correct `repo_id` and"
+        " `repo_type`.\nIf you are trying to access a private or gated"
+        " repo, make sure you are authenticated and your token has the required permissions."
+        "\nFor more details, see https://huggingface.co/docs/huggingface_hub/authentication"
+        "\nNote: Creating a commit assumes that the repo already exists on the Huggingface Hub."
+        " Please use `create_repo` if it's not the case."
+    )
+    assert str(context.value) == expected_message
+    assert request_id and context.value.server_message == "Repository not found"
 
 
 def test_request_log_has_one_line_per_request_and_no_secrets(hub, api):
