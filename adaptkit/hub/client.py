@@ -235,7 +235,9 @@ def pull(
 def source_of(
     folder: str | Path,  # a local folder, or a snapshot `pull` downloaded
 ) -> dict:
-    "The Hub repo id and commit that `folder` holds, as far as can be known: `{'repo_id', 'revision'}` or `{'path'}`."
+    """The Hub repo id and commit `folder` itself is, as far as can be known: `{'repo_id', 'revision'}` or `{'path'}`.
+
+    A pulled snapshot or a pushed folder (its push record); never the base an artifact's record names."""
     folder = Path(folder).resolve()
     parts = folder.parts
     if len(parts) >= 3 and parts[-2] == "snapshots" and re.fullmatch(r"[0-9a-f]{40}", parts[-1]):
@@ -244,7 +246,6 @@ def source_of(
             return {"repo_id": name.replace("--", "/"), "revision": parts[-1]}
     meta = read_metadata(folder)
     if (pushed := meta.get("hub")): return {"repo_id": pushed["repo_id"], "revision": pushed["commit"]}
-    if (base := meta.get("source", {}).get("base_model")): return {"repo_id": base, "revision": None}
     return {"path": str(folder)}
 
 # %% ../../nbs/hub/01_client.ipynb #a338ebb4

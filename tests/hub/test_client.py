@@ -14,6 +14,7 @@ from huggingface_hub import HfApi
 from huggingface_hub.errors import HfHubHTTPError, RepositoryNotFoundError
 
 import adaptkit.hub.client
+from adaptkit.artifacts import ArtifactTrainerMixin, ModelArtifact
 from adaptkit.data import QAC, DataError, load_rows
 from adaptkit.hub import PushConflictError, is_repo_id, pull, push_folder, read_metadata, source_of, write_folder
 from adaptkit.hub import render_card as model_card
@@ -21,7 +22,7 @@ from adaptkit.hub import render_card as model_card
 # private on purpose: what a push uploads (the symlink rule) and what of the record goes up are the contracts tested
 from adaptkit.hub.client import _folder_files, _metadata_upload
 from adaptkit.localhub.server import LocalHub
-from adaptkit.models import load_adapter, load_causal_lm, load_tokenizer
+from adaptkit.models import fingerprint, load_adapter, load_base, load_causal_lm, load_tokenizer, tiny_causal_lm
 from adaptkit.pissa import METHOD as PISSA
 
 GUARDED = True  # the `hub` fixture (tests/conftest.py) asks for its token, `hub.token`
@@ -690,3 +691,43 @@ def test_json_is_written_whole_or_not_at_all(tmp_path):
     with pytest.raises(TypeError):
         write_json(path, {"a": object()})
     assert json.loads(path.read_text()) == {"a": [1, 2], "b": 1} and [p.name for p in tmp_path.iterdir()] == ["r.json"]
+
+
+# --- issue 38: source_of names the folder itself, never the base its record names ------------------------------------
+
+class _Trainer(ArtifactTrainerMixin):
+    "A trainer's stand-in: what `ArtifactTrainerMixin._load_base` stamps for the base it is given."
+    def __init__(self, base): self.model = self._load_base(base)
+
+
+def _fine_tune_of(tiny_tok, folder, base_model="team/base"):
+    "An unpushed artifact folder: a full model (other weights than its base) whose record names `base_model`."
+    art = ModelArtifact(tiny_causal_lm(tiny_tok, seed=3), tiny_tok)
+    art.base_model, art.base_revision = base_model, "b" * 40
+    art.base_fingerprint = fingerprint(tiny_causal_lm(tiny_tok))  # the base's, as a trainer stamps it
+    return art.save_pretrained(folder)
+
+
+def test_source_of_an_unpushed_artifact_folder_is_its_path_not_its_recorded_base(tiny_tok, tmp_path):
+    """Before, an artifact's `source.base_model` was returned as the folder's own repo id: a trainer given a merged
+    or fine-tuned model's folder recorded that model's base as its own (and `from_pretrained` would load it)."""
+    folder = _fine_tune_of(tiny_tok, tmp_path / "tuned")
+    assert read_metadata(folder)["source"]["base_model"] == "team/base"  # the record does name its base
+    assert source_of(folder) == {"path": str(folder.resolve())}
+    assert load_base(str(folder))[1] == {"path": str(folder.resolve())}
+    trainer = _Trainer(str(folder))  # the artifact is the base here: its folder is what the trainer records
+    assert (trainer.base_model, trainer.base_revision) == (None, None)
+    assert trainer.base_path == str(folder.resolve())
+    assert trainer.base_fingerprint == fingerprint(tiny_causal_lm(tiny_tok, seed=3))  # the fine-tune's, not team/base's
+
+
+def test_source_of_a_pushed_or_pulled_artifact_is_its_own_repo_at_its_commit(hub, tiny_tok, tmp_path):
+    "A pushed artifact folder (its push record) and its pulled snapshot are the artifact's repo, never its base's."
+    folder = _fine_tune_of(tiny_tok, tmp_path / "tuned")
+    commit = push_folder(folder, "team/tuned", endpoint=hub.endpoint, token=hub.token)
+    assert source_of(folder) == {"repo_id": "team/tuned", "revision": commit}
+    pulled = pull("team/tuned", endpoint=hub.endpoint, token=hub.token, revision=commit)
+    assert read_metadata(pulled)["source"]["base_model"] == "team/base"  # the uploaded record keeps its base
+    assert source_of(pulled) == {"repo_id": "team/tuned", "revision": commit}
+    trainer = _Trainer(str(pulled))
+    assert (trainer.base_model, trainer.base_revision, trainer.base_path) == ("team/tuned", commit, None)
