@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import math
 import tempfile
 from pathlib import Path
 
@@ -30,6 +31,7 @@ from adaptkit.hub import (
     write_metadata,
 )
 from .models import _plain_name, check_base, fingerprint, load_base
+from .tensorfiles import size_in_bytes
 
 # %% auto #0
 __all__ = ['Artifact', 'ModelArtifact', 'AdapterArtifact', 'ArtifactTrainerMixin']
@@ -197,17 +199,45 @@ def push_to_hub(
                            commit_message=commit_message or self.commit_message, create_pr=create_pr)
 
 # %% ../nbs/06_artifacts.ipynb #ebea6240
+def _shard_limit(
+    tensors: dict,  # tensor name -> tensor of the model to write
+    max_shard_size: int | str,  # bytes, or "5GB" / "500MB" as transformers takes it
+) -> int:
+    "`max_shard_size` in bytes, refused when a tensor is larger (a tensor is never split across shards)."
+    limit = size_in_bytes(max_shard_size)
+    name, big = max(tensors.items(), key=lambda kv: kv[1].nbytes, default=(None, None))
+    if big is not None and big.nbytes > limit:
+        raise ValueError(f"max_shard_size {max_shard_size!r} ({limit:,} bytes) is below tensor {name!r} "
+                         f"({big.nbytes:,} bytes, {big.dtype} {list(big.shape)}): a tensor is never split across "
+                         f"shards; give at least '{math.ceil(big.nbytes / 1e6)}MB'")
+    return limit
+
 class ModelArtifact(Artifact):
     "A causal LM and its tokenizer, saved as a plain transformers checkpoint (a PEFT adapter merged in, from a copy)."
+    max_shard_size: int | str = "5GB"  # largest safetensors shard written (transformers' `max_shard_size`)
+
     def __init__(self,
                  model,  # a transformers causal LM (or a PEFT model: saved merged)
                  tokenizer):  # its tokenizer
         self.model, self.tokenizer = model, tokenizer
 
+    def save_pretrained(
+        self,
+        save_directory: str | Path,  # the folder to write (an existing one is replaced, atomically)
+        *,
+        max_shard_size: int | str | None = None,  # largest shard, e.g. "2GB" (None: the artifact's, default "5GB")
+    ) -> Path:
+        "Write the model with its card to `save_directory`, in shards when large; return the folder."
+        if max_shard_size is not None:
+            _shard_limit(self.model.state_dict(), max_shard_size)  # before a temporary folder is made
+            self.max_shard_size = max_shard_size
+        return self._save(Path(save_directory))
+
     def _write(self, folder: Path) -> None:
         from adaptkit.models import merged
+        _shard_limit(self.model.state_dict(), self.max_shard_size)  # before a PEFT model is copied and merged
         model = merged(copy.deepcopy(self.model)) if hasattr(self.model, "merge_and_unload") else self.model
-        model.save_pretrained(folder); self.tokenizer.save_pretrained(folder)
+        model.save_pretrained(folder, max_shard_size=self.max_shard_size); self.tokenizer.save_pretrained(folder)
 
     @classmethod
     def _read(cls, folder: Path, record: dict, *, endpoint=None, token=None, **load_kwargs):
@@ -292,6 +322,47 @@ class AdapterArtifact(Artifact):
         "The object from a loaded adapter and its record (subclasses restore their own fields)."
         return cls(model, tokenizer)
 
+# %% ../nbs/06_artifacts.ipynb #a38d1py0
+def _own_class(model, root: type) -> type:
+    "The class of `model` that subclasses `root`, past FSDP2's dynamic `FSDP<Class>` wrapper class."
+    return next(c for c in type(model).__mro__ if issubclass(c, root) and not c.__name__.startswith("FSDP"))
+
+def _empty_like(model):
+    """An empty copy of `model` on the meta device, built from its class and config (a PEFT model's adapters too):
+    the layout its state dict has, free of what FSDP or DeepSpeed did to the live model's parameters."""
+    from peft import PeftModel
+    from transformers import PreTrainedModel
+    if not isinstance(model, PeftModel):
+        with torch.device("meta"): return _own_class(model, PreTrainedModel)(copy.deepcopy(model.config))
+    configs = copy.deepcopy(model.peft_config)
+    def plain(c): c = copy.copy(c); c.init_lora_weights = True; return c  # an init (PiSSA's SVD) needs real weights
+    first, *rest = configs
+    with torch.device("meta"):
+        out = _own_class(model, PeftModel)(_empty_like(model.get_base_model()), plain(configs[first]), first)
+        for name in rest: out.add_adapter(name, plain(configs[name]))
+    out.peft_config = configs  # the configs saved are the live model's (`init_lora_weights` included)
+    return out
+
+def _holding(
+    model,  # a transformers model (or PEFT model) whose parameters may be sharded or empty placeholders
+    state_dict: dict,  # its full state dict, as a trainer gathered it (the keys of `model.state_dict()`)
+    whole: bool = True,  # every tensor is needed (False: an adapter, whose trainable tensors are)
+):
+    """A copy of `model` that holds the tensors of `state_dict` (assigned, not copied) in place of its own; refused
+    when `state_dict` has a tensor the model lacks or lacks one the artifact writes."""
+    out = _empty_like(model)
+    needed = [n for n, t in out.state_dict(keep_vars=True).items() if whole or t.requires_grad]
+    if (extra := sorted(set(state_dict) - set(out.state_dict()))):
+        raise RuntimeError(f"the gathered state dict has {len(extra)} tensors {type(model).__name__} does not, e.g. "
+                           f"{extra[:3]}")
+    out.load_state_dict(state_dict, strict=False, assign=True)
+    out.tie_weights()  # a tied output layer a gathered state dict left out
+    held = out.state_dict()
+    if (missing := [n for n in needed if held[n].is_meta]):
+        raise RuntimeError(f"the gathered state dict lacks {len(missing)} tensors the artifact writes, e.g. "
+                           f"{missing[:3]}")
+    return out.eval()
+
 # %% ../nbs/06_artifacts.ipynb #451aa8b3
 class ArtifactTrainerMixin:
     "Makes a trainer's `save_model()` write its adaptkit artifact and `push_to_hub()` upload it with adaptkit's card."
@@ -303,6 +374,10 @@ class ArtifactTrainerMixin:
         (`base_model`, else the repo it was pulled from), commit, local folder when it has no repo id, and
         `fingerprint`, taken before training changes it."""
         model, source = load_base(model, revision=base_revision, endpoint=endpoint, token=token)
+        if getattr(model, "is_distributed_loading_by_transformers", False):  # rank 0 alone could not gather it to save
+            raise NotImplementedError("a model sharded at load time (`from_pretrained(distributed_config=...)`) is not "
+                                      "trained by adaptkit's trainers: load it whole and launch with accelerate's FSDP "
+                                      "or DeepSpeed, which gather the full weights for the final save")
         self.base_model = base_model or source.get("repo_id")
         pulled = self.base_model == source.get("repo_id")  # a commit belongs to the repo it was read from
         self.base_revision = base_revision or (source.get("revision") if pulled else None)
@@ -341,9 +416,29 @@ class ArtifactTrainerMixin:
         name = self.args.hub_model_id or model_name or Path(self.args.output_dir).name
         art.model_card(name).save(Path(self.args.output_dir) / "README.md")
 
-    def _save(self, output_dir: str | None = None, state_dict=None):
-        "Final saves write the artifact (files, record, card) into the folder; checkpoints stay the trainer's own."
+    def _save(self,
+              output_dir: str | None = None,  # the folder (default `args.output_dir`); `checkpoint-*`: the trainer's
+              state_dict: dict | None = None):  # the full weights transformers gathered (FSDP, ZeRO-3), on the saver
+        """Final saves write the artifact (files, record, card) into the folder, once: on the process that saves, from
+        the gathered `state_dict` when there is one, never from sharded parameters. Checkpoints stay the trainer's."""
         out = Path(output_dir or self.args.output_dir)
         if out.name.startswith("checkpoint-"): return super()._save(output_dir, state_dict)
+        art = self._described()
+        state_dict = self._full_state_dict(art, state_dict)  # on every process: a gather is collective
+        if not self.args.should_save: return
+        if state_dict is not None:
+            art.model = _holding(art.model, state_dict, whole=not isinstance(art, AdapterArtifact))
         out.mkdir(parents=True, exist_ok=True)
-        self._described()._fill(out, self.args.hub_model_id)
+        art._fill(out, self.args.hub_model_id)
+
+    def _full_state_dict(self, art: Artifact, state_dict: dict | None) -> dict | None:
+        "The state dict `art` is written from: transformers' (None: the live model's); all of a ZeRO-3 PEFT model."
+        if not getattr(self, "is_deepspeed_enabled", False): return state_dict
+        if state_dict == {}:  # transformers' fallback, on every process, when ZeRO-3 may not gather 16-bit weights
+            raise RuntimeError("DeepSpeed ZeRO-3 gathered no weights to save (stage3_gather_16bit_weights_on_model_save"
+                               " is false): set it to true in the DeepSpeed config so the artifact holds the weights")
+        from peft import PeftModel
+        zero3 = self.deepspeed.config.get("zero_optimization", {}).get("stage") == 3
+        if zero3 and isinstance(self.model, PeftModel):  # transformers gathered the trainable tensors only, and a
+            return self.accelerator.get_state_dict(self.deepspeed)  # merge or a base's fingerprint needs them all
+        return state_dict

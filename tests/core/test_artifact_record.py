@@ -28,7 +28,7 @@ class StandIn(ArtifactTrainerMixin):
     "A trainer's stand-in: the mixin needs `args`, `is_world_process_zero` and `artifact`."
     _name, _paper = "stand-in", None
     def __init__(self, out, model, tok):
-        self.args = SimpleNamespace(output_dir=str(out), hub_model_id=None)
+        self.args = SimpleNamespace(output_dir=str(out), hub_model_id=None, should_save=True)
         self.model, self.tok = self._load_base(model), tok
     def is_world_process_zero(self): return True
     def artifact(self): return self._stamped(AdapterArtifact(_lora(self.model), self.tok))
