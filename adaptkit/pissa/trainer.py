@@ -5,8 +5,10 @@
 # %% ../../nbs/pissa/04_trainer.ipynb #03951796
 from __future__ import annotations
 
+import tempfile
 import warnings
 from collections.abc import Mapping
+from contextlib import contextmanager
 from pathlib import Path
 
 import datasets
@@ -51,6 +53,18 @@ def _sft_rows(
     return load_rows(rows, _sft_schema(_columns(rows), text_field))
 
 # %% ../../nbs/pissa/04_trainer.ipynb #21b8c48c
+@contextmanager
+def _init_folder(
+    args,  # the trainer's `TrainingArguments`: which process saves, and the processes to wait for
+    init_dir: Path,  # where the initial adapter is kept
+):
+    """The folder this process writes PiSSA's initial adapter to: `init_dir` on the process that saves
+    (`args.should_save`), a temporary one on the others; then every process waits until it is written."""
+    if args.should_save: yield init_dir
+    else:
+        with tempfile.TemporaryDirectory(prefix="adaptkit-pissa-init-") as d: yield Path(d) / "init"
+    if (state := getattr(args, "distributed_state", None)) is not None: state.wait_for_everyone()
+
 class PiSSATrainer(ArtifactTrainerMixin, SFTTrainer):
     "TRL's `SFTTrainer` with a PiSSA adapter; its artifact is the adapter as a plain LoRA with adaptkit's card."
     _tag_names, _name, _paper = ["adaptkit", METHOD.tag], METHOD.name, METHOD.paper  # TRL's hooks: the card reads them
@@ -77,9 +91,9 @@ class PiSSATrainer(ArtifactTrainerMixin, SFTTrainer):
         self.init_dir = Path(args.output_dir) / "_pissa_init"
         self.pissa = peft_config or (args.lora_config() if isinstance(args, PiSSAConfig) else pissa_config())
         self.lora_rank = getattr(args, "pissa_lora_rank", "exact")  # how the adapter is shared
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), _init_folder(args, self.init_dir) as init_dir:  # one process writes it
             warnings.filterwarnings("ignore", message="init_pissa replaced")  # the trainer owns the changed model
-            model = init_pissa(model, self.pissa, init_dir=self.init_dir, seed=args.seed)
+            model = init_pissa(model, self.pissa, init_dir=init_dir, seed=args.seed)
         _check_rank(model, self.lora_rank)  # a rank no layer can take is refused before training
         super().__init__(model=model, args=args, train_dataset=train_dataset, **kwargs)
 

@@ -613,3 +613,22 @@ def test_init_records_its_seed_and_residual_and_keeps_the_pissa_init_on_the_mode
     lora = save_pissa_as_lora(pm, tmp_path / "lora", init_dir=tmp_path / "init")
     assert read_metadata(lora)["source"] == {"base_model": None, "base_revision": None, "base_path": None,
                                              "fingerprint": fingerprint(tiny_causal_lm(tiny_tok))}
+
+
+def test_only_the_process_that_saves_writes_the_initial_adapter(tiny_model_dir, tmp_path, monkeypatch):
+    """Under `accelerate launch` every process initialises PiSSA (seeded alike); one writes `_pissa_init`. A process
+    that does not save (rank 1: `args.should_save` is False) ends with the same adapter and writes nothing there."""
+    rows = datasets.Dataset.from_list([{"prompt": f"{i} plus {i} is", "completion": f" {2 * i}."} for i in range(4)])
+    tok = load_tokenizer(tiny_model_dir)
+    def trainer(out):
+        args = PiSSAConfig(str(out), pissa_r=2, max_steps=1, save_strategy="no", use_cpu=True, report_to="none")
+        return PiSSATrainer(str(tiny_model_dir), args, rows, processing_class=tok)
+    saver = trainer(tmp_path / "rank0")
+    with monkeypatch.context() as m:
+        m.setattr(PiSSAConfig, "should_save", property(lambda self: False))
+        other = trainer(tmp_path / "rank1")
+    assert (tmp_path / "rank0" / "_pissa_init" / "adapter_model.safetensors").is_file()
+    assert not (tmp_path / "rank1").exists() or not any((tmp_path / "rank1").iterdir())
+    assert other.init_dir == tmp_path / "rank1" / "_pissa_init"  # where the process that saves keeps it
+    mine, theirs = saver.model.state_dict(), other.model.state_dict()
+    assert all(torch.equal(mine[k], theirs[k]) for k in mine)  # the same seeded adapter and residual base
