@@ -11,7 +11,8 @@ import logging
 from collections.abc import Sequence
 
 import datasets
-from accelerate.utils import broadcast_object_list
+from accelerate import PartialState
+from accelerate.utils import broadcast_object_list, gather_object
 from trl import DPOConfig, DPOTrainer
 
 from .artifact import AlignedPolicy, Aligner, chat_answers, conversation
@@ -76,8 +77,7 @@ def dpo_rounds(
     args = args or DPOConfig("aligner-dpo", beta=0.02, learning_rate=2e-5, report_to="none", save_strategy="no")
     metrics = []
     for r in range(1, rounds + 1):
-        answers = chat_answers(policy, tokenizer, prompts, **generate_kwargs)
-        pairs = preference_pairs(prompts, answers, aligner.correct(questions, answers, **generate_kwargs))
+        pairs = _round_pairs(policy, tokenizer, aligner, prompts, questions, **generate_kwargs)
         m = {"round": r, "pairs": len(pairs), "dropped": len(prompts) - len(pairs)}
         if not len(pairs):
             _logger.warning("round %d: every correction equals its answer; stopping", r)
@@ -102,6 +102,16 @@ def dpo_rounds(
     trained = _policy(policy, tokenizer, metrics[-1], args, base_model)
     trained.rounds = metrics
     return trained
+
+def _round_pairs(policy, tokenizer, aligner: Aligner, prompts: Sequence, questions: Sequence[str],
+                 **generate_kwargs) -> datasets.Dataset:
+    """One round's preference pairs, the same on every process: each process answers and corrects its share of the
+    prompts (`PartialState.split_between_processes`), and every process gathers all of them in order."""
+    with PartialState().split_between_processes(list(range(len(prompts)))) as mine:
+        answers = chat_answers(policy, tokenizer, [prompts[i] for i in mine], **generate_kwargs) if mine else []
+        corrections = aligner.correct([questions[i] for i in mine], answers, **generate_kwargs) if mine else []
+    done = gather_object(list(zip(answers, corrections)))  # every process's, in process order: the prompts' order
+    return preference_pairs(prompts, [a for a, _ in done], [c for _, c in done])
 
 def _policy(policy, tok, m: dict, args, base_model) -> AlignedPolicy:
     "The policy after round `m['round']` as an artifact, with the round's settings for its card."

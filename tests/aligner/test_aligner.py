@@ -378,3 +378,76 @@ def test_aligner_rows_truncate_only_to_a_given_max_length(tiny_tok):
     assert cut["input_ids"] == prompt + target[:3] and cut["labels"] == [-100] * len(prompt) + target[:3]
     with pytest.raises(ValueError, match=re.escape(f"row 0: the prompt takes {len(prompt)} tokens")):
         aligner_rows(rows, template, tiny_tok, max_length=len(prompt))
+
+
+def test_dpo_round_pairs_are_the_same_on_every_rank_with_sampled_decoding(tiny_tok, monkeypatch):
+    """Two ranks, simulated by two threads with accelerate's split and gather: each answers its half of the prompts
+    with sampling, and both build the same pairs, in the prompts' order (each rank answering every prompt with its own
+    samples would give each rank other pairs, and DPO's sampler would mix rows of different datasets)."""
+    import threading
+
+    from accelerate import PartialState
+
+    from adaptkit.aligner import dpo
+
+    local, parts, barrier = threading.local(), {}, threading.Barrier(2, timeout=600)
+
+    class TwoRanks:  # what `PartialState()` is on rank `local.rank` of two
+        num_processes = 2
+        split_between_processes = PartialState.split_between_processes
+        @property
+        def process_index(self): return local.rank
+
+    def gather(obj):  # accelerate's `gather_object`: every rank's list, in rank order, on every rank
+        parts[local.rank] = obj
+        barrier.wait()
+        return [x for rank in (0, 1) for x in parts[rank]]
+
+    class Marking(Aligner):  # every answer makes a pair
+        def correct(self, questions, answers, **kwargs): return [f"{a} (corrected)" for a in answers]
+
+    asked, lock, answer = {0: [], 1: []}, threading.Lock(), dpo.chat_answers
+    def recording(model, tok, prompts, **kwargs):  # one thread generates at a time: they share the model object
+        asked[local.rank] += list(prompts)
+        with lock: return answer(model, tok, prompts, **kwargs)
+
+    monkeypatch.setattr(dpo, "PartialState", TwoRanks)
+    monkeypatch.setattr(dpo, "gather_object", gather)
+    monkeypatch.setattr(dpo, "chat_answers", recording)
+    policy, aligner = tiny_causal_lm(tiny_tok, seed=3), Marking(tiny_causal_lm(tiny_tok), tiny_tok)
+    prompts = [f"What is {i} plus {i}?" for i in range(6)]
+    pairs, errors = {}, []
+    def rank(r):
+        local.rank = r
+        try: pairs[r] = dpo._round_pairs(policy, tiny_tok, aligner, prompts, prompts, do_sample=True,
+                                         max_new_tokens=6, progress=False).to_list()
+        except BaseException as e: errors.append(e); barrier.abort()
+    threads = [threading.Thread(target=rank, args=(r,)) for r in (0, 1)]
+    for t in threads: t.start()
+    for t in threads: t.join()
+    assert not errors, errors
+    assert asked == {0: prompts[:3], 1: prompts[3:]}  # each prompt answered once, by one rank
+    assert pairs[0] == pairs[1] and len(pairs[0]) == 6
+    assert [p["prompt"][-1]["content"] for p in pairs[0]] == prompts
+
+
+def test_a_merged_aligner_is_written_in_shards_and_a_tampered_shard_is_refused(tiny_tok, tmp_path):
+    "An aligner trained with a LoRA is saved merged, in transformers' shards at `max_shard_size`, each checksummed."
+    import torch
+    from peft import LoraConfig, get_peft_model
+
+    from adaptkit.hub import read_metadata
+    lora = get_peft_model(tiny_causal_lm(tiny_tok), LoraConfig(r=2, target_modules=["q_proj"], init_lora_weights=False))
+    aligner = Aligner(lora, tiny_tok, CUSTOM)
+    limit = max(t.nbytes for t in tiny_causal_lm(tiny_tok).parameters())
+    aligner.save_pretrained(tmp_path / "a", max_shard_size=limit)
+    shards = sorted(p.name for p in (tmp_path / "a").glob("model-*-of-*.safetensors"))
+    assert len(shards) > 3 and (tmp_path / "a" / "model.safetensors.index.json").is_file()
+    assert set(shards) <= set(read_metadata(tmp_path / "a")["files"])
+    loaded = Aligner.from_pretrained(tmp_path / "a")
+    assert loaded.template == CUSTOM and not any("lora_" in k for k in loaded.model.state_dict())
+    ids = tiny_tok(["2 + 2 ="], return_tensors="pt")
+    assert torch.allclose(loaded.model(**ids).logits, lora(**ids).logits, atol=1e-5)
+    (tmp_path / "a" / shards[0]).write_bytes((tmp_path / "a" / shards[0]).read_bytes()[:-4] + b"\0\0\0\0")
+    with pytest.raises(ValueError, match=re.escape(shards[0])):
+        Aligner.from_pretrained(tmp_path / "a")

@@ -703,3 +703,19 @@ def test_repnoise_loss_default_weights_are_alpha_1_and_beta_0_001(tiny_tok):
     want = parts["harmless_ce"] + 0.001 * parts["noise_mmd"] - 1.0 * torch.log1p(parts["harmful_ce"])
     assert parts["loss"].item() == pytest.approx(want.item(), rel=1e-6)
     assert parts["noise_mmd"].item() > 1e-3 and parts["harmful_ce"].item() > 0.1  # both terms weigh in
+
+
+def test_an_immunised_model_is_written_in_shards_and_a_tampered_shard_is_refused(tiny_tok, tmp_path):
+    model = tiny_causal_lm(tiny_tok)
+    limit = max(t.nbytes for t in model.parameters())
+    ImmunisedModel(model, tiny_tok).save_pretrained(tmp_path / "m", max_shard_size=limit)
+    shards = sorted(p.name for p in (tmp_path / "m").glob("model-*-of-*.safetensors"))
+    assert len(shards) > 3 and (tmp_path / "m" / "model.safetensors.index.json").is_file()
+    assert set(shards) <= set(read_metadata(tmp_path / "m")["files"])
+    loaded = ImmunisedModel.from_pretrained(tmp_path / "m")
+    assert all(torch.equal(a, b) for a, b in zip(loaded.model.state_dict().values(), model.state_dict().values()))
+    plain = AutoModelForCausalLM.from_pretrained(tmp_path / "m")  # stock transformers reads the shards too
+    assert torch.equal(plain.lm_head.weight, model.lm_head.weight)
+    (tmp_path / "m" / shards[-1]).write_bytes((tmp_path / "m" / shards[-1]).read_bytes() + b" ")
+    with pytest.raises(ValueError, match=re.escape(shards[-1])):
+        ImmunisedModel.from_pretrained(tmp_path / "m")
