@@ -138,10 +138,12 @@ def check_against_one_process(folder: Path, ref: tuple[dict, dict], trained: str
 
 
 def check_saved_and_pushed_once(folder: Path, endpoint: str, repo_id: str, records: list[dict]):
-    "Each rank called save_model and push_to_hub: one artifact, its files as recorded, and one upload."
+    "Each rank called save_model and push_to_hub: one artifact, written by rank 0 alone, as recorded; one upload."
     from adaptkit.hub import read_metadata, verify_checksums
     saved = folder / "saved"
     verify_checksums(saved, read_metadata(saved)["files"])
+    assert any(w.startswith("saved") for w in records[0]["writes"]), records[0]["writes"]  # the hook sees the save
+    assert records[1]["writes"] == [], f"rank 1 wrote {records[1]['writes'][:5]}"
     titles = [c.title for c in HfApi(endpoint=endpoint).list_repo_commits(repo_id)]
     assert titles.count("End of training") == 1, titles
     assert [r["world_size"] for r in records] == [2, 2]
@@ -166,6 +168,7 @@ def test_PiSSATrainer_on_two_ranks_same_init_and_residual_equals_one_process(two
     assert base and all(torch.allclose(v, ref[1][k], rtol=1e-5, atol=1e-6) for k, v in base.items())
     errors = check_against_one_process(folder, ref, "lora_")
     assert all("lora_" in k for k in errors)  # only the adapter trains; the residual base stays as initialised
+    assert any(w.startswith("run/_pissa_init/") for w in records[0]["writes"])  # rank 0 wrote the initial adapter
     check_saved_and_pushed_once(folder, two_ranks.endpoint, "team/ddp-pissa", records)
 
 

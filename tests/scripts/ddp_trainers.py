@@ -5,7 +5,8 @@
 tests/project/test_multiprocess.py launches it, and calls `train(name, ...)` in its own process for the one-process
 reference with the same global batch. For each trainer NAME (one of `TRAINERS`), each rank writes to OUT/NAME/:
 - `rank{R}.safetensors`: its weights after training, `init.rank{R}.safetensors` before (PiSSA's: right after its init);
-- `rank{R}.json`: the world size and steps it saw;
+- `rank{R}.json`: the world size and steps it saw, and `writes`: what it wrote under `saved/` and `run/_pissa_init/`
+  (files opened for writing, folders made or renamed, seen by an audit hook; safetensors' own writes are not seen);
 then saves and pushes the way a user's script does, on every rank (`trainer.save_model`, `trainer.push_to_hub` to the
 Hub at HF_ENDPOINT; `dpo_rounds(push_to=...)`), which must write and upload once. A trainer that fails stops the launch.
 
@@ -19,6 +20,7 @@ from pathlib import Path
 
 GLOBAL_BATCH, STEPS = 4, 3
 TRAINERS = ("aligner", "pissa", "repnoise", "translora", "dpo")
+WATCHED = ("saved", "run/_pissa_init")  # what one process writes (the final save, PiSSA's initial adapter)
 
 
 def _common(out: Path, per_device: int, accumulation: int) -> dict:
@@ -106,12 +108,35 @@ def _state(model) -> dict:
     return {k: v.detach().contiguous().clone() for k, v in model.state_dict().items()}
 
 
+def watch_writes(writes: dict) -> None:
+    """Record in `writes["seen"]` every path under `writes["root"]/WATCHED` this process opens for writing, makes or
+    renames (Python's audit events: `open`, `os.mkdir`, `os.rename`, `os.replace`)."""
+    def hook(event, args):
+        if writes.get("root") is None: return
+        if event == "open":
+            path, mode, flags = args
+            if not (mode and any(c in mode for c in "wax+")) and not (flags and flags & (os.O_WRONLY | os.O_RDWR)):
+                return
+            paths = [path]
+        elif event in ("os.mkdir", "os.rename", "os.replace"): paths = [a for a in args[:2] if isinstance(a, str)]
+        else: return
+        for p in paths:
+            if not isinstance(p, (str, os.PathLike)): continue
+            try: rel = Path(os.fspath(p)).absolute().relative_to(writes["root"]).as_posix()
+            except ValueError: continue
+            if rel.startswith(WATCHED): writes["seen"].append(rel)
+    sys.addaudithook(hook)
+
+
 def main(model_dir: Path, out: Path, names: list[str]):
     from safetensors.torch import save_file
     rank = int(os.environ.get("RANK", 0))
+    writes = {"root": None, "seen": []}
+    watch_writes(writes)
     for name in names:
         folder = out / name
         folder.mkdir(parents=True, exist_ok=True)
+        writes.update(root=folder.absolute(), seen=[])
         model, trainer, init = train(name, model_dir, folder, per_device=GLOBAL_BATCH // 2, push=True)
         if init is not None: save_file(init, folder / f"init.rank{rank}.safetensors")
         save_file(_state(model), folder / f"rank{rank}.safetensors")
@@ -123,6 +148,8 @@ def main(model_dir: Path, out: Path, names: list[str]):
             trainer.args.hub_model_id = f"team/ddp-{name}"
             trainer.push_to_hub()
             record |= {"world_size": trainer.args.world_size, "global_step": trainer.state.global_step}
+        record["writes"] = sorted(set(writes["seen"]))
+        writes["root"] = None
         (folder / f"rank{rank}.json").write_text(json.dumps(record, default=str))
 
 
