@@ -1,8 +1,10 @@
 """Shared fixtures: an offline, telemetry-free environment with its own HF cache, and tiny models built offline."""
 import ipaddress
 import os
+import shutil
 import socket
 import tempfile
+from pathlib import Path
 
 # Read by huggingface_hub at import time, so set before any test imports it.
 os.environ["HF_HUB_DISABLE_TELEMETRY"] = "1"
@@ -38,14 +40,63 @@ def tiny_tok():
     return tiny_tokenizer()
 
 
+_TINY = {}  # the session's tiny model folder, once made: its path, a pristine copy and the signature of its files
+
+
+def _signature(folder: Path) -> dict:
+    "Every file and folder under `folder` by relative path: (size, mtime in ns); a write shows even at equal size."
+    return {str(p.relative_to(folder)): (p.stat().st_size, p.stat().st_mtime_ns) for p in sorted(folder.rglob("*"))}
+
+
+def _tiny_model_dir_changes() -> list[str]:
+    "What differs in the session's tiny model folder from how it was made (after a restore: nothing)."
+    now, then = _signature(_TINY["folder"]), _TINY["signature"]
+    return ([f"added {p}" for p in now.keys() - then.keys()] + [f"removed {p}" for p in then.keys() - now.keys()]
+            + [f"rewrote {p}" for p in now.keys() & then.keys() if now[p] != then[p]])
+
+
+def _restore_tiny_model_dir() -> None:
+    "Put the session's tiny model folder back as it was made, in place (tests hold its path)."
+    folder = _TINY["folder"]
+    for p in folder.iterdir(): shutil.rmtree(p) if p.is_dir() and not p.is_symlink() else p.unlink()
+    shutil.copytree(_TINY["pristine"], folder, dirs_exist_ok=True)
+    _TINY["signature"] = _signature(folder)
+
+
 @pytest.fixture(scope="session")
 def tiny_model_dir(tiny_tok, tmp_path_factory):
-    "A folder with a tiny Llama-style model and its tokenizer, saved with save_pretrained."
+    """A folder with a tiny Llama-style model and its tokenizer, saved with save_pretrained; shared by the session, so
+    read-only: a test that writes into it (a push records itself in the folder's adaptkit.json) fails, naming itself
+    (`tiny_model_dir_unchanged`). Write into `tiny_model_copy` instead."""
     from adaptkit.models import tiny_causal_lm
     folder = tmp_path_factory.mktemp("tiny-llama")
     tiny_causal_lm(tiny_tok).save_pretrained(folder)
     tiny_tok.save_pretrained(folder)
-    return folder
+    pristine = tmp_path_factory.mktemp("tiny-llama-pristine")
+    shutil.copytree(folder, pristine, dirs_exist_ok=True)  # copy2: sizes and mtimes as in `folder`
+    _TINY.update(folder=folder, pristine=pristine, signature=_signature(folder))
+    yield folder
+    if (changes := _tiny_model_dir_changes()):  # a module or session fixture's teardown wrote into it
+        raise AssertionError(f"the session fixture tiny_model_dir was changed by a fixture's teardown after its last "
+                             f"test ({', '.join(sorted(changes))}): write into a private copy (tiny_model_copy)")
+
+
+@pytest.fixture(autouse=True)
+def tiny_model_dir_unchanged(request):
+    """After each test: when it changed the session's `tiny_model_dir`, the folder is put back (later tests read it as
+    made) and the test fails at teardown, named, with what it changed. A stat of 7 files per test."""
+    yield
+    if not _TINY or not (changes := _tiny_model_dir_changes()): return
+    _restore_tiny_model_dir()
+    pytest.fail(f"{request.node.nodeid} changed the session fixture tiny_model_dir ({', '.join(sorted(changes))}), "
+                "which every later test reads as made: it is put back; write or push a private copy instead "
+                "(the tiny_model_copy fixture)", pytrace=False)
+
+
+@pytest.fixture
+def tiny_model_copy(tiny_model_dir, tmp_path):
+    "A private copy of `tiny_model_dir` for a test that writes into its model folder (a push records itself there)."
+    return Path(shutil.copytree(tiny_model_dir, tmp_path / "tiny-model-copy"))
 
 
 TOKEN = "hf_adaptkit_test_token_0123"  # the tests' one Hub token (a guarded LocalHub's; never a real one)

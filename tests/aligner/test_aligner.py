@@ -31,7 +31,7 @@ def _qac_file(path, rows):
     return path
 
 
-def test_train_push_pull_correct(hub, tiny_model_dir, tmp_path):
+def test_train_push_pull_correct(hub, tiny_model_dir, tiny_model_copy, tmp_path):
     rows = [
         {"question": f"What is {i} times 2?", "answer": f"{i}", "correction": f"{i} times 2 is {2 * i}."}
         for i in range(8)
@@ -48,7 +48,7 @@ def test_train_push_pull_correct(hub, tiny_model_dir, tmp_path):
         use_cpu=True,
         disable_tqdm=True,
     )
-    push_folder(tiny_model_dir, "team/base", endpoint=hub.endpoint)
+    push_folder(tiny_model_copy, "team/base", endpoint=hub.endpoint)
     trainer = AlignerTrainer("team/base", args, _qac_file(tmp_path / "qac.jsonl", rows), processing_class=tok,
                              hub_endpoint=hub.endpoint)
     assert trainer.base_model == "team/base"

@@ -81,8 +81,8 @@ def test_a_trainer_on_a_local_folder_records_that_folder(tiny_tok, own_base, tmp
     assert named.base_path is None
 
 
-def test_a_wrong_base_refusal_names_a_pulled_adapter_and_its_base_by_repo_at_revision(hub, tiny_tok, tiny_model_dir):
-    base_commit = push_folder(tiny_model_dir, "team/base", endpoint=hub.endpoint)
+def test_a_wrong_base_refusal_names_a_pulled_adapter_and_its_base_by_repo_at_revision(hub, tiny_tok, tiny_model_copy):
+    base_commit = push_folder(tiny_model_copy, "team/base", endpoint=hub.endpoint)
     base = load_causal_lm("team/base", endpoint=hub.endpoint)  # its name_or_path: a snapshot folder
     adapter = AdapterArtifact(_lora(base), tiny_tok)  # no base stamped: the snapshot names its repo and commit
     commit = adapter.push_to_hub("team/lora", endpoint=hub.endpoint)

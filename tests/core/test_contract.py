@@ -120,9 +120,9 @@ def _pushed_record(hub, repo_id: str, kind: str | None, revision: str | None = N
 
 
 @pytest.fixture
-def base_repo(hub, tiny_model_dir):
-    "The tiny base pushed to the LocalHub: (repo id, commit)."
-    return "me/tiny-base", push_folder(tiny_model_dir, "me/tiny-base", endpoint=hub.endpoint)
+def base_repo(hub, tiny_model_copy):
+    "The tiny base pushed to the LocalHub (a private copy: a push records itself in the folder): (repo id, commit)."
+    return "me/tiny-base", push_folder(tiny_model_copy, "me/tiny-base", endpoint=hub.endpoint)
 
 
 def _check_card(hub, repo_id: str, method: str, base: str, library: str):
@@ -302,15 +302,16 @@ def test_an_unknown_method_or_a_missing_base_is_named(tmp_path):
         _load_base_for({"source": {"fingerprint": "abc"}}, None, "my adapter")
 
 
-def test_the_trainer_base_is_stamped_with_the_repo_and_commit_it_was_pulled_at(hub, tiny_tok, tiny_model_dir):
+def test_the_trainer_base_is_stamped_with_the_repo_and_commit_it_was_pulled_at(hub, tiny_tok, tiny_model_dir,
+                                                                               tiny_model_copy):
     "`_load_base` stamps the repo id, the commit pulled (only for that repo) and the fingerprint before training."
     from adaptkit.artifacts import AdapterArtifact, ArtifactTrainerMixin, ModelArtifact
     from adaptkit.models import fingerprint, load_causal_lm
-    first = push_folder(tiny_model_dir, "me/base", endpoint=hub.endpoint)
+    first = push_folder(tiny_model_copy, "me/base", endpoint=hub.endpoint)
     other = tiny_causal_lm(tiny_tok, seed=3)
-    other.save_pretrained(tiny_model_dir.parent / "other-weights")
-    tiny_tok.save_pretrained(tiny_model_dir.parent / "other-weights")
-    push_folder(tiny_model_dir.parent / "other-weights", "me/base", endpoint=hub.endpoint)  # main moves on
+    other.save_pretrained(tiny_model_copy.parent / "other-weights")
+    tiny_tok.save_pretrained(tiny_model_copy.parent / "other-weights")
+    push_folder(tiny_model_copy.parent / "other-weights", "me/base", endpoint=hub.endpoint)  # main moves on
     t = ArtifactTrainerMixin()
     model = t._load_base("me/base", base_revision=first, endpoint=hub.endpoint)
     assert (t.base_model, t.base_revision) == ("me/base", first)
@@ -325,11 +326,12 @@ def test_the_trainer_base_is_stamped_with_the_repo_and_commit_it_was_pulled_at(h
     assert adapter.base_fingerprint == fingerprint(other) and full.base_fingerprint is None  # full models are changed
 
 
-def test_an_adapter_goes_on_its_recorded_base_at_its_recorded_commit(hub, tiny_tok, tiny_model_dir, tmp_path):
+def test_an_adapter_goes_on_its_recorded_base_at_its_recorded_commit(hub, tiny_tok, tiny_model_dir, tiny_model_copy,
+                                                                     tmp_path):
     "`_load_base_for`: with no `base=`, the recorded repo at the recorded commit; with one, that base as given."
     from adaptkit.artifacts import _load_base_for
     from adaptkit.models import fingerprint, load_causal_lm
-    first = push_folder(tiny_model_dir, "me/base", endpoint=hub.endpoint)
+    first = push_folder(tiny_model_copy, "me/base", endpoint=hub.endpoint)
     moved = tmp_path / "moved"
     tiny_causal_lm(tiny_tok, seed=5).save_pretrained(moved); tiny_tok.save_pretrained(moved)
     latest = push_folder(moved, "me/base", endpoint=hub.endpoint)

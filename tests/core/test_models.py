@@ -467,7 +467,7 @@ def test_check_adapter_base_checks_the_files_then_the_base(tiny_tok, tmp_path, m
 
 
 # --- a wrong-base refusal names both bases plainly (issue 38, item 12) ----------------------------------------------
-def test_a_wrong_base_refusal_names_both_bases_plainly(hub, tiny_tok, tiny_model_dir):
+def test_a_wrong_base_refusal_names_both_bases_plainly(hub, tiny_tok, tiny_model_dir, tiny_model_copy):
     "Recorded base: repo@revision (or its folder); given model: its name_or_path, a Hub snapshot as repo@commit."
     from peft import LoraConfig, get_peft_model
 
@@ -480,7 +480,7 @@ def test_a_wrong_base_refusal_names_both_bases_plainly(hub, tiny_tok, tiny_model
         with pytest.raises(BaseMismatchError) as e: check_base(model, src, "the adapter 'a'")
         return str(e.value)
 
-    commit = push_folder(tiny_model_dir, "me/other", endpoint=hub.endpoint)
+    commit = push_folder(tiny_model_copy, "me/other", endpoint=hub.endpoint)  # a push records itself in the folder
     pulled = load_causal_lm("me/other", endpoint=hub.endpoint)
     assert "snapshots" in pulled.config.name_or_path  # what the model itself knows: a snapshot folder
     msg = refusal(pulled)

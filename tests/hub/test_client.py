@@ -34,11 +34,11 @@ def _card(**kw):
                       datasets=["adaptkit/arith"], settings={"r": 4}, **kw)
 
 
-def test_push_pull_round_trip_with_card(hub, tiny_model_dir, tmp_path):
+def test_push_pull_round_trip_with_card(hub, tiny_model_dir, tiny_model_copy, tmp_path):
     results = [{"task": "text-generation", "dataset": "arith", "metric": "accuracy", "value": 0.25, "split": "test"}]
-    commit = push_folder(tiny_model_dir, "team/tiny", card=_card(results=results), endpoint=hub.endpoint,
-                         token=hub.token)
-    assert read_metadata(tiny_model_dir)["hub"]["commit"] == commit
+    commit = push_folder(tiny_model_copy, "team/tiny", card=_card(results=results), endpoint=hub.endpoint,
+                         token=hub.token)  # the push records itself in the folder: a private copy
+    assert read_metadata(tiny_model_copy)["hub"]["commit"] == commit
     info = HfApi(endpoint=hub.endpoint, token=hub.token).model_info("team/tiny")
     assert info.sha == commit
     data = info.card_data
@@ -72,15 +72,15 @@ def test_push_mirrors_the_folder(hub, tmp_path):
     assert "old.txt" in api.list_repo_files("team/mirror", revision=first)
 
 
-def test_private_repo_and_token_hygiene(hub, tiny_model_dir, caplog):
-    push_folder(tiny_model_dir, "team/private", endpoint=hub.endpoint, token=hub.token, private=True, card=_card())
+def test_private_repo_and_token_hygiene(hub, tiny_model_copy, caplog):
+    push_folder(tiny_model_copy, "team/private", endpoint=hub.endpoint, token=hub.token, private=True, card=_card())
     # private: hidden from strangers
     with pytest.raises(RepositoryNotFoundError, match="404 Client Error") as anonymous:
         pull("team/private", endpoint=hub.endpoint)
     assert anonymous.value.response.status_code == 404 and hub.token not in str(anonymous.value)
     wrong = hub.token[:-1] + "X"
     with caplog.at_level(logging.DEBUG), pytest.raises(HfHubHTTPError) as refused:
-        push_folder(tiny_model_dir, "team/other", endpoint=hub.endpoint, token=wrong)
+        push_folder(tiny_model_copy, "team/other", endpoint=hub.endpoint, token=wrong)
     assert refused.value.response.status_code == 401
     assert wrong not in str(refused.value) and wrong not in caplog.text
     assert pull("team/private", endpoint=hub.endpoint, token=hub.token).is_dir()

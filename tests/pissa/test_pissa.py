@@ -33,8 +33,8 @@ from adaptkit.pissa.principal import (
 )
 
 
-def test_train_push_pull_load_on_untouched_base(hub, tiny_model_dir, tmp_path):
-    base_commit = push_folder(tiny_model_dir, "team/tiny-base", endpoint=hub.endpoint)
+def test_train_push_pull_load_on_untouched_base(hub, tiny_model_dir, tiny_model_copy, tmp_path):
+    base_commit = push_folder(tiny_model_copy, "team/tiny-base", endpoint=hub.endpoint)
     rows = datasets.Dataset.from_list([{"prompt": f"{i} plus {i} is", "completion": f" {2 * i}."} for i in range(12)])
     tok = load_tokenizer(tiny_model_dir)
     args = PiSSAConfig(str(tmp_path / "out"), max_steps=3, per_device_train_batch_size=4, learning_rate=1e-2,

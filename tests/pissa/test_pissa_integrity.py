@@ -251,9 +251,9 @@ def _settings_row(card: str, key: str) -> str:
 
 @pytest.mark.parametrize("rank, lora_r", [("exact", 8), (3, 3), (8, 8)])
 def test_record_card_and_pushed_config_agree_on_rank_and_alpha_and_stock_peft_reproduces_the_model(
-    hub, tiny_model_dir, tmp_path, rank, lora_r
+    hub, tiny_model_dir, tiny_model_copy, tmp_path, rank, lora_r
 ):
-    commit = push_folder(tiny_model_dir, "team/tiny-base", endpoint=hub.endpoint)
+    commit = push_folder(tiny_model_copy, "team/tiny-base", endpoint=hub.endpoint)  # a push writes its record there
     rows = datasets.Dataset.from_list([{"prompt": f"{i} plus {i} is", "completion": f" {2 * i}."} for i in range(8)])
     tok = load_tokenizer(tiny_model_dir)
     args = PiSSAConfig(str(tmp_path / "out"), pissa_r=4, pissa_lora_rank=rank, max_steps=2, learning_rate=1e-2,

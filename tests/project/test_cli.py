@@ -42,8 +42,8 @@ def test_every_recipe_names_a_command_and_only_its_fields():
         assert not parser.set_defaults_with_config(**keys), f"{path.name}: keys no {path.stem} option reads"
 
 
-def test_pissa_recipe_pushes_a_plain_lora(hub, tiny_model_dir, tmp_path, capsys):
-    commit = push_folder(tiny_model_dir, "team/tiny", endpoint=hub.endpoint)
+def test_pissa_recipe_pushes_a_plain_lora(hub, tiny_model_dir, tiny_model_copy, tmp_path, capsys):
+    commit = push_folder(tiny_model_copy, "team/tiny", endpoint=hub.endpoint)  # a push records itself in the folder
     data = jsonl(
         tmp_path / "train.jsonl", [{"prompt": f"{i} plus {i} is", "completion": f" {2 * i}."} for i in range(8)]
     )
@@ -264,9 +264,9 @@ def test_emr_recipe_merges_repo_ids_and_pushes_a_bundle(hub, tmp_path, capsys):
     assert bundle.load_task_model("b").config.num_labels == 3
 
 
-def test_hub_push_and_pull_print_commits(hub, tiny_model_dir, tmp_path, capsys):
+def test_hub_push_and_pull_print_commits(hub, tiny_model_copy, tmp_path, capsys):
     pushed = run(
-        ["hub", "push", "--folder", tiny_model_dir, "--repo_id", "team/x", "--hub_endpoint", hub.endpoint], capsys
+        ["hub", "push", "--folder", tiny_model_copy, "--repo_id", "team/x", "--hub_endpoint", hub.endpoint], capsys
     )
     pulled = run(["hub", "pull", "--repo_id", "team/x", "--hub_endpoint", hub.endpoint], capsys)
     assert pulled["commit"] == pushed["commit"] and (Path(pulled["folder"]) / "config.json").exists()

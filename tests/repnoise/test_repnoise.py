@@ -374,8 +374,8 @@ def _check_card(data, base_commit_text, readme):
     assert "| repnoise | after attack, lr=0.001 | 0.250 | 3.500 |" in readme  # the attack report, per model and lr
 
 
-def test_immunised_model_round_trip(tiny_model_dir, hub, tmp_path):
-    base_commit = push_folder(tiny_model_dir, "team/base", endpoint=hub.endpoint)
+def test_immunised_model_round_trip(tiny_model_dir, tiny_model_copy, hub, tmp_path):
+    base_commit = push_folder(tiny_model_copy, "team/base", endpoint=hub.endpoint)
     trainer = RepNoiseTrainer("team/base", _args(tmp_path), ROWS, processing_class=load_tokenizer(tiny_model_dir),
                               hub_endpoint=hub.endpoint)
     assert (trainer.base_model, trainer.base_revision) == ("team/base", base_commit)
@@ -394,7 +394,7 @@ def test_immunised_model_round_trip(tiny_model_dir, hub, tmp_path):
     readme = (pull("team/immunised", endpoint=hub.endpoint) / "README.md").read_text()
     _check_card(HfApi(endpoint=hub.endpoint).model_info("team/immunised").card_data, base_commit, readme)
     with pytest.raises(ValueError, match=r"not a ImmunisedModel \(its adaptkit.json records artifact None"):
-        ImmunisedModel.from_pretrained(tiny_model_dir)
+        ImmunisedModel.from_pretrained(tiny_model_copy)  # the pushed base: a record with no artifact
 
 
 def test_folder_of_the_previous_release_loads(tiny_tok, tmp_path):
@@ -430,10 +430,10 @@ _PUSH_SCRIPT = textwrap.dedent("""
 """)
 
 
-def test_trainer_push_to_hub_through_hf_endpoint(token, tiny_model_dir, tmp_path):
+def test_trainer_push_to_hub_through_hf_endpoint(token, tiny_model_dir, tiny_model_copy, tmp_path):
     "transformers' `trainer.push_to_hub()` with HF_ENDPOINT at LocalHub (read at import: a subprocess) gives our card."
     with LocalHub(tmp_path / "hub", token=token) as hub:
-        base_commit = push_folder(tiny_model_dir, "team/base", endpoint=hub.endpoint, token=token)
+        base_commit = push_folder(tiny_model_copy, "team/base", endpoint=hub.endpoint, token=token)
         env = {
             **os.environ,
             "HF_ENDPOINT": hub.endpoint,
