@@ -118,7 +118,7 @@ def watch_writes(writes: dict) -> None:
             if not (mode and any(c in mode for c in "wax+")) and not (flags and flags & (os.O_WRONLY | os.O_RDWR)):
                 return
             paths = [path]
-        elif event in ("os.mkdir", "os.rename", "os.replace"): paths = [a for a in args[:2] if isinstance(a, str)]
+        elif event in ("os.mkdir", "os.rename", "os.replace"): paths = list(args[:2])
         else: return
         for p in paths:
             if not isinstance(p, (str, os.PathLike)): continue
