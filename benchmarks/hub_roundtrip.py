@@ -1,17 +1,33 @@
-"""Push and pull of a 256 MiB folder with the stock huggingface_hub client (`upload_folder`, `snapshot_download`)
-through LocalHub, against a null server in the same run (same HTTP stack; it reads and discards request bodies and
-serves the same bytes from memory with no lookup) and against a page-cache copy. Two modes: inline (the client's
-default settings, Xet on: LocalHub answers "regular") and LFS (Xet disabled, LocalHub with lfs=True). Each server
-runs in its own process, as `adaptkit hub serve` does. Medians of 3. Waits for a quiet machine and writes through
-benchmarks/_bench.py: benchmarks/results/hub.json (hub.loaded.json when ADAPTKIT_BENCH_ALLOW_LOADED=1 on a loaded
-machine). Run: .venv/bin/python benchmarks/hub_roundtrip.py"""
+"""Push and pull of a 256 MiB model folder with the stock huggingface_hub client (`upload_folder`,
+`snapshot_download`) through LocalHub, against a null server in the same run (same HTTP stack; it reads and discards
+request bodies and serves the same bytes from memory with no lookup) and against a page-cache copy. Three modes:
+
+- xet (the client's defaults, `hf_xet` installed; LocalHub's default): large files go through LocalHub's own Xet CAS.
+  The null server takes Xet uploads (a token, xorbs and shards read and discarded); for pulls it serves the plain
+  bytes, so its pull is the plain-HTTP floor (a reconstruction cannot be answered without Xet's own work).
+- lfs (Xet disabled in the client): the LFS batch API. Here a floor server runs too: it receives the same bytes,
+  hashes them while receiving, writes and fsyncs them, and does nothing else; LocalHub's LFS push over the floor's is
+  `lfs_push_vs_floor` (goal <= 1.2).
+- inline (LocalHub with lfs=False): every file base64-encoded in the commit body.
+
+Then, in the xet and lfs modes, a second push of the model with one tensor (1/64 of the model, in one shard) changed:
+the bytes the client sent (counted by a proxy in front of LocalHub) and the bytes LocalHub stored, each over the
+changed tensor's bytes (goal for Xet: <= 1.2).
+
+Each server runs in its own process, as `adaptkit hub serve` does. Medians of 3. Waits for a quiet machine and writes
+through benchmarks/_bench.py: benchmarks/results/hub.json (hub.loaded.json when ADAPTKIT_BENCH_ALLOW_LOADED=1 on a
+loaded machine). `--size-mib N` checks the script at another size: it prints the result and writes nothing.
+Run: .venv/bin/python benchmarks/hub_roundtrip.py"""
+import argparse
 import hashlib
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -22,7 +38,7 @@ from _bench import median, quiet_start, write_result  # noqa: E402
 os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 
-MIB, FILES, REPEATS = 1 << 20, 4, 3
+MIB, FILES, REPEATS, SIZE_MIB = 1 << 20, 4, 3, 256
 COMMIT = "0" * 40
 PROFILE = {  # cProfile of LocalHub's handler threads, one 64 MiB inline push and pull, in-process, before and after
     "before (issue 13)": "2.2 s in handlers: b64decode(validate=True) of the whole 85 MiB line 0.66 s, json.loads of "
@@ -36,12 +52,12 @@ PROFILE = {  # cProfile of LocalHub's handler threads, one 64 MiB inline push an
 }
 
 
-def make_folder(root: Path) -> Path:
-    "256 MiB: four 64 MiB random weight shards plus a small config."
+def make_folder(root: Path, size: int) -> Path:
+    "`size` bytes of model: four random weight shards plus a small config."
     folder = root / "artifact"
     folder.mkdir()
     for i in range(FILES):
-        (folder / f"model-{i:05d}-of-{FILES:05d}.safetensors").write_bytes(os.urandom(64 * MIB))
+        (folder / f"model-{i:05d}-of-{FILES:05d}.safetensors").write_bytes(os.urandom(size // FILES))
     (folder / "config.json").write_text(json.dumps({"model_type": "llama"}))
     return folder
 
@@ -50,6 +66,7 @@ class NullHandler(BaseHTTPRequestHandler):
     "Answers just what upload_folder and snapshot_download ask, with the folder's bytes held in memory."
     protocol_version, disable_nagle_algorithm = "HTTP/1.1", True
     files, lfs = {}, False  # name -> (bytes, sha256 hex, git blob sha1)
+    floor = None  # a folder: the floor server, which hashes, writes and fsyncs what it receives
 
     def log_message(self, *args): pass
 
@@ -74,6 +91,10 @@ class NullHandler(BaseHTTPRequestHandler):
 
     def do_GET(self):
         p = self.path.split("?")[0].split("/")
+        if "xet-write-token" in p:  # the Xet push: its CAS is this server
+            cas = f"http://{self.headers['Host']}/cas"
+            return self._send({"accessToken": "null", "exp": int(time.time()) + 3600, "casUrl": cas})
+        if "chunks" in p: return self._send({"error": "no global dedup"}, 404)
         if "resolve" in p:
             data, sha, sha1 = self.files[p[-1]]
             etag = sha if p[-1].endswith(".safetensors") else sha1
@@ -104,7 +125,19 @@ class NullHandler(BaseHTTPRequestHandler):
     do_HEAD = do_GET
 
     def do_PUT(self):
-        self._drain(); self._send(b"")
+        if self.floor is None: self._drain()
+        else:  # the floor: hash while receiving, write, fsync; nothing else
+            left, h = int(self.headers.get("Content-Length") or 0), hashlib.sha256()
+            with tempfile.NamedTemporaryFile(dir=self.floor, delete=False) as f:
+                while left > 0:
+                    piece = self.rfile.read(min(left, MIB))
+                    h.update(piece)
+                    f.write(piece)
+                    left -= len(piece)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(f.name, Path(self.floor) / h.hexdigest())
+        self._send(b"")
 
     def do_POST(self):
         p = self.path.split("?")[0].split("/")
@@ -120,6 +153,15 @@ class NullHandler(BaseHTTPRequestHandler):
             self._drain()
             url = f"http://{self.headers['Host']}/{p[3]}/{p[4]}/commit/{COMMIT}"
             return self._send({"success": True, "commitOid": COMMIT, "commitUrl": url, "hookOutput": ""})
+        if "cas" in p and "v2" in p:  # as LocalHub: no v2 CAS routes, so the client uses v1
+            self._drain()
+            return self._send({"error": "not served"}, 404)
+        if "xorbs" in p:
+            self._drain()
+            return self._send({"was_inserted": True})
+        if p[-1] == "shards":
+            self._drain()
+            return self._send({"result": 1})
         if p[-1] == "batch":
             base = f"http://{self.headers['Host']}/lfs"
             objects = [{"oid": o["oid"], "size": o["size"], "authenticated": True,
@@ -133,26 +175,61 @@ class NullHandler(BaseHTTPRequestHandler):
 
 def serve(kind: str, folder: str, root: str, lfs: bool):
     "Run one server in this process; print its port."
-    if kind == "null":
+    if kind in ("null", "floor"):
         for f in sorted(Path(folder).iterdir()):
             data = f.read_bytes()
             NullHandler.files[f.name] = (data, hashlib.sha256(data).hexdigest(),
                                          hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest())
         NullHandler.lfs = lfs
+        if kind == "floor": NullHandler.floor = Path(root).mkdir(parents=True) or root
         server = ThreadingHTTPServer(("127.0.0.1", 0), NullHandler)
         server.daemon_threads = True
         print(server.server_address[1], flush=True)
         server.serve_forever()
     from adaptkit.localhub.server import LocalHub
-    hub = LocalHub(root, lfs=lfs).start()
+    hub = LocalHub(root, lfs=lfs, allowed_hosts=[PROXY_HOST]).start()  # the counting proxy's address, same port
     print(hub.port, flush=True)
     while True: time.sleep(3600)
 
 
 def fresh_bytes(folder: Path) -> None:
-    "Change the first bytes of every shard, so no repeat finds its blobs stored already (LocalHub deduplicates)."
-    for f in folder.glob("*.safetensors"):
-        with open(f, "r+b") as fh: fh.write(os.urandom(16))
+    "New random shards, so no repeat finds any of its chunks or blobs stored already (LocalHub deduplicates both)."
+    for f in folder.glob("*.safetensors"): f.write_bytes(os.urandom(f.stat().st_size))
+
+
+PROXY_HOST = "127.0.0.2"  # another loopback address: the proxy listens there on the server's own port
+
+
+class CountingProxy:
+    """A TCP proxy that counts the bytes clients send to a server on 127.0.0.1: it listens on `PROXY_HOST` with the
+    server's port, so a request's Host names that port, as LocalHub requires, and passes unchanged."""
+    def __init__(self, port: int):
+        self.target, self.sent, self.lock = port, 0, threading.Lock()
+        self.listener = socket.create_server((PROXY_HOST, port))
+        self.port = port
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while True:
+            client, _ = self.listener.accept()
+            server = socket.create_connection(("127.0.0.1", self.target))
+            threading.Thread(target=self._pipe, args=(client, server, True), daemon=True).start()
+            threading.Thread(target=self._pipe, args=(server, client, False), daemon=True).start()
+
+    def _pipe(self, src, dst, count):
+        try:
+            while data := src.recv(MIB):
+                dst.sendall(data)
+                if count:
+                    with self.lock: self.sent += len(data)
+        except OSError: pass
+        finally:
+            for s in (src, dst):
+                try: s.shutdown(socket.SHUT_RDWR)
+                except OSError: pass
+
+
+def disk_bytes(root: Path) -> int: return sum(p.stat().st_size for p in root.rglob("*") if p.is_file())
 
 
 def timed(fn):
@@ -161,20 +238,41 @@ def timed(fn):
     return time.perf_counter() - t
 
 
-def start_server(kind: str, folder: Path, root: Path, lfs: bool) -> tuple:
-    "(process, endpoint) of one server in its own process."
-    proc = subprocess.Popen([sys.executable, __file__, "--serve", kind, str(folder), str(root / f"{kind}-lfs{lfs}"),
-                             str(int(lfs))], stdout=subprocess.PIPE, text=True)
-    return proc, f"http://127.0.0.1:{int(proc.stdout.readline())}"
+def start_server(kind: str, folder: Path, root: Path, lfs: bool, mode: str) -> tuple:
+    "(process, endpoint, its root) of one server in its own process."
+    where = root / f"{kind}-{mode}"
+    proc = subprocess.Popen([sys.executable, __file__, "--serve", kind, str(folder), str(where), str(int(lfs))],
+                            stdout=subprocess.PIPE, text=True)
+    return proc, f"http://127.0.0.1:{int(proc.stdout.readline())}", where
 
 
-def run_mode(folder: Path, root: Path, lfs: bool) -> dict:
-    "Push (upload_folder) and pull (snapshot_download, fresh cache) through both servers, interleaved; medians."
+def changed_push(folder: Path, endpoint: str, where: Path, repo: str) -> dict:
+    """Push `folder` to `repo` again with one tensor (1/64 of the model, inside the first shard) changed: bytes sent
+    through a counting proxy and bytes stored under LocalHub's root, each also over the tensor's bytes."""
+    from huggingface_hub import HfApi
+    shard = sorted(folder.glob("*.safetensors"))[0]
+    tensor = shard.stat().st_size * FILES // 64
+    with open(shard, "r+b") as f:
+        f.seek(shard.stat().st_size // 3)
+        f.write(os.urandom(tensor))
+    os.environ["HF_XET_CACHE"] = str(where.parent / f"xet-client-{where.name}")  # the machine that pushed it first
+    proxy, stored = CountingProxy(int(endpoint.rsplit(":", 1)[1])), disk_bytes(where)
+    t = timed(lambda: HfApi(endpoint=f"http://{PROXY_HOST}:{proxy.port}", token="bench").upload_folder(
+        folder_path=folder, repo_id=repo))
+    sent, stored = proxy.sent, disk_bytes(where) - stored
+    return {"tensor_bytes": tensor, "bytes_sent": sent, "bytes_stored": stored, "push_s": t,
+            "sent_vs_tensor": sent / tensor, "stored_vs_tensor": stored / tensor}
+
+
+def run_mode(folder: Path, root: Path, mode: str) -> dict:
+    "Push (upload_folder) and pull (snapshot_download, fresh caches) through each server, interleaved; medians."
     from huggingface_hub import HfApi, constants, snapshot_download
-    servers = {kind: start_server(kind, folder, root, lfs) for kind in ("null", "localhub")}
+    lfs = mode != "inline"
+    kinds = ("null", "floor", "localhub") if mode == "lfs" else ("null", "localhub")
+    servers = {kind: start_server(kind, folder, root, lfs, mode) for kind in kinds}
     times = {kind: {"push_s": [], "pull_s": []} for kind in servers}
-    ok = True
-    constants.HF_HUB_DISABLE_XET = lfs  # the LFS path is what clients with Xet disabled use
+    ok, changed = True, None
+    constants.HF_HUB_DISABLE_XET = mode == "lfs"  # the LFS path is what clients with Xet disabled use
     try:
         for i in range(REPEATS):
             fresh_bytes(folder)
@@ -183,50 +281,73 @@ def run_mode(folder: Path, root: Path, lfs: bool) -> dict:
                 endpoint = servers[kind][1]
                 api, repo, got = HfApi(endpoint=endpoint, token="bench"), f"bench/artifact-{i}", {}
                 api.create_repo(repo, exist_ok=True)
+                os.environ["HF_XET_CACHE"] = str(root / f"xet-client-{kind}-{mode}")  # the pushing machine's cache
                 times[kind]["push_s"].append(timed(lambda: api.upload_folder(folder_path=folder, repo_id=repo)))
-                cache = root / f"cache-{kind}-{lfs}-{i}"
+                cache = root / f"cache-{kind}-{mode}-{i}"
+                os.environ["HF_XET_CACHE"] = str(cache / "xet")  # no chunk of an earlier pull is at hand
                 times[kind]["pull_s"].append(timed(lambda: got.setdefault("p", snapshot_download(
                     repo, endpoint=endpoint, token="bench", cache_dir=cache))))
                 if kind == "localhub":  # the null server serves the bytes it read at its start
                     ok &= all((Path(got["p"]) / f.name).read_bytes() == f.read_bytes() for f in folder.iterdir())
                 shutil.rmtree(cache)
+        if mode != "inline":
+            _, endpoint, where = servers["localhub"]
+            changed = changed_push(folder, endpoint, where, f"bench/artifact-{REPEATS - 1}")
     finally:
         constants.HF_HUB_DISABLE_XET = False
-        for proc, _ in servers.values(): proc.terminate(); proc.wait(10)
+        for proc, _, _ in servers.values(): proc.terminate(); proc.wait(10)
     for t in times.values():
         t.update(push_median_s=median(t["push_s"]), pull_median_s=median(t["pull_s"]))
     times["localhub"]["identical_bytes"] = ok
+    if changed: times["localhub"]["one_tensor_changed"] = changed
     return times
 
 
 def main():
-    start = quiet_start()
+    global REPEATS
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--size-mib", type=int, default=SIZE_MIB, help="model size (others: a check, unwritten)")
+    parser.add_argument("--repeats", type=int, default=REPEATS, help="repeats per server (medians)")
+    args = parser.parse_args()
+    REPEATS, full = args.repeats, args.size_mib == SIZE_MIB and args.repeats == 3
+    start = quiet_start() if full else {"load_average_at_start": list(os.getloadavg()), "loaded": None}
     with tempfile.TemporaryDirectory() as d:
         root = Path(d)
-        folder = make_folder(root)
+        folder = make_folder(root, args.size_mib * MIB)
         size = sum(f.stat().st_size for f in folder.iterdir())
         copies = [timed(lambda i=i: shutil.copytree(folder, root / f"copy-{i}")) for i in range(REPEATS)]
         copy_s = median(copies)
         result = {"bytes": size, "repeats": REPEATS, "client": "huggingface_hub upload_folder / snapshot_download",
                   "copy_s": copies, "copy_median_s": copy_s, "profile": PROFILE, "modes": {}}
-        for name, lfs in [("inline (client defaults, Xet on)", False), ("lfs (Xet disabled)", True)]:
-            times = run_mode(folder, root, lfs)
+        names = {"xet": "xet (client defaults, LocalHub's default)", "lfs": "lfs (Xet disabled)",
+                 "inline": "inline (LocalHub lfs=False)"}
+        for mode, name in names.items():
+            times = run_mode(folder, root, mode)
             null, hub = times["null"], times["localhub"]
             m = {"localhub": hub, "null_server": null}
             for op in ("push", "pull"):
                 m[f"{op}_vs_null"] = hub[f"{op}_median_s"] / null[f"{op}_median_s"]
                 m[f"{op}_vs_copy"] = hub[f"{op}_median_s"] / copy_s
                 m[f"{op}_mib_per_s"] = size / MIB / hub[f"{op}_median_s"]
+            if "floor" in times:
+                m["floor_server"] = times["floor"]
+                floor = times["floor"]["push_median_s"]
+                m["push_vs_floor"] = result["lfs_push_vs_floor"] = hub["push_median_s"] / floor
             result["modes"][name] = m
-            print(
-                f"{name}: push {hub['push_median_s']:.2f} s "
-                f"({m['push_vs_null']:.2f}x null {null['push_median_s']:.2f} s,"
-                f" {m['push_vs_copy']:.0f}x copy), pull {hub['pull_median_s']:.2f} s ({m['pull_vs_null']:.2f}x null "
-                f"{null['pull_median_s']:.2f} s, {m['pull_vs_copy']:.0f}x copy), identical: {hub['identical_bytes']}",
-                flush=True,
-            )
+            line = (f"{name}: push {hub['push_median_s']:.2f} s ({m['push_vs_null']:.2f}x null "
+                    f"{null['push_median_s']:.2f} s, {m['push_vs_copy']:.0f}x copy"
+                    + (f", {m['push_vs_floor']:.2f}x floor {times['floor']['push_median_s']:.2f} s" if "floor" in times
+                       else "")
+                    + f"), pull {hub['pull_median_s']:.2f} s ({m['pull_vs_null']:.2f}x null "
+                    f"{null['pull_median_s']:.2f} s, {m['pull_vs_copy']:.0f}x copy), "
+                    f"identical: {hub['identical_bytes']}")
+            if (c := hub.get("one_tensor_changed")):
+                line += (f"; one tensor ({c['tensor_bytes'] / MIB:.2f} MiB) changed: sent {c['sent_vs_tensor']:.2f}x, "
+                         f"stored {c['stored_vs_tensor']:.2f}x its bytes")
+            print(line, flush=True)
         print(f"page-cache copy: {copy_s:.3f} s; load average at start {start['load_average_at_start'][0]:.2f}")
-    write_result("hub", result, start)
+    if full: write_result("hub", result, start)
+    else: print(json.dumps(result, indent=1, default=str))
 
 
 if __name__ == "__main__":
