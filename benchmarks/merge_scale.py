@@ -1,21 +1,27 @@
-"""Merges past one model's memory (issue 37, item 2): `adaptkit merge` (TIES, streamed to shards) on synthetic
-Llama-shaped models of about 0.1B, 0.5B and 1B parameters, against mergekit 0.1.5's `mergekit-yaml` on the same YAML.
+"""Merges past one model's memory (issue 37, item 2): `adaptkit merge` (TIES and linear, streamed to shards) on
+synthetic Llama-shaped models of about 0.1B, 0.5B and 1B parameters, against mergekit 0.1.5's `mergekit-yaml` on the
+same YAML.
 
 For each size the script builds a base and `--models` fine-tuned copies (the base plus 1% noise; bfloat16 safetensors
 shards with a LlamaForCausalLM config, seeded), then runs, alternately for `--repeats` rounds, each in its own process
 under `/usr/bin/time -v` (which reads the child's own peak RSS from wait4, so the driver's memory never counts):
-- `adaptkit merge merge.yml --output_dir out --max_shard_size ...` (the merge);
-- `adaptkit merge merge.yml --dry-run` (the same interpreter, imports and headers, no tensor: the interpreter's own);
-- `mergekit-yaml merge.yml out --out-shard-size ...` from `.venv-mergekit` (the baseline), when it is installed.
-Reported per size: the model's bytes, adaptkit's peak RSS above the interpreter's own and that over one model's bytes
-(goal: flat and <= 0.25), mergekit's peak RSS, each side's median wall time and adaptkit's over mergekit's (the median
-of the per-round ratios; goal <= 1.0), and whether the two merged models agree (max abs difference, per tensor).
+- `adaptkit merge <method>.yml --output_dir out --max_shard_size ...` (the merge), for each of `--methods`;
+- `adaptkit merge <method>.yml --dry-run` (the same interpreter, imports and headers, no tensor: the interpreter's own);
+- `mergekit-yaml <method>.yml out --out-shard-size ...` from `.venv-mergekit` (the baseline), when it is installed.
+The YAMLs: TIES (density 0.5, weight 1, normalize, over the base) and linear (weight 1 each, normalized: the mean of
+the models), both bfloat16. Reported per size and method: the model's bytes, adaptkit's peak RSS above the
+interpreter's own and that over one model's bytes (goal: flat and <= 0.25), mergekit's peak RSS, each side's median
+wall time and adaptkit's over mergekit's (the median of the per-round ratios; goal <= 1.0), and whether the two merged
+models agree (max abs difference, per tensor).
 
 Waits for a quiet machine and writes through benchmarks/_bench.py: benchmarks/results/merge_scale.json
 (merge_scale.loaded.json on a loaded machine with ADAPTKIT_BENCH_ALLOW_LOADED=1).
 
 Run: .venv/bin/python benchmarks/merge_scale.py                     (0.1B, 0.5B and 1B: ~15 GB of temporary files)
      .venv/bin/python benchmarks/merge_scale.py --sizes 0.1 --repeats 1   (the smallest only, minutes)
+     .venv/bin/python benchmarks/merge_scale.py --sizes tiny --repeats 1 --methods linear   (a check that it runs: a
+     9M-parameter model whose larger tensors span several chunks; its numbers say little, and it writes
+     merge_scale.tiny.json, never merge_scale.json)
      --threads N sets torch's threads in both tools (OMP_NUM_THREADS and mergekit's --num-threads)."""
 import argparse
 import json
@@ -38,7 +44,17 @@ ROOT = Path(__file__).resolve().parents[1]
 ADAPTKIT = ROOT / ".venv" / "bin" / "adaptkit"
 MERGEKIT = ROOT / ".venv-mergekit" / "bin" / "mergekit-yaml"
 # parameters (billions) -> hidden size, layers, intermediate size, vocabulary: Llama's proportions
-SIZES = {"0.1": (768, 12, 2048, 16000), "0.5": (1024, 32, 2816, 32000), "1": (2048, 16, 5632, 32000)}
+SIZES = {"0.1": (768, 12, 2048, 16000), "0.5": (1024, 32, 2816, 32000), "1": (2048, 16, 5632, 32000),
+         "tiny": (256, 2, 688, 16000)}
+METHODS = ("ties", "linear")
+
+
+def merge_config(method: str, folder: Path, n_models: int) -> dict:
+    "The YAML both tools run: TIES over the base (density 0.5), or the normalized mean of the models (linear)."
+    models = [{"model": str(folder / f"ft{i}"), "parameters": {"weight": 1.0} | (
+        {"density": 0.5} if method == "ties" else {})} for i in range(n_models)]
+    cfg = {"merge_method": method, "dtype": "bfloat16", "parameters": {"normalize": True}, "models": models}
+    return cfg | ({"base_model": str(folder / "base")} if method == "ties" else {})
 
 
 def layout(hidden: int, layers: int, intermediate: int, vocab: int) -> dict:
@@ -108,16 +124,22 @@ def max_difference(ours: Path, theirs: Path) -> float:
     return max((a.read(n).float() - b.read(n).float()).abs().max().item() for n in a.specs)
 
 
-def bench_size(label: str, work: Path, n_models: int, repeats: int, shard: str, threads: int | None) -> dict:
+def bench_size(label: str, work: Path, n_models: int, repeats: int, shard: str, threads: int | None,
+               methods: list) -> dict:
     dims = SIZES[label]
     folder = work / label
     model_bytes = write_model(folder / "base", dims, None)
     for i in range(n_models): write_model(folder / f"ft{i}", dims, i)
-    cfg = {"merge_method": "ties", "base_model": str(folder / "base"), "dtype": "bfloat16",
-           "parameters": {"normalize": True},
-           "models": [{"model": str(folder / f"ft{i}"), "parameters": {"weight": 1.0, "density": 0.5}}
-                      for i in range(n_models)]}
-    (folder / "merge.yml").write_text(json.dumps(cfg))  # JSON is YAML
+    try:
+        return {m: bench_method(m, folder, dims, model_bytes, n_models, repeats, shard, threads) for m in methods}
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def bench_method(method: str, folder: Path, dims: tuple, model_bytes: int, n_models: int, repeats: int, shard: str,
+                 threads: int | None) -> dict:
+    config = folder / f"{method}.yml"
+    config.write_text(json.dumps(merge_config(method, folder, n_models)))  # JSON is YAML
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TQDM_DISABLE": "1"}
     if threads: env["OMP_NUM_THREADS"] = str(threads)
     ours, theirs = folder / "adaptkit-out", folder / "mergekit-out"
@@ -127,13 +149,13 @@ def bench_size(label: str, work: Path, n_models: int, repeats: int, shard: str, 
         ["--num-threads", str(threads)] if threads else [])
     for _ in range(repeats):
         shutil.rmtree(ours, ignore_errors=True)
-        runs["adaptkit"].append(timed([ADAPTKIT, "merge", folder / "merge.yml", "--output_dir", ours,
-                                       "--max_shard_size", shard], env))
-        runs["interpreter"].append(timed([ADAPTKIT, "merge", folder / "merge.yml", "--output_dir", work / "none",
-                                          "--dry-run"], env))
+        runs["adaptkit"].append(timed([ADAPTKIT, "merge", config, "--output_dir", ours, "--max_shard_size", shard],
+                                      env))
+        runs["interpreter"].append(timed([ADAPTKIT, "merge", config, "--output_dir", folder / "none", "--dry-run"],
+                                         env))
         if MERGEKIT.exists():
             shutil.rmtree(theirs, ignore_errors=True)
-            runs["mergekit"].append(timed([MERGEKIT, folder / "merge.yml", theirs, *mergekit_args], env))
+            runs["mergekit"].append(timed([MERGEKIT, config, theirs, *mergekit_args], env))
     over = [a["peak_rss"] - b["peak_rss"] for a, b in zip(runs["adaptkit"], runs["interpreter"])]
     result = {
         "parameters": sum(math.prod(s) for s in layout(*dims).values()), "model_bytes": model_bytes,
@@ -155,14 +177,15 @@ def bench_size(label: str, work: Path, n_models: int, repeats: int, shard: str, 
                    "time_ratio_median_of_ratios": median([a / b for a, b in zip(result["adaptkit_s"], mk)]),
                    "time_ratio_of_medians": result["adaptkit_median_s"] / median(mk),
                    "max_abs_difference_vs_mergekit": max_difference(ours, theirs)}
-    shutil.rmtree(folder, ignore_errors=True)
+    shutil.rmtree(ours, ignore_errors=True), shutil.rmtree(theirs, ignore_errors=True)
     return result
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--sizes", nargs="+", default=list(SIZES), choices=list(SIZES),
-                    help="model sizes in billions of parameters (0.1, 0.5, 1)")
+    ap.add_argument("--sizes", nargs="+", default=["0.1", "0.5", "1"], choices=list(SIZES),
+                    help="model sizes in billions of parameters (0.1, 0.5, 1), or tiny (a check that it runs)")
+    ap.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS), help="merge methods")
     ap.add_argument("--models", type=int, default=3, help="fine-tuned models merged (besides the base)")
     ap.add_argument("--repeats", type=int, default=3, help="rounds; each runs every variant once, in turn")
     ap.add_argument("--max_shard_size", default="1GB", help="shard size of both outputs (mergekit: in parameters)")
@@ -172,18 +195,20 @@ def main():
     start = quiet_start()
     work = Path(args.work or tempfile.mkdtemp(prefix="merge-scale-"))
     try:
-        sizes = {s: bench_size(s, work, args.models, args.repeats, args.max_shard_size, args.threads)
+        sizes = {s: bench_size(s, work, args.models, args.repeats, args.max_shard_size, args.threads, args.methods)
                  for s in args.sizes}
     finally:
         if not args.work: shutil.rmtree(work, ignore_errors=True)
-    write_result("merge_scale", {
-        "what": "adaptkit merge (TIES, density 0.5, bfloat16, streamed to shards) vs mergekit-yaml 0.1.5, same YAML; "
-                "peak RSS of each child from /usr/bin/time -v; interpreter = the same command with --dry-run",
+    write_result("merge_scale.tiny" if "tiny" in args.sizes else "merge_scale", {
+        "what": "adaptkit merge (TIES at density 0.5 and linear, bfloat16, streamed to shards) vs mergekit-yaml "
+                "0.1.5, same YAML; peak RSS of each child from /usr/bin/time -v; interpreter = the same command with "
+                "--dry-run",
         "goal": "peak_over_interpreter_per_model flat and <= 0.25; time ratio <= 1.0",
         "threads": args.threads, "repeats": args.repeats, "max_shard_size": args.max_shard_size, "sizes": sizes,
     }, start)
-    for s, r in sizes.items():
-        print(s, {k: v for k, v in r.items() if not isinstance(v, (list, dict))})
+    for s, per_method in sizes.items():
+        for m, r in per_method.items():
+            print(s, m, {k: v for k, v in r.items() if not isinstance(v, (list, dict))})
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@
 # %% ../../nbs/emr/09_baselines.ipynb #ba5e0002
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
@@ -13,7 +14,8 @@ from tqdm.auto import tqdm
 
 from .artifact import _BESIDE, MergedModel, _check_output, _check_shard_size, _items, _TensorStream
 from .inputs import _check_finite, _open_inputs, _plan_merge
-from .methods import MERGE_METHODS, merge_tensor, tensor_generator, tensor_parameters
+from .methods import MERGE_METHODS, _TensorMerger, tensor_generator, tensor_parameters
+from .stream import _chunk_numel, _ChunkReader, _merge_row_chunks
 from ..tensorfiles import DTYPE_NAMES, DTYPES, nbytes, size_in_bytes
 
 
@@ -51,27 +53,74 @@ def _check_result(t: torch.Tensor, name: str, method: str) -> torch.Tensor:
                          "finite: a weight or lambda too large for its dtype? Nothing was written")
     return t
 
-def _merged_tensors(plan, base, tasks: dict, combine: Callable, dtype, method: str, bar) -> Iterator:
-    "Each merged tensor as it is computed, `(name, tensor)`: one tensor of every model in memory, all checked finite."
-    for name in plan.merged:
-        b = _check_finite(base.read(name), name, "the base")
-        b32 = b.float()
-        task_vectors = torch.stack([_check_finite(m.delta(name, b32), name, f"task {t!r}") for t, m in tasks.items()])
-        out = combine(name, b32, task_vectors).to(dtype or b.dtype)
-        del b, b32, task_vectors
-        yield name, _check_result(out, name, method)
-        bar.update()
+def _chunk_inputs(reader: _ChunkReader, k: int, name: str, rows, base, tasks: dict) -> tuple:
+    """Item `k` of the reader, chunk `rows` of tensor `name`: the base's chunk as stored, the same in float32 (flat),
+    and the task vectors' chunks stacked `(tasks, entries)` in float32."""
+    raw = reader.get(k)
+    b = base.read(name, rows) if raw[0] is None else raw[0]
+    b32 = b.float().reshape(-1)
+    task_vectors = torch.empty(len(tasks), b32.numel())
+    for i, (m, x) in enumerate(zip(tasks.values(), raw[1:])):
+        if x is None: m.delta(name, b32, rows, out=task_vectors[i])
+        else: torch.sub(x.float() if x.dtype == torch.float64 else x, b32, out=task_vectors[i])
+    return b, b32, task_vectors
+
+def _check_chunk(out: torch.Tensor, name: str, rows, base, tasks: dict, method: str) -> torch.Tensor:
+    """`out`, a merged chunk, after checking it is finite; if not, the inputs are read again to name the one with NaN
+    or Inf (every step keeps a NaN or Inf input's mark on the result: pruning and sign election multiply by 0)."""
+    if not out.is_floating_point() or torch.isfinite(out).all(): return out
+    b = _check_finite(base.read(name, rows), name, "the base")
+    for t, m in tasks.items(): _check_finite(m.delta(name, b.float(), rows), name, f"task {t!r}")
+    return _check_result(out, name, method)
+
+def _merged_tensors(plan, base, tasks: dict, merger_for: Callable, dtype, method: str, bar) -> Iterator:
+    """Each merged tensor in chunks of rows as computed, `(name, chunk)`: a chunk of every model in memory, read ahead
+    on a thread. A tensor whose pruning needs its exact magnitude thresholds is read `passes` more times first."""
+    mergers = {n: merger_for(n, math.prod(base.specs[n][1])) for n in plan.merged}
+    chunks = {n: _merge_row_chunks(base.specs[n][1]) for n in plan.merged}
+    passes = {n: mergers[n].passes if len(chunks[n]) > 1 else 0 for n in plan.merged}
+    items = [(n, r) for n in plan.merged for _ in range(passes[n] + 1) for r in chunks[n]]
+    size = max(_chunk_numel(base.specs[n][1], r) for n, r in items)
+    reader, k = _ChunkReader([base, *tasks.values()], items, plan.merged, size), 0
+    try:
+        for name in plan.merged:
+            merger, shape, whole = mergers.pop(name), base.specs[name][1], len(chunks[name]) == 1
+            for _ in range(passes[name]):
+                for rows in chunks[name]:
+                    merger.observe(_chunk_inputs(reader, k, name, rows, base, tasks)[2])
+                    k += 1
+                merger.end_pass()
+            for rows in chunks[name]:
+                b, b32, task_vectors = _chunk_inputs(reader, k, name, rows, base, tasks)
+                k += 1
+                for _ in range(merger.passes if whole else 0):  # one chunk: its thresholds from the chunk read
+                    merger.observe(task_vectors)
+                    merger.end_pass()
+                out = merger.merge(b32, task_vectors).to(dtype or b.dtype)
+                del b, b32, task_vectors
+                yield name, _check_chunk(out, name, rows, base, tasks, method).reshape(
+                    shape if rows is None else (rows[1] - rows[0], *shape[1:]))
+            bar.update()
+    finally:
+        reader.close(cancel=k < len(items))
 
 def _own_tensors(m, names: list, base, dtype) -> Iterator:
-    "A task's own tensors, `(name, tensor)`, read one at a time (floats cast to `dtype` when given)."
+    "A task's own tensors in chunks of rows, `(name, chunk)` (floats cast to `dtype` when given)."
     for n in names:
-        t = m.tensor(n, lambda n=n: base.read(n))
-        yield n, t.to(dtype) if dtype is not None and t.is_floating_point() else t
+        for rows in _merge_row_chunks(m.specs[n][1]):
+            t = m.tensor(n, lambda n=n, rows=rows: base.read(n, rows), rows)
+            yield n, t.to(dtype) if dtype is not None and t.is_floating_point() else t
 
-def _merge_into_one(pretrained, finetuned, exclude, endpoint, token, combine_for: Callable, dtype, progress: bool,
+def _whole(specs: dict, chunks: Iterator) -> dict:
+    "The whole tensors of a stream of `(name, chunk)`, the chunks of each tensor's rows in order."
+    parts = {}
+    for name, chunk in chunks: parts.setdefault(name, []).append(chunk.reshape(-1))
+    return {n: (torch.cat(p) if len(p) > 1 else p[0]).reshape(specs[n][1]) for n, p in parts.items()}
+
+def _merge_into_one(pretrained, finetuned, exclude, endpoint, token, mergers_for: Callable, dtype, progress: bool,
                     desc: str = "merging", out_dir=None, max_shard_size="5GB", settings=None) -> MergedModel:
-    """Merge the shared tensors one at a time with `combine_for(tensor names)`: a per-tensor function
-    `(name, base, task vectors) -> merged tensor`, made (its parameters checked) before any tensor is read.
+    """Merge the shared tensors one at a time, in chunks of rows, with `mergers_for(tensor names)`: a function
+    `(name, entries) -> _TensorMerger` of each tensor, made (its parameters checked) before any tensor is read.
 
     With `out_dir`, each merged tensor goes to its shard as it is computed (a temporary folder renamed at the end) and
     the result reads them back lazily; without, the merged state dict is held in memory."""
@@ -80,12 +129,12 @@ def _merge_into_one(pretrained, finetuned, exclude, endpoint, token, combine_for
     size_in_bytes(max_shard_size)
     base, tasks = _open_inputs(pretrained, finetuned, endpoint, token)
     plan = _plan_merge(base, tasks, exclude)
-    combine = combine_for(plan.merged)
+    merger_for = mergers_for(plan.merged)
     specs = {n: (_out_dtype(base.specs[n][0], dtype), base.specs[n][1]) for n in plan.merged}
     own = {t: {n: (_out_dtype(m.specs[n][0], dtype), m.specs[n][1]) for n in plan.own[t]} for t, m in tasks.items()}
     _check_shard_size(specs, max_shard_size)
     bar = tqdm(total=len(plan.merged), desc=desc, unit="tensor", disable=not progress)
-    merged = _TensorStream(specs, _merged_tensors(plan, base, tasks, combine, dtype, desc, bar))
+    merged = _TensorStream(specs, _merged_tensors(plan, base, tasks, merger_for, dtype, desc, bar))
     heads = {t: _TensorStream(own[t], _own_tensors(m, plan.own[t], base, dtype)) for t, m in tasks.items()}
     sources = {"base": _origin_name(base), **{t: _origin_name(m) for t, m in tasks.items()}}
     out = MergedModel(merged, heads, {t: m.config or base.config for t, m in tasks.items()},
@@ -94,7 +143,8 @@ def _merge_into_one(pretrained, finetuned, exclude, endpoint, token, combine_for
     out.settings, out.max_shard_size = settings, max_shard_size
     with bar:
         if out_dir is None:
-            out.state_dict, out.heads = dict(_items(merged)), {t: dict(_items(h)) for t, h in heads.items()}
+            out.state_dict = _whole(specs, _items(merged))
+            out.heads = {t: _whole(own[t], _items(h)) for t, h in heads.items()}
             return out
         need = sum(map(nbytes, specs.values())) + sum(nbytes(s) for h in own.values() for s in h.values())
         _check_output(out_dir, inputs, need=need)
@@ -134,21 +184,21 @@ def _merge_models(pretrained, finetuned: Mapping, *, method, weight, density, ga
     if dtype is not None and not (isinstance(dtype, torch.dtype) and dtype.is_floating_point):
         raise ValueError(f"dtype: a float dtype, got {dtype!r}")
 
-    def combine_for(names: list):
+    def mergers_for(names: list):
         params = tensor_parameters(m, settings, tasks, names)  # every parameter checked before any tensor is read
-        def combine(name, base, task_vectors):
+        def merger(name: str, numel: int) -> _TensorMerger:
             p = params[name]
             generators = [tensor_generator(seed, t, name) for t in tasks] if m.prune == "random" else None
-            return merge_tensor(base, task_vectors, m, p["weight"], p.get("density"), p.get("gamma"),
-                                normalize=normalize, scaling=scaling, rescale=rescale, generators=generators)
-        return combine
+            return _TensorMerger(m, numel, p["weight"], p.get("density"), p.get("gamma"), normalize=normalize,
+                                 scaling=scaling, rescale=rescale, generators=generators)
+        return merger
 
     record = {"method": method, **{p: _compact(v) for p, v in settings.items() if v}}
     record |= {"scaling": scaling, "normalize": normalize} if method != "linear" else {"normalize": normalize}
     if m.prune == "random": record |= {"rescale": rescale, "seed": seed}
     if dtype is not None: record["dtype"] = str(dtype).removeprefix("torch.")
     record = record | {"tasks": tasks} | (recorded or {})
-    return _merge_into_one(pretrained, finetuned, exclude, endpoint, token, combine_for, dtype, progress, method,
+    return _merge_into_one(pretrained, finetuned, exclude, endpoint, token, mergers_for, dtype, progress, method,
                            out_dir, max_shard_size, record)
 
 def merge_models(

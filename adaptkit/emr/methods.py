@@ -21,16 +21,97 @@ __all__ = ['MERGE_METHODS', 'EMR', 'CONFIG_METHODS', 'prune_magnitude', 'prune_r
            'read_merge_config']
 
 # %% ../../nbs/emr/10_methods.ipynb #770a461e
+def _bits(magnitudes: torch.Tensor) -> torch.Tensor:
+    "Non-negative floats, flat, as integers in the same order: their bit patterns (16-bit ones widened to int32)."
+    ints = {2: torch.int16, 4: torch.int32, 8: torch.int64}[magnitudes.element_size()]
+    bits = magnitudes.reshape(-1).view(ints)
+    return bits.to(torch.int32) if ints is torch.int16 else bits
+
+class _RankSelect:
+    """The magnitudes at `ranks` (0: the largest) of a tensor seen in chunks, exactly: a radix selection over their
+    bit patterns, 16 bits a pass over the chunks (float32: the top 16 bits of every entry, then the low 16 bits of the
+    entries in the bins that hold the ranks). Each rank ends as (its value's bits, its place among the entries of that
+    value, how many entries are larger)."""
+    def __init__(self, ranks: list, dtype: torch.dtype = torch.float32):
+        self.levels, self.level, self.hists = dtype.itemsize * 8 // 16, 0, {}
+        self.at = {r: (None, r, 0) for r in ranks}
+
+    def add(self, magnitudes: torch.Tensor):
+        "Count one chunk of the magnitudes (non-negative, of `dtype`) in this pass's histograms."
+        bits, shift = _bits(magnitudes), 16 * (self.levels - 1 - self.level)
+        for prefix in {p for p, _, _ in self.at.values()}:
+            inside = bits if prefix is None else bits[(bits >> (shift + 16)) == prefix]
+            h = torch.bincount((inside >> shift) & 0xFFFF, minlength=1 << 16)
+            self.hists[prefix] = self.hists[prefix].add_(h) if prefix in self.hists else h
+
+    def next_pass(self) -> bool:
+        "After a pass over every chunk: narrow each rank by 16 bits; True while another pass is needed."
+        for r, (prefix, rest, above) in self.at.items():
+            h = self.hists.get(prefix, torch.zeros(1 << 16, dtype=torch.int64)).flip(0)  # largest first
+            cum = h.cumsum(0)
+            j = int(torch.searchsorted(cum, rest, right=True))  # the bin holding the rest-th largest
+            over = int(cum[j] - h[j])
+            self.at[r] = ((prefix or 0) << 16 | (0xFFFF - j), rest - over, above + over)
+        self.level, self.hists = self.level + 1, {}
+        return self.level < self.levels
+
+class _RankKeep:
+    """Which entries of a tensor seen in chunks, in order, rank in `[lo, hi)` by magnitude (largest first, ties by
+    position, as a stable descending sort ranks them), from the values at ranks `lo` and `hi - 1`: an entry between
+    them is kept, one equal to either by its place among the entries of that value seen so far."""
+    def __init__(self, lo: int, hi: int, select: _RankSelect | None):
+        self.lo, self.hi, self.top, self.bottom, self.ties = lo, hi, None, None, {}
+        if hi <= lo: return  # nothing kept
+        self.bottom = select.at[hi - 1][0]
+        if lo > 0: self.top = select.at[lo][0]
+        for r in (lo, hi - 1) if lo > 0 else (hi - 1,):
+            self.ties[select.at[r][0]] = [select.at[r][2], 0]  # value -> [entries larger, its entries seen so far]
+
+    def __call__(self, magnitudes: torch.Tensor) -> torch.Tensor:
+        "The boolean mask of the next chunk's entries (its magnitudes) that are kept."
+        bits = _bits(magnitudes)
+        if self.bottom is None: return torch.zeros(magnitudes.shape, dtype=torch.bool)
+        keep = bits >= self.bottom
+        if self.top is not None: keep &= bits <= self.top
+        for value, tie in self.ties.items():
+            at = (bits == value).nonzero().squeeze(1)
+            rank = tie[0] + tie[1] + torch.arange(len(at))
+            keep[at] = (rank >= self.lo) & (rank < self.hi)
+            tie[1] += len(at)
+        return keep.reshape(magnitudes.shape)
+
+def _rank_ranges(prune: str | None, numel: int, densities: list, gammas: list) -> dict:
+    """Model -> the ranks by magnitude `[lo, hi)` its pruning keeps, for the models a magnitude pruning prunes: the
+    largest `int(density · n)` (TIES' trim), or those after the `gamma` fraction of largest ones (breadcrumbs)."""
+    if prune not in ("magnitude", "breadcrumbs"): return {}
+    out = {}
+    for i, (d, g) in enumerate(zip(densities, gammas)):
+        if d >= 1: continue
+        kept = int(d * numel)
+        top = 0 if prune == "magnitude" else min(int(g * numel), numel - kept)
+        out[i] = (top, top + kept)
+    return out
+
+def _keep_ranks(magnitudes: torch.Tensor, lo: int, hi: int) -> torch.Tensor:
+    "The mask of the entries of a whole tensor ranked in `[lo, hi)` by magnitude (`_RankKeep` of one chunk)."
+    select = _RankSelect([lo, hi - 1] if lo > 0 else [hi - 1], magnitudes.dtype) if hi > lo else None
+    while select is not None:
+        select.add(magnitudes)
+        if not select.next_pass(): break
+    return _RankKeep(lo, hi, select)(magnitudes)
+
 def prune_magnitude(
     task_vector: torch.Tensor,  # one model's task vector of one tensor
     density: float,  # fraction of its entries kept, the largest magnitudes (>= 1: all)
 ) -> torch.Tensor:
-    "Keep the `density` fraction of entries with the largest magnitude, zero the rest (TIES' trim)."
+    "Keep the `density` fraction of entries with the largest magnitude (ties: the first ones), zero the rest (TIES)."
     if density >= 1: return task_vector
-    flat = task_vector.reshape(-1)
-    keep = torch.zeros(flat.shape, dtype=torch.bool)
-    keep[flat.abs().topk(int(density * flat.numel())).indices] = True
-    return task_vector * keep.reshape(task_vector.shape)
+    return task_vector * _keep_ranks(task_vector.abs(), 0, int(density * task_vector.numel()))
+
+def _drop_random(task_vector: torch.Tensor, density: float, generator: torch.Generator, rescale: bool):
+    "DARE on a tensor or on its next chunk: the generator's next draws, one per entry in order."
+    kept = task_vector * (torch.rand(task_vector.shape, generator=generator) < density)
+    return kept / density if rescale and density > 0 else kept
 
 def prune_random(
     task_vector: torch.Tensor,  # one model's task vector of one tensor
@@ -40,8 +121,7 @@ def prune_random(
 ) -> torch.Tensor:
     "DARE: drop each entry with probability `1 - density`, rescale the survivors by `1 / density`."
     if density >= 1: return task_vector
-    kept = task_vector * (torch.rand(task_vector.shape, generator=generator) < density)
-    return kept / density if rescale and density > 0 else kept
+    return _drop_random(task_vector, density, generator, rescale)
 
 def prune_breadcrumbs(
     task_vector: torch.Tensor,  # one model's task vector of one tensor
@@ -52,12 +132,8 @@ def prune_breadcrumbs(
 
     As in mergekit, fewer outliers are dropped when `density + gamma > 1`, so that `density` is always kept."""
     if density >= 1: return task_vector
-    flat = task_vector.reshape(-1)
-    kept, n = int(density * flat.numel()), flat.numel()
-    top = min(int(gamma * n), n - kept)
-    keep = torch.zeros(flat.shape, dtype=torch.bool)
-    keep[flat.abs().argsort(descending=True, stable=True)[top:top + kept]] = True
-    return task_vector * keep.reshape(task_vector.shape)
+    (lo, hi), = _rank_ranges("breadcrumbs", task_vector.numel(), [density], [gamma]).values()
+    return task_vector * _keep_ranks(task_vector.abs(), lo, hi)
 
 def tensor_generator(
     seed: int,  # the merge's seed
@@ -68,12 +144,19 @@ def tensor_generator(
     digest = hashlib.sha256(f"{seed}\0{task}\0{name}".encode()).digest()
     return torch.Generator().manual_seed(int.from_bytes(digest[:8], "little") >> 1)
 
+
 # %% ../../nbs/emr/10_methods.ipynb #2651fb64
+def _sum0(x: torch.Tensor) -> torch.Tensor:
+    "`x.sum(0)`, added in order one slice at a time: the same bits for a tensor and for each chunk of its columns."
+    out = x[0].clone()
+    for row in x[1:]: out += row
+    return out
+
 def sign_agreement(
     weighted: torch.Tensor,  # weighted task vectors stacked on dim 0
 ) -> torch.Tensor:
     "Where each task vector's sign agrees with the sign elected by the weighted sum (TIES; a zero sum elects +)."
-    return weighted.sign() == torch.where(weighted.sum(0) >= 0, 1.0, -1.0)
+    return weighted.sign() == torch.where(_sum0(weighted) >= 0, 1.0, -1.0)
 
 def combine_weighted(
     weighted: torch.Tensor,  # weighted task vectors `w_t τ_t` stacked on dim 0
@@ -84,12 +167,13 @@ def combine_weighted(
     "The merged task vector: the (sign-agreeing) sum of the weighted task vectors, normalized or not."
     if consensus:
         agree = sign_agreement(weighted)
-        mixed, divisor = (weighted * agree).sum(0), (weights * agree).sum(0)
+        mixed, divisor = _sum0(weighted * agree), _sum0(weights * agree)
         divisor[divisor == 0] = 1
     else:
-        mixed, divisor = weighted.sum(0), weights.sum(0)
+        mixed, divisor = _sum0(weighted), _sum0(weights)
         divisor[divisor.abs() < 1e-8] = 1
     return mixed / divisor if normalize else mixed
+
 
 # %% ../../nbs/emr/10_methods.ipynb #c5882f27
 @dataclass(frozen=True)
@@ -136,11 +220,46 @@ EMR = MergeMethod("emr", "EMR-Merging", paper="2405.17461", per_model=(), shared
                   keeps_dtype="the unified vector is stored in it")
 CONFIG_METHODS = {**MERGE_METHODS, EMR.name: EMR}  # what a configuration's `merge_method` may name
 
-def _prune(method: MergeMethod, tv: torch.Tensor, density: float, gamma: float, generator, rescale: bool):
-    if method.prune == "magnitude": return prune_magnitude(tv, density)
-    if method.prune == "random": return prune_random(tv, density, generator, rescale)
-    if method.prune == "breadcrumbs": return prune_breadcrumbs(tv, density, gamma)
-    return tv
+class _TensorMerger:
+    """`merge_tensor` of one tensor seen in chunks of rows, in order, bit for bit the same as whole: first `passes`
+    passes over every chunk's task vectors (`observe`, then `end_pass`) find magnitude pruning's exact thresholds,
+    then `merge` merges each chunk. Every step but those thresholds is entry by entry, and DARE draws each chunk's
+    mask as the generator's next draws, which are those of the whole tensor (torch's CPU generator draws in order)."""
+    def __init__(self, method: MergeMethod, numel: int, weights: list, densities: list | None = None,
+                 gammas: list | None = None, *, normalize: bool | None = None, scaling: float = 1.0,
+                 rescale: bool = True, generators: list | None = None, dtype: torch.dtype = torch.float32):
+        n = len(weights)
+        self.method, self.weights, self.scaling, self.rescale = method, weights, scaling, rescale
+        self.normalize = method.normalize if normalize is None else normalize
+        self.densities, self.generators = densities or [1.0] * n, generators or [None] * n
+        if method.prune == "random" and any(d < 1 for d in self.densities) and None in self.generators:
+            raise ValueError("DARE draws its masks from `generators`: one torch.Generator per model")
+        ranks = _rank_ranges(method.prune, numel, self.densities, gammas or [0.01] * n)
+        self.selects = {i: _RankSelect([lo, hi - 1] if lo > 0 else [hi - 1], dtype)
+                        for i, (lo, hi) in ranks.items() if hi > lo}
+        self.keeps = {i: _RankKeep(lo, hi, None) for i, (lo, hi) in ranks.items() if hi <= lo}
+        self.ranks, self.passes = ranks, dtype.itemsize * 8 // 16 if self.selects else 0
+
+    def observe(self, task_vectors: torch.Tensor):
+        "Count the next chunk's task vectors `(models, entries)` in this pass."
+        for i, select in self.selects.items(): select.add(task_vectors[i].abs())
+
+    def end_pass(self):
+        "After a pass over every chunk: narrow the thresholds; after the last, they are known."
+        if not any([s.next_pass() for s in self.selects.values()]):
+            self.keeps |= {i: _RankKeep(*self.ranks[i], s) for i, s in self.selects.items()}
+
+    def merge(self, base: torch.Tensor, task_vectors: torch.Tensor) -> torch.Tensor:
+        """The merged chunk of the next chunk's base `(entries,)` and task vectors `(models, entries)` (overwritten):
+        pruned, weighted, combined, scaled, plus the base."""
+        for i, d in enumerate(self.densities):
+            if i in self.keeps: task_vectors[i].mul_(self.keeps[i](task_vectors[i].abs()))
+            elif self.method.prune == "random" and d < 1:
+                task_vectors[i] = _drop_random(task_vectors[i], d, self.generators[i], self.rescale)
+        w = torch.tensor(self.weights, dtype=task_vectors.dtype).reshape(-1, *[1] * (task_vectors.dim() - 1))
+        merged = combine_weighted(task_vectors.mul_(w), w, self.method.consensus, self.normalize)
+        if self.method.name == "linear" and not self.normalize: merged = merged + (sum(self.weights) - 1) * base
+        return base + merged * self.scaling if self.scaling != 1 else base + merged
 
 def merge_tensor(
     base: torch.Tensor,  # the base's tensor, float32
@@ -157,16 +276,14 @@ def merge_tensor(
 ) -> torch.Tensor:
     "One tensor of the merged model: prune each task vector, weight, elect signs or not, combine, scale, add the base."
     method = MERGE_METHODS[method] if isinstance(method, str) else method
-    n, normalize = len(task_vectors), method.normalize if normalize is None else normalize
-    densities, gammas, generators = densities or [1.0] * n, gammas or [0.01] * n, generators or [None] * n
-    if method.prune == "random" and any(d < 1 for d in densities) and None in generators:
-        raise ValueError("DARE draws its masks from `generators`: one torch.Generator per model")
-    pruned = torch.stack([_prune(method, tv, d, gm, g, rescale)
-                          for tv, d, gm, g in zip(task_vectors, densities, gammas, generators)])
-    w = torch.tensor(weights, dtype=pruned.dtype).reshape(n, *[1] * (pruned.dim() - 1))
-    merged = combine_weighted(pruned * w, w, method.consensus, normalize)
-    if method.name == "linear" and not normalize: merged = merged + (sum(weights) - 1) * base
-    return base + merged * scaling if scaling != 1 else base + merged
+    merger = _TensorMerger(method, base.numel(), weights, densities, gammas, normalize=normalize, scaling=scaling,
+                           rescale=rescale, generators=generators, dtype=task_vectors.dtype)
+    flat = task_vectors.reshape(len(task_vectors), -1).clone()
+    for _ in range(merger.passes):
+        merger.observe(flat)
+        merger.end_pass()
+    return merger.merge(base.reshape(-1), flat).reshape(base.shape)
+
 
 # %% ../../nbs/emr/10_methods.ipynb #8c226de3
 _DEFAULTS = {"density": 1.0, "gamma": 0.01}

@@ -23,13 +23,20 @@ _READS_AHEAD = 2  # chunks read into buffers ahead of the one being computed
 _PREFETCH = 8  # chunks ahead of the reader that the kernel is asked to fetch from disk (posix_fadvise)
 _WRITES_AHEAD = 4  # chunks whose output may wait for the writer thread
 
-def _row_chunks(shape: tuple) -> list:
-    """Row ranges covering a tensor in chunks of about `_CHUNK` parameters; [None]: the whole tensor.
+_MERGE_CHUNK = 1 << 18  # parameters per chunk in the one-model merges (`merge_models`): the same bound
 
-    A chunk is a multiple of 8 rows, so its mask fills whole bytes."""
-    if len(shape) == 0 or math.prod(shape) <= _CHUNK: return [None]
-    rows = max(8, _CHUNK // max(1, math.prod(shape[1:])) // 8 * 8)
+def _row_chunks(shape: tuple, multiple: int = 8, chunk: int | None = None) -> list:
+    """Row ranges covering a tensor in chunks of about `chunk` (default `_CHUNK`) parameters; [None]: the whole tensor.
+
+    A chunk is a multiple of `multiple` rows: EMR's of 8, so its mask fills whole bytes."""
+    chunk = _CHUNK if chunk is None else chunk
+    if len(shape) == 0 or math.prod(shape) <= chunk: return [None]
+    rows = max(multiple, chunk // max(1, math.prod(shape[1:])) // multiple * multiple)
     return [(a, min(a + rows, shape[0])) for a in range(0, shape[0], rows)]
+
+def _merge_row_chunks(shape: tuple) -> list:
+    "Row ranges of a tensor in `merge_models`' chunks: about `_MERGE_CHUNK` parameters, any number of rows."
+    return _row_chunks(shape, 1, _MERGE_CHUNK)
 
 def _chunk_numel(shape: tuple, rows: tuple | None) -> int:
     return math.prod(shape) if rows is None else (rows[1] - rows[0]) * math.prod(shape[1:])

@@ -95,6 +95,46 @@ def test_dare_masks_depend_on_seed_task_and_tensor_only():
     assert torch.equal(a, b)  # torch's global generator plays no part
 
 
+def test_dare_draws_in_chunks_are_the_draws_of_the_whole_tensor():
+    "The merge draws a tensor's mask chunk by chunk from one generator: torch's CPU generator gives the same stream."
+    whole = torch.rand(1000, generator=tensor_generator(0, "a", "w"))
+    for size in (1, 7, 16, 17, 333):
+        g = tensor_generator(0, "a", "w")
+        assert torch.equal(torch.cat([torch.rand(min(size, 1000 - a), generator=g) for a in range(0, 1000, size)]),
+                           whole), size
+
+
+# ---- magnitude thresholds over chunks, exactly ----
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.float64])
+@pytest.mark.parametrize("size", [1, 5, 64, 1000])
+def test_rank_selection_over_chunks_keeps_what_a_stable_sort_ranks(dtype, size):
+    "Radix selection over chunks: the entries ranked in [lo, hi) by magnitude, ties by position, as argsort(stable)."
+    from adaptkit.emr.methods import _keep_ranks, _RankKeep, _RankSelect
+    g = torch.Generator().manual_seed(size)
+    x = torch.cat([(torch.randn(600, generator=g) * 3).round() / 4, torch.randn(199, generator=g) * 1e-30,
+                   torch.tensor([0.0, -0.0, 1e30, -1e30])]).abs().to(dtype)  # ties, zeros, tiny and huge values
+    order = torch.sort(x.double(), descending=True, stable=True).indices
+    n = len(x)
+    for lo, hi in [(0, n // 5), (n // 10, n // 2), (0, 1), (n - 1, n), (0, n), (7, 7), (800, n - 2)]:
+        want = torch.zeros(n, dtype=torch.bool)
+        want[order[lo:hi]] = True
+        spans = [(a, min(a + size, n)) for a in range(0, n, size)]
+        select = _RankSelect([lo, hi - 1] if lo else [hi - 1], dtype) if hi > lo else None
+        while select is not None:
+            for a, b in spans: select.add(x[a:b])
+            if not select.next_pass(): break
+        keep = _RankKeep(lo, hi, select)
+        assert torch.equal(torch.cat([keep(x[a:b]) for a, b in spans]), want), (lo, hi)
+        assert torch.equal(_keep_ranks(x, lo, hi), want), (lo, hi)
+
+
+def test_magnitude_pruning_breaks_ties_by_position():
+    tau = torch.tensor([0.5, -1.0, 0.5, -0.5, 2.0, 0.5])
+    assert torch.equal(prune_magnitude(tau, 0.5), tau * torch.tensor([1.0, 1, 0, 0, 1, 0]))
+    assert torch.equal(prune_magnitude(tau, 0.7), tau * torch.tensor([1.0, 1, 1, 0, 1, 0]))
+
+
 # ---- hand-worked pruning ----
 
 TAU = torch.tensor([0.1, -0.5, 0.3, -0.2, 0.9, 0.05, -0.7, 0.4, 0.6, -0.8])  # magnitudes all different
