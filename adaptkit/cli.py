@@ -380,7 +380,12 @@ class ServeArguments:
     root: str = field(metadata={"help": "Folder holding the hub's repos and blobs (created if missing)."})
     host: str = field(default="127.0.0.1", metadata={"help": "Address to bind (loopback by default)."})
     port: int = field(default=8000, metadata={"help": "Port to listen on (0: any free port)."})
-    lfs: bool = field(default=False, metadata={"help": "Answer 'lfs' at preupload (for clients with Xet disabled)."})
+    lfs: bool = field(
+        default=True,
+        metadata={"help": "The Hub's rule at preupload: large or binary files go by Xet (or the LFS batch API with Xet "
+                          "off), as LocalHub does; --no_lfs (or --lfs false): every file inline in the commit, for a "
+                          "client that can do neither."},
+    )
     token: str | None = field(
         default=None,
         metadata={"help": "Require this bearer token for writes and private repos "

@@ -1,5 +1,5 @@
-"""What every LocalHub test shares: no telemetry, a Hub cache of the test's own (so no download is served from another
-test's files), and a hub and a client that use the test module's `TOKEN` when it has one."""
+"""What every LocalHub test shares: no telemetry, a Hub cache and an hf_xet cache of the test's own (so no download is
+served from another test's files), and a hub and a client that use the test module's `TOKEN` when it has one."""
 import pytest
 from huggingface_hub import HfApi, constants
 
@@ -11,6 +11,7 @@ def hf_env(tmp_path, monkeypatch):
     monkeypatch.setenv("HF_HUB_DISABLE_TELEMETRY", "1")
     monkeypatch.setattr(constants, "HF_HUB_DISABLE_TELEMETRY", True)
     monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hf-cache"))
+    monkeypatch.setenv("HF_XET_CACHE", str(tmp_path / "xet-cache"))  # hf_xet's cache and logs: the test's own
 
 
 @pytest.fixture

@@ -16,11 +16,11 @@ from huggingface_hub.errors import HfHubHTTPError
 TOKEN = "hf_served_token_from_a_file"
 
 
-def _start(root: Path, token_file: Path) -> tuple[subprocess.Popen, str, list]:
-    "Start `adaptkit hub serve --port 0` and return the process, the endpoint it printed, and its output lines."
+def _start(root: Path, token_file: Path, *args, lfs="on") -> tuple[subprocess.Popen, str, list]:
+    "Start `adaptkit hub serve --port 0 ARGS`, check its `lfs` setting, return the process, its endpoint and lines."
     env = {**os.environ, "HF_HUB_DISABLE_TELEMETRY": "1"}
     proc = subprocess.Popen([sys.executable, "-m", "adaptkit.cli", "hub", "serve", "--root", str(root), "--port", "0",
-                             "--token_file", str(token_file)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                             "--token_file", str(token_file), *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True, env=env)
     watchdog = threading.Timer(120, proc.kill)  # a server that never says where it listens fails the test, not hangs it
     watchdog.start()
@@ -29,7 +29,7 @@ def _start(root: Path, token_file: Path) -> tuple[subprocess.Popen, str, list]:
         for line in proc.stdout:
             lines.append(line)
             if m := re.match(
-                r"LocalHub serving .* at (http://127\.0\.0\.1:\d+) \(lfs=off, token required to write\)", line
+                rf"LocalHub serving .* at (http://127\.0\.0\.1:\d+) \(lfs={lfs}, token required to write\)", line
             ):
                 return proc, m[1], lines
     finally:
@@ -64,6 +64,8 @@ def test_stock_client_round_trip_against_adaptkit_hub_serve(tmp_path, token_file
         api = HfApi(endpoint=endpoint, token=TOKEN)
         assert api.create_repo("me/served").repo_id == "me/served"
         commit = api.upload_folder(folder_path=folder, repo_id="me/served", commit_message="served").oid
+        (info,) = api.get_paths_info("me/served", ["w.bin"])  # by default the Hub's rule: a binary is LFS, by Xet
+        assert info.lfs.size == len(files["w.bin"]) and info.xet_hash is not None
         got = Path(snapshot_download("me/served", endpoint=endpoint, token=TOKEN, cache_dir=tmp_path / "cache"))
         assert got.name == commit
         assert {p.relative_to(got).as_posix(): p.read_bytes() for p in got.rglob("*") if p.is_file()
@@ -82,9 +84,14 @@ def test_stock_client_round_trip_against_adaptkit_hub_serve(tmp_path, token_file
         rest = proc.stdout.read()
     assert code == 0, "".join(lines) + rest
     assert "Traceback" not in rest and not _is_listening(endpoint)
-    proc, endpoint, _ = _start(tmp_path / "root", token_file)  # restarted on the same root: the repo is still there
+    # restarted on the same root, with --no_lfs: the repo is still there, and a new binary goes inline
+    proc, endpoint, _ = _start(tmp_path / "root", token_file, "--no_lfs", lfs="off")
     try:
-        assert HfApi(endpoint=endpoint, token=TOKEN).model_info("me/served").sha == commit
+        api = HfApi(endpoint=endpoint, token=TOKEN)
+        assert api.model_info("me/served").sha == commit
+        api.upload_file(path_or_fileobj=files["w.bin"][::-1], path_in_repo="inline.bin", repo_id="me/served")
+        (info,) = api.get_paths_info("me/served", ["inline.bin"])
+        assert info.lfs is None and info.xet_hash is None and info.size == len(files["w.bin"])
     finally:
         proc.send_signal(signal.SIGINT)
         assert proc.wait(timeout=60) == 0
