@@ -9,7 +9,7 @@ from pathlib import Path
 
 from peft import PeftModel
 
-from ..artifacts import AdapterArtifact
+from ..artifacts import AdapterArtifact, _named_base
 from ..hub import markdown_table, read_metadata, write_metadata
 from .config import METHOD
 from .principal import _check_init_dir, _check_rank, _write_plain_lora
@@ -72,7 +72,11 @@ class PiSSAAdapter(AdapterArtifact):
         if self.init_dir is not None:
             self.conversion = _write_plain_lora(self.model, folder, self.init_dir, self.rank)
             src = read_metadata(folder).get("source") or {}  # the untouched base, as the initial adapter recorded it
-            self.base_model = self.base_model or src.get("base_model")  # what the caller stamped comes first
+            if not (self.base_model or self.base_path):  # what the caller stamped comes first; else the name the
+                named = _named_base(self.model)  # base was loaded by: a snapshot's repo@commit, a folder, a repo id
+                self.base_model = named.get("base_model") or src.get("base_model")
+                self.base_revision = self.base_revision or named.get("base_revision")
+                self.base_path = None if self.base_model else named.get("base_path")
             self.base_fingerprint = self.base_fingerprint or src.get("fingerprint")  # never the residual model's
         else:
             self.model.save_pretrained(folder)

@@ -3,6 +3,7 @@
 and the initial adapter's record (method, seed, iterations, dtype, bf16 residual error) against the saved weights."""
 import json
 import re
+import shutil
 import warnings
 
 import numpy as np
@@ -13,8 +14,8 @@ from peft.tuners.lora import LoraLayer
 from safetensors.torch import load_file
 
 from adaptkit.hub import read_metadata
-from adaptkit.models import tiny_causal_lm
-from adaptkit.pissa import PiSSAAdapter, save_pissa_as_lora
+from adaptkit.models import BaseMismatchError, load_causal_lm, tiny_causal_lm
+from adaptkit.pissa import PiSSAAdapter, load_pissa_adapter, save_pissa_as_lora
 from adaptkit.pissa.principal import (
     bf16_residual_error,
     init_pissa,
@@ -260,3 +261,37 @@ def test_the_adapter_card_shows_the_conversion_and_init_and_a_reload_keeps_them(
     exact.save_pretrained(tmp_path / "exact")
     card = (tmp_path / "exact" / "README.md").read_text()
     assert "Exact: the trained change" in card and "rank 2r = 8 with alpha doubled to 8" in card
+
+
+# --- issue 38: a base from a local folder is named by the converted LoRA's record -----------------------------------
+
+@pytest.mark.parametrize("save", ["save_pissa_as_lora", "PiSSAAdapter"])
+@pytest.mark.parametrize("rank", ["exact", 2])
+def test_a_converted_lora_of_a_local_base_records_its_folder_and_is_checked_from_the_record_alone(
+        tiny_tok, tiny_model_dir, tmp_path, save, rank):
+    """Before, the conversion recorded the untouched base's fingerprint but no `base_path`: nothing in the record said
+    which base to load the adapter on, and a refusal named no base."""
+    base = shutil.copytree(tiny_model_dir, tmp_path / "tiny-base")
+    (base / "adaptkit.json").unlink(missing_ok=True)  # a plain checkpoint: a folder, no repo id
+    pm = _init(load_causal_lm(base), pissa_config(4), tmp_path / "init")
+    ids = tiny_tok(["one plus two equals three", "two plus two equals four"], return_tensors="pt", padding=True)
+    opt = torch.optim.AdamW([p for p in pm.parameters() if p.requires_grad], lr=1e-2)
+    for _ in range(3):
+        pm(**ids, labels=ids["input_ids"]).loss.backward(); opt.step(); opt.zero_grad()
+    init, out = tmp_path / "init", tmp_path / "lora"
+    if save == "save_pissa_as_lora": lora = save_pissa_as_lora(pm, out, init_dir=init, rank=rank)
+    else: lora = PiSSAAdapter(pm, tiny_tok, init_dir=init, rank=rank).save_pretrained(out)
+    src = read_metadata(lora)["source"]
+    assert (src["base_model"], src["base_revision"], src["base_path"]) == (None, None, str(base.resolve()))
+    other = tmp_path / "other-base"  # the same shapes, other weights
+    tiny_causal_lm(tiny_tok, seed=7).save_pretrained(other)
+    with pytest.raises(BaseMismatchError, match=rf"made on the base {re.escape(str(base.resolve()))}, but the model "
+                                                rf"given \('{re.escape(str(other))}'\) differs in"):
+        PiSSAAdapter.from_pretrained(lora, base=str(other))
+    with pytest.raises(BaseMismatchError, match=rf"made on the base {re.escape(str(base.resolve()))}, but"):
+        load_pissa_adapter(load_causal_lm(other), lora)
+    loaded = PiSSAAdapter.from_pretrained(lora, base=src["base_path"]).model.eval()  # the base the record names
+    with torch.no_grad():
+        got, want = loaded(**ids).logits, pm.eval()(**ids).logits
+    if rank == "exact": assert torch.allclose(got, want, atol=1e-5)
+    else: assert not torch.equal(got, load_causal_lm(other)(**ids).logits)
