@@ -19,9 +19,9 @@ Waits for a quiet machine and writes through benchmarks/_bench.py: benchmarks/re
 
 Run: .venv/bin/python benchmarks/merge_scale.py                     (0.1B, 0.5B and 1B: ~15 GB of temporary files)
      .venv/bin/python benchmarks/merge_scale.py --sizes 0.1 --repeats 1   (the smallest only, minutes)
-     .venv/bin/python benchmarks/merge_scale.py --sizes tiny --repeats 1 --methods linear   (a check that it runs: a
-     9M-parameter model whose larger tensors span several chunks; its numbers say little, and it writes
-     merge_scale.tiny.json, never merge_scale.json)
+     .venv/bin/python benchmarks/merge_scale.py --sizes tiny --repeats 1 --max_shard_size 10MB   (a check that it
+     runs: a 9.8M-parameter model, 19.5 MB in bfloat16, whose embeddings span several chunks; its numbers say little,
+     and it writes merge_scale.tiny.json, never merge_scale.json)
      --threads N sets torch's threads in both tools (OMP_NUM_THREADS and mergekit's --num-threads)."""
 import argparse
 import json
