@@ -237,7 +237,8 @@ def source_of(
 ) -> dict:
     """The Hub repo id and commit `folder` itself is, as far as can be known: `{'repo_id', 'revision'}` or `{'path'}`.
 
-    A pulled snapshot or a pushed folder (its push record); never the base an artifact's record names."""
+    A pulled snapshot, a pushed folder (its push record), or a checkpoint converted from a repo's GGUF file (that
+    repo, at no known commit); never the base an artifact's record names."""
     folder = Path(folder).resolve()
     parts = folder.parts
     if len(parts) >= 3 and parts[-2] == "snapshots" and re.fullmatch(r"[0-9a-f]{40}", parts[-1]):
@@ -246,6 +247,9 @@ def source_of(
             return {"repo_id": name.replace("--", "/"), "revision": parts[-1]}
     meta = read_metadata(folder)
     if (pushed := meta.get("hub")): return {"repo_id": pushed["repo_id"], "revision": pushed["commit"]}
+    src = meta.get("source") or {}
+    if "artifact" not in meta and src.get("gguf_file") and src.get("base_model"):  # converted from that repo's file
+        return {"repo_id": src["base_model"], "revision": None}
     return {"path": str(folder)}
 
 # %% ../../nbs/hub/01_client.ipynb #a338ebb4

@@ -335,6 +335,7 @@ def test_outside_check_a_24_mib_binary_as_a_user_pushes_it(tmp_path, monkeypatch
     Xet on pushes a 24 MiB binary; paths-info shows LFS with a Xet hash; a second push with 1 MiB changed stores
     <= 3 MiB more under the root's CAS store; downloads with Xet on and Xet off (`HF_HUB_DISABLE_XET=1`, another
     process) return the same bytes."""
+    import os
     import subprocess
     import sys
     assert not constants.HF_HUB_DISABLE_XET  # the client as it comes: Xet on
@@ -361,7 +362,7 @@ def test_outside_check_a_24_mib_binary_as_a_user_pushes_it(tmp_path, monkeypatch
         xet_on = hf_hub_download("user/big", "weights.bin", endpoint=hub.endpoint, token=TOKEN,
                                  cache_dir=tmp_path / "on")
         assert Path(xet_on).read_bytes() == data and _hit(hub, "GET", "/reconstructions/", 200) >= 1
-        env = {**__import__("os").environ, "HF_HUB_DISABLE_XET": "1"}
+        env = {**os.environ, "HF_HUB_DISABLE_XET": "1"}
         out = subprocess.run([sys.executable, "-c", _XET_OFF, "user/big", "weights.bin", hub.endpoint, TOKEN,
                               str(tmp_path / "off")], env=env, capture_output=True, text=True, timeout=300)
         assert out.returncode == 0, out.stderr
