@@ -16,12 +16,18 @@ from huggingface_hub.errors import HfHubHTTPError
 TOKEN = "hf_served_token_from_a_file"
 
 
+def _ctrl_c_reaches_it():
+    """In the server's process before it starts: SIGINT as a terminal's Ctrl-C delivers it. A test run started in the
+    background (`make test &`) ignores SIGINT, and a child inherits that: the server would never see the stop."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _start(root: Path, token_file: Path, *args, lfs="on") -> tuple[subprocess.Popen, str, list]:
     "Start `adaptkit hub serve --port 0 ARGS`, check its `lfs` setting, return the process, its endpoint and lines."
     env = {**os.environ, "HF_HUB_DISABLE_TELEMETRY": "1"}
     proc = subprocess.Popen([sys.executable, "-m", "adaptkit.cli", "hub", "serve", "--root", str(root), "--port", "0",
                              "--token_file", str(token_file), *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, env=env)
+                            text=True, env=env, preexec_fn=_ctrl_c_reaches_it)
     watchdog = threading.Timer(120, proc.kill)  # a server that never says where it listens fails the test, not hangs it
     watchdog.start()
     lines = []
@@ -101,7 +107,8 @@ def _launch(args: list) -> tuple[subprocess.Popen, str, list]:
     "Start `adaptkit hub serve --port 0 ARGS` and return the process, its endpoint and its start line."
     env = {**os.environ, "HF_HUB_DISABLE_TELEMETRY": "1"}
     proc = subprocess.Popen([sys.executable, "-m", "adaptkit.cli", "hub", "serve", "--port", "0", *args],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+                            preexec_fn=_ctrl_c_reaches_it)
     watchdog = threading.Timer(120, proc.kill)
     watchdog.start()
     lines = []
