@@ -16,6 +16,14 @@ from huggingface_hub.errors import HfHubHTTPError
 TOKEN = "hf_served_token_from_a_file"
 
 
+def _wait(proc: subprocess.Popen, timeout: float = 60) -> int:
+    "The stopped server's exit code; one that does not stop in `timeout` s is killed (never left running), then fails."
+    try: return proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill(); proc.wait()
+        raise
+
+
 def _ctrl_c_reaches_it():
     """In the server's process before it starts: SIGINT as a terminal's Ctrl-C delivers it. A test run started in the
     background (`make test &`) ignores SIGINT, and a child inherits that: the server would never see the stop."""
@@ -86,7 +94,7 @@ def test_stock_client_round_trip_against_adaptkit_hub_serve(tmp_path, token_file
         assert not api.repo_exists("me/not-created") and api.model_info("me/served").sha == commit
     finally:
         proc.send_signal(stop)
-        code = proc.wait(timeout=60)
+        code = _wait(proc)
         rest = proc.stdout.read()
     assert code == 0, "".join(lines) + rest
     assert "Traceback" not in rest and not _is_listening(endpoint)
@@ -100,7 +108,7 @@ def test_stock_client_round_trip_against_adaptkit_hub_serve(tmp_path, token_file
         assert info.lfs is None and info.xet_hash is None and info.size == len(files["w.bin"])
     finally:
         proc.send_signal(signal.SIGINT)
-        assert proc.wait(timeout=60) == 0
+        assert _wait(proc) == 0
 
 
 def _launch(args: list) -> tuple[subprocess.Popen, str, list]:
@@ -123,7 +131,7 @@ def _launch(args: list) -> tuple[subprocess.Popen, str, list]:
 
 def _stop(proc: subprocess.Popen) -> str:
     proc.send_signal(signal.SIGINT)
-    assert proc.wait(timeout=60) == 0
+    assert _wait(proc) == 0
     return proc.stdout.read()
 
 
