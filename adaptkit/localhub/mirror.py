@@ -106,11 +106,13 @@ class MirrorStore(RepoStore):
                  protected: bool = False,  # the hub has a token of its own, so it can keep private and gated repos
                  timeout: float = 5.0,  # seconds to wait for the upstream's metadata (within the client's own 10)
                  deadline: float = 2.0,  # seconds to wait for it before serving the commit held for a branch or tag
-                 workers: int = 8):  # files downloaded at once while fetching a commit
+                 workers: int = 8,  # files downloaded at once while fetching a commit
+                 xet: bool = True):  # keep LFS files in the Xet store, as the hub keeps pushed ones (False: blobs)
         check_mirror_options(upstream, refresh)
         super().__init__(root)
         self.upstream = upstream.rstrip("/") if upstream else None
         self.offline, self.refresh, self.protected, self.timeout = offline, refresh, protected, timeout
+        self.use_xet = xet
         self.deadline, self.down_until = deadline, 0.0  # the upstream failed: held names are served until then
         self.api, self.workers = HfApi(endpoint=self.upstream, token=token) if self.upstream else None, workers
         self.online = self.api is not None and not offline
@@ -313,7 +315,7 @@ def _fetch(self: MirrorStore, typ: str, repo_id: str, sha: str) -> dict:
 
 @patch
 def _download(self: MirrorStore, typ: str, repo_id: str, sha: str, tree: list) -> dict:
-    "The file table of commit `sha`: every file of `tree` in the blob store, checked; held LFS blobs are not fetched."
+    "The file table of commit `sha`: every file of `tree` stored, checked; LFS files held (by sha256) are not fetched."
     for f in tree:
         try: check_path(f.path)
         except HubError as e:
@@ -322,21 +324,45 @@ def _download(self: MirrorStore, typ: str, repo_id: str, sha: str, tree: list) -
         if (f.lfs and not _SHA256.fullmatch(str(f.lfs.sha256))) or (not f.lfs and not _SHA1.fullmatch(str(f.blob_id))):
             raise UpstreamError(f"the upstream {self.upstream} lists {f.path} of {typ} {repo_id} at {sha} without a "
                                 "valid sha256 (LFS) or git blob id")
-    held = {f.path: {"sha256": f.lfs.sha256, "size": f.size, "sha1": None, "lfs": True} for f in tree
-            if f.lfs and self.blobs.size(f.lfs.sha256) == f.size}
-    with tempfile.TemporaryDirectory(dir=self.tmp, ignore_cleanup_errors=True) as tmp:
-        pool = ThreadPoolExecutor(self.workers)
-        try: got = dict(pool.map(lambda f: self._download_file(typ, repo_id, sha, f, tmp),
-                                 [f for f in tree if f.path not in held]))
-        finally: pool.shutdown(cancel_futures=True)  # on a failure: no new downloads, the running ones end first
-    return held | got
+    held = {f.path: e for f in tree if f.lfs and (e := self._held(f)) is not None}
+    todo, first = [f for f in tree if f.path not in held], {}
+    unique = [f for f in todo if not f.lfs or first.setdefault(f.lfs.sha256, f) is f]  # one content: fetched once
+    new = []  # Xet files this fetch created: dropped again if it fails
+    try:
+        with tempfile.TemporaryDirectory(dir=self.tmp, ignore_cleanup_errors=True) as tmp:
+            pool = ThreadPoolExecutor(self.workers)
+            try: got = dict(pool.map(lambda f: self._download_file(typ, repo_id, sha, f, tmp, new), unique))
+            finally: pool.shutdown(cancel_futures=True)  # on a failure: no new downloads, the running ones end first
+    except BaseException:
+        if new: self.collect_xet(new)  # those no repo names (one another repo names stays)
+        raise
+    return held | got | {f.path: got[first[f.lfs.sha256].path] for f in todo if f.path not in got}
 
 @patch
-def _download_file(self: MirrorStore, typ: str, repo_id: str, sha: str, f: RepoFile, tmp: str) -> tuple:
-    "(path, tree entry) of one file of commit `sha`, stored; an `UpstreamError` if its bytes are not the tree's."
+def _held(self: MirrorStore, f: RepoFile) -> dict | None:
+    "The entry of LFS file `f` if this hub holds its bytes as it keeps them (in Xet when it serves Xet), else None."
+    e = self.lfs_entry(f.lfs.sha256)  # as a commit naming the sha256 gets it: Xet-stored first, else an LFS blob
+    if e is None or e["size"] != f.size or (self.use_xet and f.size and not e.get("xet")): return None
+    return e if not e.get("xet") or self.entry_intact(e) else None  # a Xet file whose xorb is gone: stored again
+
+@patch
+def _get(self: MirrorStore, typ: str, repo_id: str, sha: str, f: RepoFile, tmp: str) -> Path:
+    "Download file `f` of commit `sha` from the upstream into the temporary cache `tmp`."
     with self._asking(typ, repo_id, sha):
-        local = Path(self.api.hf_hub_download(repo_id, f.path, revision=sha, repo_type=typ, cache_dir=tmp,
-                                              etag_timeout=self.timeout)).resolve()
+        return Path(self.api.hf_hub_download(repo_id, f.path, revision=sha, repo_type=typ, cache_dir=tmp,
+                                             etag_timeout=self.timeout)).resolve()
+
+@patch
+def _mismatch(self: MirrorStore, typ: str, repo_id: str, sha: str, f: RepoFile) -> UpstreamError:
+    want = f"sha256 {f.lfs.sha256}" if f.lfs else f"git blob id {f.blob_id}"
+    return UpstreamError(f"the upstream {self.upstream} sent {f.path} of {typ} {repo_id} at {sha} with other bytes "
+                         f"than its tree lists ({want}, {f.size} bytes): nothing of that commit was mirrored")
+
+@patch
+def _download_file(self: MirrorStore, typ: str, repo_id: str, sha: str, f: RepoFile, tmp: str, new: list) -> tuple:
+    "(path, tree entry) of one file of commit `sha`, stored; an `UpstreamError` if its bytes are not the tree's."
+    if f.lfs and f.size and self.use_xet: return f.path, self._ingest(typ, repo_id, sha, f, tmp, new)
+    local = self._get(typ, repo_id, sha, f, tmp)
     try:
         with open(local, "rb") as src:
             e = self.blobs.put(iter(lambda: src.read(CHUNK), b""), sha256=f.lfs.sha256 if f.lfs else None,
@@ -345,11 +371,31 @@ def _download_file(self: MirrorStore, typ: str, repo_id: str, sha: str, f: RepoF
         if err.status != 400: raise
         e = None  # the blob store refused bytes that do not match the sha256 or size
     finally: local.unlink(missing_ok=True)
-    if e is None or (not f.lfs and e["sha1"] != f.blob_id):
-        want = f"sha256 {f.lfs.sha256}" if f.lfs else f"git blob id {f.blob_id}"
-        raise UpstreamError(f"the upstream {self.upstream} sent {f.path} of {typ} {repo_id} at {sha} with other bytes "
-                            f"than its tree lists ({want}, {f.size} bytes): nothing of that commit was mirrored")
+    if e is None or (not f.lfs and e["sha1"] != f.blob_id): raise self._mismatch(typ, repo_id, sha, f)
     return f.path, {**e, "lfs": bool(f.lfs)}
+
+def _digest(path: Path) -> tuple:
+    "(sha256, size) of a file, read in pieces."
+    with open(path, "rb") as f: h = hashlib.file_digest(f, "sha256")
+    return h.hexdigest(), path.stat().st_size
+
+@patch
+def _ingest(self: MirrorStore, typ: str, repo_id: str, sha: str, f: RepoFile, tmp: str, new: list) -> dict:
+    "The entry of LFS file `f` kept in the Xet store: from its held LFS blob, else downloaded and checked first."
+    oid, src = f.lfs.sha256, None
+    if self.blobs.size(oid) == f.size:
+        try: src = self.blobs.verified_path(oid, f.size)  # held as a blob (an LFS push, an older mirror): no download
+        except HubError: pass  # damaged on disk (the store logged it): fetched again
+    local = None if src else self._get(typ, repo_id, sha, f, tmp)
+    try:
+        if local and _digest(local) != (oid, f.size): raise self._mismatch(typ, repo_id, sha, f)  # nothing stored
+        known = self.xet.file_by_sha256(oid)
+        rec = self.xet.put_file(src or local)  # streamed: chunks, xorbs of up to 64 MiB, a shard
+        if known is None: new.append(rec.hash)
+    finally:
+        if local: local.unlink(missing_ok=True)
+    if rec.sha256 != oid or rec.size != f.size: raise self._mismatch(typ, repo_id, sha, f)
+    return self.lfs_entry(oid)  # the entry a commit naming it gets: its Xet hash, as for a pushed file
 
 @patch
 def _keep(self: MirrorStore, record: dict, c: dict) -> None:
@@ -608,7 +654,7 @@ def _plan(store: RepoStore, m: dict) -> dict:
                              "would move its branches; delete or rename it first (nothing was imported)")
         for c in r["commits"]:
             held = store.load(r["type"], r["id"], c["id"]) if meta else None
-            if held is not None and held["files"] != c["files"]:
+            if held is not None and _portable(held)["files"] != c["files"]:  # a Xet-stored file: its blob
                 raise ValueError(f"commit {c['id']} of {r['type']} {r['id']} is held in {store.root} with other "
                                  "files: nothing was imported")
             for p, e in c["files"].items():

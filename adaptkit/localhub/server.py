@@ -95,7 +95,7 @@ class LocalHub:
         "The hub's store: a `MirrorStore` for a mirror (an `upstream`, or `offline`), else a `RepoStore`."
         if self.upstream is None and not self.offline: return RepoStore(self.root)
         return MirrorStore(self.root, self.upstream, token=self.upstream_token, offline=self.offline,
-                           refresh=self.refresh, protected=self.token is not None)
+                           refresh=self.refresh, protected=self.token is not None, xet=self.lfs)
 
     def _bind(self) -> HubServer:
         "Open the store and create the HTTP server, bound but not serving yet."

@@ -384,3 +384,150 @@ def test_cli_hub_serve_refuses_an_upstream_without_scheme(tmp_path, capsys):
     assert "give the Hub's URL with its scheme" in capsys.readouterr().err
     assert main(["hub", "serve", "--root", str(tmp_path / "m"), "--refresh", "-5", "--offline"]) == 2
     assert "refresh=-5" in capsys.readouterr().err
+
+
+# Issue 36, item 5: a mirror keeps the upstream's LFS files in its Xet store, as a push with Xet on would.
+XET_FILES = {"config.json": b'{"model_type": "llama"}', "a.bin": b"\0" + bytes(range(251)) * 1200,
+             "model.safetensors": bytes(reversed(range(256))) * 1500}  # two LFS files (binary), a regular one
+
+
+@pytest.fixture
+def xet_upstream(tmp_path, monkeypatch):
+    "A LocalHub with team/x pushed by the stock client with Xet on (its LFS files stored with Xet)."
+    monkeypatch.setattr(constants, "HF_HUB_DISABLE_XET", False)  # the client as it comes
+    monkeypatch.setenv("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    with LocalHub(tmp_path / "upstream", token=UP_TOKEN) as hub:
+        api = HfApi(endpoint=hub.endpoint, token=UP_TOKEN)
+        api.create_repo("team/x")
+        folder = tmp_path / "art"
+        folder.mkdir()
+        for name, data in XET_FILES.items(): (folder / name).write_bytes(data)
+        hub.first = api.upload_folder(folder_path=folder, repo_id="team/x").oid
+        hub.infos = {i.path: i for i in api.get_paths_info("team/x", list(XET_FILES))}
+        assert hub.infos["model.safetensors"].xet_hash and hub.infos["a.bin"].xet_hash  # pushed through Xet
+        assert hub.infos["config.json"].xet_hash is None
+        yield hub
+
+
+def _xet_state(root: Path) -> tuple:
+    "(xorb names, Xet file names) under a hub's root."
+    return (sorted(p.name for p in (root / "xet" / "xorbs").glob("*/*")),
+            sorted(p.stem for p in (root / "xet" / "files").glob("*/*.json")))
+
+
+def _get(hub, path, cache, repo="team/x") -> bytes:
+    return Path(hf_hub_download(repo, path, endpoint=hub.endpoint, token=False, cache_dir=cache)).read_bytes()
+
+
+def test_a_mirrored_lfs_file_is_served_with_its_xet_hash_to_clients_with_xet_on_and_off(xet_upstream, tmp_path,
+                                                                                         monkeypatch):
+    up, sha = xet_upstream, xet_upstream.infos["model.safetensors"].lfs.sha256
+    with _mirror(tmp_path, up) as mirror:
+        api = HfApi(endpoint=mirror.endpoint, token=False)
+        infos = {i.path: i for i in api.get_paths_info("team/x", list(XET_FILES))}
+        for p, i in infos.items():  # the upstream's tree, and the Xet hash a pushed file gets
+            assert (i.xet_hash, i.lfs, i.blob_id) == (up.infos[p].xet_hash, up.infos[p].lfs, up.infos[p].blob_id)
+        assert mirror.server.store.blobs.size(sha) is None  # stored once: in the Xet store, not also as a blob
+        assert _get(mirror, "model.safetensors", tmp_path / "on") == XET_FILES["model.safetensors"]
+        assert mirror.counts["cas-reconstruction"] >= 1 and mirror.counts["cas-fetch"] >= 1  # through the CAS
+        monkeypatch.setattr(constants, "HF_HUB_DISABLE_XET", True)  # a client without Xet
+        resolved = mirror.counts["resolve"]
+        assert _get(mirror, "model.safetensors", tmp_path / "off") == XET_FILES["model.safetensors"]
+        assert mirror.counts["resolve"] - resolved == 2  # HEAD, then the plain bytes rebuilt from the xorbs
+        monkeypatch.setattr(constants, "HF_HUB_DISABLE_XET", False)
+    asked = _asked(up)
+    with _mirror(tmp_path, up, offline=True) as mirror:  # offline: what it holds, with Xet on and off
+        [info] = HfApi(endpoint=mirror.endpoint).get_paths_info("team/x", ["a.bin"])
+        assert info.xet_hash == up.infos["a.bin"].xet_hash
+        assert _get(mirror, "a.bin", tmp_path / "on2") == XET_FILES["a.bin"] and mirror.counts["cas-reconstruction"]
+        monkeypatch.setattr(constants, "HF_HUB_DISABLE_XET", True)
+        assert _get(mirror, "a.bin", tmp_path / "off2") == XET_FILES["a.bin"]
+    assert _asked(up) == asked
+
+
+def test_a_held_file_is_not_stored_again_and_its_xorbs_live_while_a_repo_names_them(xet_upstream, tmp_path):
+    up = xet_upstream
+    upapi = HfApi(endpoint=up.endpoint, token=UP_TOKEN)
+    upapi.create_repo("team/y")  # the same model file in a second repo, and a new one
+    upapi.upload_file(path_or_fileobj=XET_FILES["model.safetensors"], path_in_repo="model.safetensors",
+                      repo_id="team/y")
+    upapi.upload_file(path_or_fileobj=b"\0new" * 5000, path_in_repo="b.bin", repo_id="team/y")
+    with _mirror(tmp_path, up, token=MIRROR_TOKEN) as mirror:
+        api, root, store = HfApi(endpoint=mirror.endpoint, token=MIRROR_TOKEN), mirror.root, mirror.server.store
+        api.model_info("team/x")
+        xorbs, files = _xet_state(root)
+        assert xorbs and len(files) == 2  # a.bin and model.safetensors
+        real, asked = store.api.hf_hub_download, []
+        store.api.hf_hub_download = lambda repo_id, filename, **kw: asked.append(filename) or real(repo_id, filename,
+                                                                                                   **kw)
+        [info] = api.get_paths_info("team/y", ["model.safetensors"])
+        assert info.xet_hash == up.infos["model.safetensors"].xet_hash
+        assert sorted(asked) == [".gitattributes", "b.bin"]  # model.safetensors is held: not downloaded
+        now = _xet_state(root)
+        assert set(xorbs) < set(now[0]) and len(now[1]) == 3  # b.bin's xorb is new; model.safetensors' are not
+        assert mirror.server.store.collect_xet(grace=0) == {"files": 0, "xorbs": 0, "bytes": 0}  # all named
+        api.delete_repo("team/x")  # model.safetensors is still named by team/y: kept
+        assert _get(mirror, "model.safetensors", tmp_path / "c", "team/y") == XET_FILES["model.safetensors"]
+        assert len(_xet_state(root)[1]) == 2
+        api.delete_repo("team/y")
+        assert _xet_state(root) == ([], [])  # nothing names them any more: reclaimed
+
+
+def test_tampered_upstream_bytes_leave_no_blob_and_no_xorb(xet_upstream, tmp_path, monkeypatch):
+    with _mirror(tmp_path, xet_upstream) as mirror:
+        store = mirror.server.store
+        store.workers, real, asked = 1, store.api.hf_hub_download, []  # a.bin is stored before the bad file comes
+        def tampered(repo_id, filename, **kw):
+            asked.append(filename)
+            got = Path(real(repo_id, filename, **kw))
+            if filename == "model.safetensors":
+                data = bytearray(got.read_bytes()); data[-1] ^= 1
+                got.unlink(); got.write_bytes(bytes(data))
+            return str(got)
+        monkeypatch.setattr(store.api, "hf_hub_download", tampered)
+        with pytest.raises(HfHubHTTPError, match="sent model.safetensors of model team/x .* other bytes") as e:
+            HfApi(endpoint=mirror.endpoint).model_info("team/x")
+        assert e.value.response.status_code == 502 and asked.index("a.bin") < asked.index("model.safetensors")
+        assert RepoStore.repo(store, "model", "team/x") is None and not list(store.tmp.iterdir())
+        assert _xet_state(mirror.root) == ([], [])  # a.bin's Xet file and xorbs are collected again
+        for p in ("a.bin", "model.safetensors"): assert store.blobs.size(xet_upstream.infos[p].lfs.sha256) is None
+        monkeypatch.setattr(store.api, "hf_hub_download", real)
+        [info] = HfApi(endpoint=mirror.endpoint).get_paths_info("team/x", ["model.safetensors"])
+        assert info.xet_hash == xet_upstream.infos["model.safetensors"].xet_hash
+
+
+def test_a_mirrored_xet_repo_exports_and_imports_back_into_the_mirror(xet_upstream, tmp_path):
+    with _mirror(tmp_path, xet_upstream) as mirror:
+        HfApi(endpoint=mirror.endpoint).model_info("team/x")
+        out = export_repos(mirror.root, ["team/x"], tmp_path / "x.tar")  # from the running mirror
+    assert out["repos"][0]["commits"] == [xet_upstream.first]
+    import_repos(tmp_path / "x.tar", tmp_path / "site")
+    assert import_repos(tmp_path / "x.tar", tmp_path / "mirror")["repos"][0]["commits"] == [xet_upstream.first]
+    for root in ("site", "mirror"):
+        with LocalHub(tmp_path / root, offline=True) as hub:
+            for p, data in XET_FILES.items(): assert _get(hub, p, tmp_path / f"c-{root}") == data
+            [info] = HfApi(endpoint=hub.endpoint).get_paths_info("team/x", ["a.bin"])
+            assert info.lfs.sha256 == xet_upstream.infos["a.bin"].lfs.sha256
+            assert bool(info.xet_hash) == (root == "mirror")  # the mirror keeps its Xet copy; the site has blobs
+
+
+def test_a_mirror_with_lfs_off_keeps_blobs_and_a_held_blob_is_chunked_into_xet_without_a_download(xet_upstream,
+                                                                                                  tmp_path):
+    up, sha = xet_upstream, xet_upstream.infos["model.safetensors"].lfs.sha256
+    with _mirror(tmp_path, up, lfs=False) as mirror:  # a hub that keeps no pushed file in Xet keeps none mirrored
+        [info] = HfApi(endpoint=mirror.endpoint).get_paths_info("team/x", ["model.safetensors"])
+        assert info.xet_hash is None and info.lfs.sha256 == sha and mirror.server.store.blobs.size(sha) == info.size
+        assert _get(mirror, "model.safetensors", tmp_path / "c") == XET_FILES["model.safetensors"]
+        assert _xet_state(mirror.root) == ([], [])
+    upapi = HfApi(endpoint=up.endpoint, token=UP_TOKEN)
+    upapi.create_repo("team/y")
+    upapi.upload_file(path_or_fileobj=XET_FILES["model.safetensors"], path_in_repo="model.safetensors",
+                      repo_id="team/y")
+    with _mirror(tmp_path, up) as mirror:
+        store = mirror.server.store
+        real, asked = store.api.hf_hub_download, []
+        store.api.hf_hub_download = lambda repo_id, filename, **kw: asked.append(filename) or real(repo_id, filename,
+                                                                                                   **kw)
+        [info] = HfApi(endpoint=mirror.endpoint).get_paths_info("team/y", ["model.safetensors"])
+        assert info.xet_hash == up.infos["model.safetensors"].xet_hash and asked == [".gitattributes"]
+        assert _get(mirror, "model.safetensors", tmp_path / "c2", "team/y") == XET_FILES["model.safetensors"]
