@@ -18,8 +18,8 @@ from safetensors import safe_open
 from transformers.utils.hub import convert_file_size_to_int  # ~0.8 s to import transformers' utils, once
 
 # %% auto #0
-__all__ = ['DTYPES', 'DTYPE_NAMES', 'nbytes', 'StreamWriter', 'size_in_bytes', 'ShardWriter', 'SafetensorsHeaderError',
-           'read_header', 'TensorFiles']
+__all__ = ['DTYPES', 'DTYPE_NAMES', 'nbytes', 'StreamWriter', 'size_in_bytes', 'check_shard_size', 'ShardWriter',
+           'SafetensorsHeaderError', 'read_header', 'TensorFiles']
 
 # %% ../nbs/05_tensorfiles.ipynb #54f035e5
 DTYPES = {"F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
@@ -89,6 +89,21 @@ def size_in_bytes(
     try: return convert_file_size_to_int(size)
     except (ValueError, AttributeError) as e:
         raise ValueError(f"max_shard_size {size!r}: expected bytes as an int or a string like '5GB' or '2GiB'") from e
+
+def check_shard_size(
+    tensors: dict,  # tensor name -> tensor, or -> (safetensors dtype name, shape) for one not computed yet
+    max_shard_size: int | str,  # bytes, or "5GB" / "500MB" as transformers takes it
+) -> int:
+    "`max_shard_size` in bytes, refused naming the largest tensor when that is larger (never split across shards)."
+    limit = size_in_bytes(max_shard_size)
+    def size(t): return t.nbytes if isinstance(t, torch.Tensor) else nbytes(t)
+    name = max(tensors, key=lambda n: size(tensors[n]), default=None)
+    if name is None or (big := size(tensors[name])) <= limit: return limit
+    t = tensors[name]
+    dtype, shape = (DTYPE_NAMES.get(t.dtype, str(t.dtype)), t.shape) if isinstance(t, torch.Tensor) else t
+    raise ValueError(f"max_shard_size {max_shard_size!r} ({limit:,} bytes) is below tensor {name!r} ({big:,} bytes, "
+                     f"{dtype} {list(shape)}): a tensor is never split across shards; give at least "
+                     f"'{math.ceil(big / 1e6)}MB'")
 
 class ShardWriter:
     """Tensors written in order into shards of at most `max_shard_size`, plus the index.

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import errno
 import json
-import math
 import os
 import shutil
 from collections.abc import Iterator, Mapping
@@ -19,7 +18,7 @@ from ..artifacts import Artifact
 from .inputs import _build_model, _check_task_name
 from .methods import MERGE_METHODS
 from ..hub import METADATA_FILE, write_metadata
-from ..tensorfiles import DTYPE_NAMES, ShardWriter, StreamWriter, TensorFiles, nbytes, size_in_bytes
+from ..tensorfiles import DTYPE_NAMES, ShardWriter, StreamWriter, TensorFiles, check_shard_size
 
 
 # %% auto #0
@@ -60,20 +59,6 @@ def _write_tensors(writer, tensors: Mapping, what: str):
             full = "the disk is full: " if e.errno == errno.ENOSPC else ""
             raise OSError(e.errno, f"writing tensor {name!r} of {what} to {path.name}: {full}{e.strerror or e}; the "
                                    "partial output was removed, the output folder left as it was") from e
-
-def _check_shard_size(
-    specs: dict,  # tensor name -> (safetensors dtype, shape)
-    max_shard_size: int | str,  # bytes, or "5GB" / "500MB" as transformers takes it
-) -> int:
-    "`max_shard_size` in bytes, refused when a tensor is larger (a tensor is never split across shards)."
-    limit = size_in_bytes(max_shard_size)
-    big = max(specs, key=lambda n: nbytes(specs[n]), default=None)
-    if big is not None and nbytes(specs[big]) > limit:
-        need = math.ceil(nbytes(specs[big]) / 1e6)
-        raise ValueError(f"max_shard_size {max_shard_size!r} ({limit:,} bytes) is below tensor {big!r} "
-                         f"({nbytes(specs[big]):,} bytes, {specs[big][0]} {list(specs[big][1])}): a tensor is never "
-                         f"split across shards; give at least '{need}MB'")
-    return limit
 
 def _check_output(
     out_dir: str | Path,  # the folder a merge will write (replacing it)
@@ -143,7 +128,7 @@ class MergedModel(Artifact):
     ) -> Path:
         "Write the merged model, a transformers checkpoint with its card, to `save_directory`; return the folder."
         if max_shard_size is not None: self.max_shard_size = max_shard_size
-        _check_shard_size(_specs(self.state_dict), self.max_shard_size)
+        check_shard_size(_specs(self.state_dict), self.max_shard_size)
         return self._save(Path(save_directory))
 
     def _write(self, folder: Path) -> None:

@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
-from .artifact import MergedModel, _check_output, _check_shard_size
+from .artifact import MergedModel, _check_output
 from .baselines import _merge_models, _origin_name, _out_dtype
 from .bundle import EMRBundle, _replace_folder
 from .elect import _elect_in_place, _RescalerSums
@@ -24,7 +24,7 @@ from .inputs import _check_finite, _MergePlan, _ModelSource, _open_inputs, _plan
 from .methods import EMR, MergeConfig, read_merge_config
 from .stream import _BackgroundWriter, _chunk_numel, _ChunkReader, _row_chunks
 from ..hub import METADATA_FILE, is_repo_id, looks_like_path
-from ..tensorfiles import DTYPES, ShardWriter, StreamWriter, nbytes, size_in_bytes
+from ..tensorfiles import DTYPES, ShardWriter, StreamWriter, check_shard_size, nbytes, size_in_bytes
 
 # %% auto #0
 __all__ = ['emr_merge', 'merge_from_config', 'plan_merge_config']
@@ -147,7 +147,7 @@ def emr_merge(
                       marker="emr.json")
     base, tasks = _open_inputs(pretrained, finetuned, endpoint, token)
     plan, reference = _plan_merge(base, tasks, exclude), _base_reference(base)
-    _check_shard_size({n: base.specs[n] for n in plan.merged}, max_bytes)
+    check_shard_size({n: base.specs[n] for n in plan.merged}, max_bytes)
     temporary = out_dir is None
     out = Path(tempfile.mkdtemp(prefix="adaptkit-emr-")) / "bundle" if temporary else Path(out_dir)
     def write(tmp):
@@ -242,7 +242,7 @@ def plan_merge_config(
     emr, dtype = cfg.method == EMR.name, cfg.dtype and getattr(torch, cfg.dtype)
     merged = {n: (base.specs[n][0] if emr else _out_dtype(base.specs[n][0], dtype), base.specs[n][1])
               for n in plan.merged}
-    _check_shard_size(merged, max_bytes)
+    check_shard_size(merged, max_bytes)
     own = {t: {n: (_out_dtype(m.specs[n][0], None if emr else dtype), m.specs[n][1]) for n in plan.own[t]}
            for t, m in tasks.items()}
     def reads(m, names): return sum(nbytes(m.specs[n]) for n in names if n in m.specs)
