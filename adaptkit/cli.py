@@ -347,7 +347,9 @@ class MergeArguments:
     )
     dry_run: bool = field(
         default=False, metadata={"help": "Print the plan (models, tensors, shards, bytes to read and write) as JSON "
-                                         "and stop; nothing is written (a repo id is downloaded to read its headers)."}
+                                         "and stop; nothing is written (a repo id is downloaded to read its headers). "
+                                         "The bytes read count every pass: TIES and breadcrumbs read each large "
+                                         "tensor 3 times (2 passes find its magnitude threshold, 1 merges)."}
     )
 
 @command("merge", lambda: [MergeArguments, PushArguments],

@@ -21,8 +21,22 @@ from .bundle import EMRBundle, _replace_folder
 from .elect import _elect_in_place, _RescalerSums
 from .format import _base_reference, _new_record, _write_record, pack_mask
 from .inputs import _check_finite, _MergePlan, _ModelSource, _open_inputs, _plan_merge
-from .methods import EMR, MergeConfig, read_merge_config
-from .stream import _BackgroundWriter, _chunk_numel, _ChunkReader, _row_chunks
+from adaptkit.emr.methods import (
+    EMR,
+    MERGE_METHODS,
+    MergeConfig,
+    _threshold_passes,
+    read_merge_config,
+    tensor_parameters,
+)
+from adaptkit.emr.stream import (
+    _BackgroundWriter,
+    _chunk_numel,
+    _ChunkReader,
+    _merge_reads,
+    _merge_row_chunks,
+    _row_chunks,
+)
 from ..hub import METADATA_FILE, is_repo_id, looks_like_path
 from ..tensorfiles import DTYPES, ShardWriter, StreamWriter, check_shard_size, nbytes, size_in_bytes
 
@@ -222,6 +236,39 @@ def _shard_count(specs: dict, max_bytes: int) -> int:
                                                  filename_pattern="model{suffix}.safetensors")
     return len(split.filename_to_tensors)
 
+def _times_read(cfg: MergeConfig, base: _ModelSource, tasks: dict, names: list) -> dict:
+    """Tensor name -> how many times the merge reads each chunk of it: once, or for a tensor that a magnitude pruning
+    (TIES, breadcrumbs) prunes and that streams in chunks, once per pass of the radix selection of its threshold, then
+    once to merge. Every per-model parameter is resolved as the merge resolves it (an error here is the merge's)."""
+    if cfg.method == EMR.name: return dict.fromkeys(names, 1)
+    m = MERGE_METHODS[cfg.method]
+    params = tensor_parameters(m, cfg.settings, list(tasks), names)
+    passes = lambda n: _threshold_passes(m, math.prod(base.specs[n][1]), params[n].get("density", [1.0] * len(tasks)),
+                                         params[n].get("gamma"))
+    return {n: _merge_reads(base.specs[n][1], passes(n)) for n in names}
+
+def _model_reads(m: _ModelSource, name: str, times: int, chunks: int) -> int:
+    """Bytes model `m` reads for tensor `name` read `times` times over in `chunks` chunks: a full model its tensor, a
+    LoRA adapter its full tensor (if it has one) and, for every chunk, its whole A and B (`scaling · B A` per chunk)."""
+    if m.kind != "lora": return times * nbytes(m.specs[name])
+    full = nbytes(m.adapter.specs[m.full[name]]) if name in m.full else 0
+    pair = chunks * sum(nbytes(m.adapter.specs[key]) for key, _ in m.pairs[name].values()) if name in m.pairs else 0
+    return times * (full + pair)
+
+def _bytes_read(plan: _MergePlan, base: _ModelSource, tasks: dict, times: dict, chunks) -> int:
+    """Every byte the merge reads from the models' files: each merged tensor `times[name]` times from the base and every
+    task, then each task's own tensors once (an adapter's: the base's tensor under its delta), `chunks(shape)` being
+    the engine's row chunks."""
+    total = 0
+    for n in plan.merged:
+        k, c = times[n], len(chunks(base.specs[n][1]))
+        total += k * nbytes(base.specs[n]) + sum(_model_reads(m, n, k, c) for m in tasks.values())
+    for t, m in tasks.items():
+        for n in plan.own[t]:
+            if m.kind == "lora" and not (n in m.full and n not in m.pairs): total += nbytes(base.specs[n])
+            total += _model_reads(m, n, 1, len(chunks(m.specs[n][1])))
+    return total
+
 def plan_merge_config(
     config: str | Path | Mapping,  # a mergekit-style YAML file, or the same configuration as a dict
     out_dir: str | Path | None = None,  # where the merge would write (checked as the merge checks it)
@@ -232,7 +279,8 @@ def plan_merge_config(
     max_shard_size: int | str = "5GB",  # largest shard, as in `merge_from_config`
 ) -> dict:
     """What `merge_from_config` would do, from the configuration and the models' headers only: the method, the models,
-    the tensors merged and kept per task, the bytes it reads and writes, the shards. Nothing is written."""
+    the tensors merged and kept per task, the bytes it reads (every pass: TIES and breadcrumbs read a large tensor
+    three times) and writes, the shards. Nothing is written."""
     cfg = read_merge_config(config)
     _check_local_models(cfg)
     _check_config_output(cfg, out_dir)
@@ -245,10 +293,10 @@ def plan_merge_config(
     check_shard_size(merged, max_bytes)
     own = {t: {n: (_out_dtype(m.specs[n][0], None if emr else dtype), m.specs[n][1]) for n in plan.own[t]}
            for t, m in tasks.items()}
-    def reads(m, names): return sum(nbytes(m.specs[n]) for n in names if n in m.specs)
-    read = reads(base, plan.merged) + sum(
-        reads(m.adapter, m.adapter.specs) if hasattr(m, "adapter") else reads(m, plan.merged + plan.own[t])
-        for t, m in tasks.items())
+    times = _times_read(cfg, base, tasks, plan.merged)
+    chunks = _row_chunks if emr else _merge_row_chunks
+    read, once = _bytes_read(plan, base, tasks, times, chunks), _bytes_read(plan, base, tasks, dict.fromkeys(times, 1),
+                                                                            lambda shape: [None])
     written = sum(map(nbytes, merged.values())) + sum(nbytes(s) for h in own.values() for s in h.values())
     if emr:  # a 1-bit mask per task, and the base copied unless it is a pulled Hub snapshot
         written += len(tasks) * sum(math.ceil(math.prod(s) / 8) for _, s in merged.values())
@@ -257,5 +305,18 @@ def plan_merge_config(
             "output": None if out_dir is None else str(out_dir), "merged_tensors": len(plan.merged),
             "merged_parameters": sum(math.prod(s) for _, s in merged.values()),
             "own_tensors": {t: len(v) for t, v in plan.own.items()}, "shards": _shard_count(merged, max_bytes),
-            "bytes_to_read": read, "bytes_to_write": written}
+            "bytes_to_read": read, "bytes_to_write": written, "bytes_of_inputs": once,
+            "tensors_by_reads": {k: sum(v == k for v in times.values()) for k in sorted(set(times.values()))},
+            "reads": _reads_note(cfg.method, times, read, once)}
+
+def _reads_note(method: str, times: dict, read: int, once: int) -> str:
+    "The plan's words on `bytes_to_read`: how often the merge reads each tensor, and why."
+    if max(times.values()) == 1:
+        return f"{method} reads each tensor once: bytes_to_read is bytes_of_inputs" + (
+            " plus an adapter's A and B read again for every chunk" if read > once else "")
+    many = sum(v > 1 for v in times.values())
+    return (f"{method} finds the magnitude threshold of each pruned tensor by a radix selection over its chunks before "
+            f"merging it, so {many} of {len(times)} merged tensors (those streamed in several chunks) are read "
+            f"{max(times.values())} times: once per selection pass, then to merge; bytes_to_read counts every read, "
+            f"{read / once:.2f}x bytes_of_inputs")
 

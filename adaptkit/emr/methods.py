@@ -220,6 +220,14 @@ EMR = MergeMethod("emr", "EMR-Merging", paper="2405.17461", per_model=(), shared
                   keeps_dtype="the unified vector is stored in it")
 CONFIG_METHODS = {**MERGE_METHODS, EMR.name: EMR}  # what a configuration's `merge_method` may name
 
+def _threshold_passes(method: MergeMethod, numel: int, densities: list, gammas: list | None = None,
+                      dtype: torch.dtype = torch.float32) -> int:
+    """How many passes over a tensor's task vectors `_TensorMerger` makes to find its pruning's exact magnitude
+    thresholds before it merges: one per 16 bits of `dtype` (float32: 2) when a magnitude pruning (TIES, magnitude
+    pruning, breadcrumbs) keeps anything of a model at density below 1; else 0."""
+    ranks = _rank_ranges(method.prune, numel, densities, gammas or [0.01] * len(densities))
+    return dtype.itemsize * 8 // 16 if any(hi > lo for lo, hi in ranks.values()) else 0
+
 class _TensorMerger:
     """`merge_tensor` of one tensor seen in chunks of rows, in order, bit for bit the same as whole: first `passes`
     passes over every chunk's task vectors (`observe`, then `end_pass`) find magnitude pruning's exact thresholds,
@@ -238,7 +246,7 @@ class _TensorMerger:
         self.selects = {i: _RankSelect([lo, hi - 1] if lo > 0 else [hi - 1], dtype)
                         for i, (lo, hi) in ranks.items() if hi > lo}
         self.keeps = {i: _RankKeep(lo, hi, None) for i, (lo, hi) in ranks.items() if hi <= lo}
-        self.ranks, self.passes = ranks, dtype.itemsize * 8 // 16 if self.selects else 0
+        self.ranks, self.passes = ranks, _threshold_passes(method, numel, self.densities, gammas, dtype)
 
     def observe(self, task_vectors: torch.Tensor):
         "Count the next chunk's task vectors `(models, entries)` in this pass."

@@ -38,6 +38,12 @@ def _merge_row_chunks(shape: tuple) -> list:
     "Row ranges of a tensor in `merge_models`' chunks: about `_MERGE_CHUNK` parameters, any number of rows."
     return _row_chunks(shape, 1, _MERGE_CHUNK)
 
+def _merge_reads(shape: tuple, passes: int) -> int:
+    """How many times `merge_models` reads each chunk of a tensor of `shape` whose pruning finds its magnitude
+    thresholds in `passes` passes (TIES, breadcrumbs: 2; see `adaptkit.emr.methods`): once per pass, then once to
+    merge, when the tensor streams in several chunks; once when it fits one (its thresholds come from that read)."""
+    return passes + 1 if len(_merge_row_chunks(shape)) > 1 else 1
+
 def _chunk_numel(shape: tuple, rows: tuple | None) -> int:
     return math.prod(shape) if rows is None else (rows[1] - rows[0]) * math.prod(shape[1:])
 

@@ -576,6 +576,23 @@ def test_cli_merge_dry_run_prints_the_plan_and_writes_nothing(merge_inputs, tmp_
                                                                               {"ft0": "ft0", "ft1": "ft1"})
     assert (res["bytes_to_read"], res["bytes_to_write"]) == (3 * model_bytes, model_bytes)
     assert res["merged_tensors"] == len(specs) and res["shards"] >= 3
+    assert res["bytes_of_inputs"] == res["bytes_to_read"] and "ties reads each tensor once" in res["reads"]
+    assert not (tmp_path / "out").exists()
+
+
+def test_cli_merge_dry_run_counts_the_passes_ties_makes_over_a_large_tensor(merge_inputs, tmp_path, capsys,
+                                                                              monkeypatch):
+    "Issue 37: TIES reads a tensor that streams in chunks 3 times (2 radix-selection passes, then the merge)."
+    import math
+
+    import adaptkit.emr.stream as stream
+    from adaptkit.tensorfiles import TensorFiles, nbytes
+    monkeypatch.setattr(stream, "_MERGE_CHUNK", 1000)  # the tiny model's larger tensors stream in chunks
+    specs = TensorFiles.of_folder(tmp_path / "base").specs
+    big = sum(nbytes(s) for s in specs.values() if math.prod(s[1]) > 1000)
+    res = run(["merge", merge_inputs, "--output_dir", tmp_path / "out", "--dry-run"], capsys)
+    assert res["bytes_to_read"] == res["bytes_of_inputs"] + 3 * 2 * big  # 3 models, 2 passes more over each
+    assert big and "read 3 times: once per selection pass, then to merge" in res["reads"]
     assert not (tmp_path / "out").exists()
 
 
