@@ -424,6 +424,7 @@ class ArtifactTrainerMixin:
         out = Path(output_dir or self.args.output_dir)
         if out.name.startswith("checkpoint-"): return super()._save(output_dir, state_dict)
         art = self._described()
+        if isinstance(art, ModelArtifact): art.max_shard_size = getattr(self.args, "save_max_shard_size", "5GB")
         state_dict = self._full_state_dict(art, state_dict)  # on every process: a gather is collective
         if not self.args.should_save: return
         if state_dict is not None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .models import default_bf16
+from .tensorfiles import size_in_bytes
 
 # %% auto #0
 __all__ = ['MethodConfig']
@@ -22,7 +23,15 @@ class MethodConfig:
                                         "with use_cpu)."}
     )
     report_to: str | list[str] = field(default="none", metadata={"help": "Where to report metrics (default: none)."})
+    save_max_shard_size: str = field(
+        default="5GB", metadata={"help": "Largest safetensors shard of the full model the trainer saves (the Aligner, "
+                                         "RepNoise's immunised model), in transformers' max_shard_size format: "
+                                         "'500MB', '2GiB'; past it the model is saved in shards with an index. An "
+                                         "adapter (PiSSA, Trans-LoRA) is one file, as PEFT writes it."}
+    )
 
     def __post_init__(self):
         if self.bf16 is None: self.bf16 = default_bf16() and not self.use_cpu
+        try: size_in_bytes(self.save_max_shard_size)  # refused now, not at the save after training
+        except ValueError as e: raise ValueError(f"save_max_shard_size: {e}") from None
         super().__post_init__()
