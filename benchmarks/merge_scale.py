@@ -1,24 +1,31 @@
-"""Merges past one model's memory (issue 37, item 2): `adaptkit merge` (TIES and linear, streamed to shards) on
-synthetic Llama-shaped models of about 0.1B, 0.5B and 1B parameters, against mergekit 0.1.5's `mergekit-yaml` on the
-same YAML.
+"""Merges past one model's memory (issue 37, item 2): `adaptkit merge` (every method it shares with mergekit, streamed
+to shards) on synthetic Llama-shaped models of about 0.1B, 0.5B and 1B parameters, against mergekit 0.1.5's
+`mergekit-yaml` on the same YAML.
 
 For each size the script builds a base and `--models` fine-tuned copies (the base plus 1% noise; bfloat16 safetensors
 shards with a LlamaForCausalLM config, seeded), then runs, alternately for `--repeats` rounds, each in its own process
 under `/usr/bin/time -v` (which reads the child's own peak RSS from wait4, so the driver's memory never counts):
 - `adaptkit merge <method>.yml --output_dir out --max_shard_size ...` (the merge), for each of `--methods`;
 - `adaptkit merge <method>.yml --dry-run` (the same interpreter, imports and headers, no tensor: the interpreter's own);
-- `mergekit-yaml <method>.yml out --out-shard-size ...` from `.venv-mergekit` (the baseline), when it is installed.
-The YAMLs: TIES (density 0.5, weight 1, normalize, over the base) and linear (weight 1 each, normalized: the mean of
-the models), both bfloat16. Reported per size and method: the model's bytes, adaptkit's peak RSS above the
-interpreter's own and that over one model's bytes (goal: flat and <= 0.25), mergekit's peak RSS, each side's median
-wall time and adaptkit's over mergekit's (the median of the per-round ratios; goal <= 1.0), and whether the two merged
-models agree (max abs difference, per tensor).
+- `mergekit-yaml <method>.yml out --out-shard-size ...` from `.venv-mergekit` (the baseline), when it is installed, and
+  `python -c 'import mergekit.scripts.run_yaml'` in its venv (mergekit's interpreter and imports: its own baseline).
+`--methods` (default: every method both tools have: linear, task_arithmetic, ties, dare_ties, dare_linear,
+breadcrumbs, breadcrumbs_ties; mergekit has no magnitude_prune, adaptkit no della/sce/slerp) picks the YAMLs, each
+bfloat16 with weight 1 per model and `normalize: true`, over the base (linear: none, the mean of the models); the
+pruning methods at density 0.5, breadcrumbs with gamma 0.01. Reported per size and method: the model's bytes, the load
+average and threads as its timing starts, adaptkit's peak RSS above the interpreter's own and that over one model's
+bytes (goal: flat and <= 0.25), mergekit's peak RSS and that above its own interpreter, each side's median wall time
+and adaptkit's over mergekit's (the median of the per-round ratios; goal <= 1.0), the dry run's plan (bytes read,
+every pass counted), and whether the two merged models agree (max abs difference, per tensor; DARE's differ by
+design: each tool draws its own random masks, so `masks_drawn_alike` is false there).
 
 Waits for a quiet machine and writes through benchmarks/_bench.py: benchmarks/results/merge_scale.json
 (merge_scale.loaded.json on a loaded machine with ADAPTKIT_BENCH_ALLOW_LOADED=1).
 
-Run: .venv/bin/python benchmarks/merge_scale.py                     (0.1B, 0.5B and 1B: ~15 GB of temporary files)
+Run: .venv/bin/python benchmarks/merge_scale.py                     (0.1B, 0.5B and 1B, 7 methods, 3 rounds: hours;
+                                                                      ~15 GB of temporary files)
      .venv/bin/python benchmarks/merge_scale.py --sizes 0.1 --repeats 1   (the smallest only, minutes)
+     .venv/bin/python benchmarks/merge_scale.py --methods ties linear     (some methods only)
      .venv/bin/python benchmarks/merge_scale.py --sizes tiny --repeats 1 --max_shard_size 10MB   (a check that it
      runs: a 9.8M-parameter model, 19.5 MB in bfloat16, whose embeddings span several chunks; its numbers say little,
      and it writes merge_scale.tiny.json, never merge_scale.json)
@@ -38,6 +45,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 from _bench import median, quiet_start, write_result  # noqa: E402
 
+from adaptkit.emr.methods import MERGE_METHODS  # noqa: E402
 from adaptkit.tensorfiles import TensorFiles, size_in_bytes  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -46,15 +54,29 @@ MERGEKIT = ROOT / ".venv-mergekit" / "bin" / "mergekit-yaml"
 # parameters (billions) -> hidden size, layers, intermediate size, vocabulary: Llama's proportions
 SIZES = {"0.1": (768, 12, 2048, 16000), "0.5": (1024, 32, 2816, 32000), "1": (2048, 16, 5632, 32000),
          "tiny": (256, 2, 688, 16000)}
-METHODS = ("ties", "linear")
+MERGEKIT_PYTHON = ROOT / ".venv-mergekit" / "bin" / "python"
+# the per-model parameters of each method's YAML (weight 1 for every method), as both tools name them
+SETTINGS = {"density": 0.5, "gamma": 0.01}
+
+
+def methods_of_mergekit() -> list | None:
+    "The merge methods the installed mergekit registers (None when it is not installed)."
+    if not MERGEKIT_PYTHON.exists(): return None
+    code = ("from mergekit.merge_methods.registry import registered_methods\n"
+            "print(' '.join(m.spec.name for m in registered_methods()))")
+    p = subprocess.run([str(MERGEKIT_PYTHON), "-c", code], capture_output=True, text=True, env={
+        **os.environ, "TQDM_DISABLE": "1"})
+    if p.returncode: raise RuntimeError(f"mergekit's methods could not be listed:\n{p.stderr[-2000:]}")
+    return p.stdout.strip().splitlines()[-1].split()
 
 
 def merge_config(method: str, folder: Path, n_models: int) -> dict:
-    "The YAML both tools run: TIES over the base (density 0.5), or the normalized mean of the models (linear)."
-    models = [{"model": str(folder / f"ft{i}"), "parameters": {"weight": 1.0} | (
-        {"density": 0.5} if method == "ties" else {})} for i in range(n_models)]
+    """The YAML both tools run: weight 1 per model, normalized, bfloat16; over the base (linear: none, the mean of the
+    models); density 0.5 for the pruning methods, gamma 0.01 for breadcrumbs."""
+    per_model = {"weight": 1.0} | {p: SETTINGS[p] for p in MERGE_METHODS[method].model_parameters if p in SETTINGS}
+    models = [{"model": str(folder / f"ft{i}"), "parameters": per_model} for i in range(n_models)]
     cfg = {"merge_method": method, "dtype": "bfloat16", "parameters": {"normalize": True}, "models": models}
-    return cfg | ({"base_model": str(folder / "base")} if method == "ties" else {})
+    return cfg | ({"base_model": str(folder / "base")} if method != "linear" else {})
 
 
 def layout(hidden: int, layers: int, intermediate: int, vocab: int) -> dict:
@@ -124,26 +146,35 @@ def max_difference(ours: Path, theirs: Path) -> float:
     return max((a.read(n).float() - b.read(n).float()).abs().max().item() for n in a.specs)
 
 
+def method_prune(method: str) -> str:
+    "How `method` prunes (adaptkit's `MergeMethod.prune`): '' for none, 'magnitude', 'random' (DARE), 'breadcrumbs'."
+    return MERGE_METHODS[method].prune or ""
+
+
 def bench_size(label: str, work: Path, n_models: int, repeats: int, shard: str, threads: int | None,
-               methods: list) -> dict:
+               methods: list, mergekit_methods: list | None) -> dict:
     dims = SIZES[label]
     folder = work / label
     model_bytes = write_model(folder / "base", dims, None)
     for i in range(n_models): write_model(folder / f"ft{i}", dims, i)
     try:
-        return {m: bench_method(m, folder, dims, model_bytes, n_models, repeats, shard, threads) for m in methods}
+        return {m: bench_method(m, folder, dims, model_bytes, n_models, repeats, shard, threads,
+                                m in (mergekit_methods or ())) for m in methods}
     finally:
         shutil.rmtree(folder, ignore_errors=True)
 
 
 def bench_method(method: str, folder: Path, dims: tuple, model_bytes: int, n_models: int, repeats: int, shard: str,
-                 threads: int | None) -> dict:
+                 threads: int | None, mergekit_has: bool) -> dict:
+    import torch
     config = folder / f"{method}.yml"
     config.write_text(json.dumps(merge_config(method, folder, n_models)))  # JSON is YAML
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TQDM_DISABLE": "1"}
     if threads: env["OMP_NUM_THREADS"] = str(threads)
     ours, theirs = folder / "adaptkit-out", folder / "mergekit-out"
-    runs = {"adaptkit": [], "interpreter": [], "mergekit": []}
+    runs = {"adaptkit": [], "interpreter": [], "mergekit": [], "mergekit_interpreter": []}
+    start = {"load_average_at_start": [round(x, 2) for x in os.getloadavg()],
+             "omp_num_threads": env.get("OMP_NUM_THREADS"), "torch_threads_of_driver": torch.get_num_threads()}
     # mergekit's --out-shard-size counts parameters: bfloat16 holds 2 bytes each
     mergekit_args = ["--out-shard-size", str(size_in_bytes(shard) // 2), "--quiet", "--no-copy-tokenizer"] + (
         ["--num-threads", str(threads)] if threads else [])
@@ -151,13 +182,15 @@ def bench_method(method: str, folder: Path, dims: tuple, model_bytes: int, n_mod
         shutil.rmtree(ours, ignore_errors=True)
         runs["adaptkit"].append(timed([ADAPTKIT, "merge", config, "--output_dir", ours, "--max_shard_size", shard],
                                       env))
-        runs["interpreter"].append(timed([ADAPTKIT, "merge", config, "--output_dir", folder / "none", "--dry-run"],
-                                         env))
-        if MERGEKIT.exists():
+        runs["interpreter"].append(timed([ADAPTKIT, "merge", config, "--output_dir", folder / "none", "--dry-run",
+                                          "--max_shard_size", shard], env))
+        if mergekit_has:
             shutil.rmtree(theirs, ignore_errors=True)
             runs["mergekit"].append(timed([MERGEKIT, config, theirs, *mergekit_args], env))
+            runs["mergekit_interpreter"].append(timed([MERGEKIT_PYTHON, "-c", "import mergekit.scripts.run_yaml"], env))
     over = [a["peak_rss"] - b["peak_rss"] for a, b in zip(runs["adaptkit"], runs["interpreter"])]
     result = {
+        **start, "yaml": merge_config(method, Path("models"), n_models),
         "parameters": sum(math.prod(s) for s in layout(*dims).values()), "model_bytes": model_bytes,
         "dims": dict(zip(("hidden", "layers", "intermediate", "vocab"), dims)), "models": n_models,
         "largest_tensor_bytes": 2 * max(math.prod(s) for s in layout(*dims).values()),
@@ -172,11 +205,17 @@ def bench_method(method: str, folder: Path, dims: tuple, model_bytes: int, n_mod
     }
     if runs["mergekit"]:
         mk = [r["seconds"] for r in runs["mergekit"]]
+        mk_over = [a["peak_rss"] - b["peak_rss"] for a, b in zip(runs["mergekit"], runs["mergekit_interpreter"])]
         result |= {"mergekit_s": mk, "mergekit_median_s": median(mk),
                    "mergekit_peak_rss_bytes": max(r["peak_rss"] for r in runs["mergekit"]),
+                   "mergekit_interpreter_peak_rss_bytes": max(r["peak_rss"] for r in runs["mergekit_interpreter"]),
+                   "mergekit_peak_rss_over_interpreter_bytes": max(mk_over),
+                   "mergekit_peak_over_interpreter_per_model": max(mk_over) / model_bytes,
                    "time_ratio_median_of_ratios": median([a / b for a, b in zip(result["adaptkit_s"], mk)]),
                    "time_ratio_of_medians": result["adaptkit_median_s"] / median(mk),
-                   "max_abs_difference_vs_mergekit": max_difference(ours, theirs)}
+                   "max_abs_difference_vs_mergekit": max_difference(ours, theirs),
+                   "masks_drawn_alike": "random" not in method_prune(method)}
+    else: result["mergekit"] = f"not run: mergekit {'lacks ' + method if MERGEKIT.exists() else 'is not installed'}"
     shutil.rmtree(ours, ignore_errors=True), shutil.rmtree(theirs, ignore_errors=True)
     return result
 
@@ -185,26 +224,32 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sizes", nargs="+", default=["0.1", "0.5", "1"], choices=list(SIZES),
                     help="model sizes in billions of parameters (0.1, 0.5, 1), or tiny (a check that it runs)")
-    ap.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS), help="merge methods")
+    ap.add_argument("--methods", nargs="+", default=None, choices=list(MERGE_METHODS),
+                    help="merge methods (default: every one that both adaptkit and mergekit have)")
     ap.add_argument("--models", type=int, default=3, help="fine-tuned models merged (besides the base)")
     ap.add_argument("--repeats", type=int, default=3, help="rounds; each runs every variant once, in turn")
     ap.add_argument("--max_shard_size", default="1GB", help="shard size of both outputs (mergekit: in parameters)")
     ap.add_argument("--threads", type=int, default=None, help="torch threads in both tools (default: their own)")
     ap.add_argument("--work", default=None, help="folder for the models (default: a temporary one)")
     args = ap.parse_args()
+    mergekit_methods = methods_of_mergekit()
+    both = [m for m in MERGE_METHODS if mergekit_methods is None or m in mergekit_methods]
+    methods = args.methods or both
     start = quiet_start()
     work = Path(args.work or tempfile.mkdtemp(prefix="merge-scale-"))
     try:
-        sizes = {s: bench_size(s, work, args.models, args.repeats, args.max_shard_size, args.threads, args.methods)
-                 for s in args.sizes}
+        sizes = {s: bench_size(s, work, args.models, args.repeats, args.max_shard_size, args.threads, methods,
+                               mergekit_methods) for s in args.sizes}
     finally:
         if not args.work: shutil.rmtree(work, ignore_errors=True)
     write_result("merge_scale.tiny" if "tiny" in args.sizes else "merge_scale", {
-        "what": "adaptkit merge (TIES at density 0.5 and linear, bfloat16, streamed to shards) vs mergekit-yaml "
-                "0.1.5, same YAML; peak RSS of each child from /usr/bin/time -v; interpreter = the same command with "
-                "--dry-run",
-        "goal": "peak_over_interpreter_per_model flat and <= 0.25; time ratio <= 1.0",
+        "what": "adaptkit merge (each method's YAML: weight 1, normalize, bfloat16, density 0.5 where it prunes, "
+                "streamed to shards) vs mergekit-yaml 0.1.5, same YAML; peak RSS of each child from /usr/bin/time -v; "
+                "interpreter = the same command with --dry-run (mergekit: its venv's python importing mergekit-yaml's "
+                "module)",
+        "goal": "peak_over_interpreter_per_model flat and <= 0.25; time ratio <= 1.0 for every method",
         "threads": args.threads, "repeats": args.repeats, "max_shard_size": args.max_shard_size, "sizes": sizes,
+        "methods": methods, "methods_of_both": both, "mergekit_methods": mergekit_methods,
     }, start)
     for s, per_method in sizes.items():
         for m, r in per_method.items():
