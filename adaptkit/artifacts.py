@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import math
 import tempfile
 from pathlib import Path
 
@@ -30,8 +29,9 @@ from adaptkit.hub import (
     write_folder,
     write_metadata,
 )
+from .hub.client import _on_hub
 from .models import _plain_name, check_base, fingerprint, load_base
-from .tensorfiles import size_in_bytes
+from .tensorfiles import check_shard_size
 
 # %% auto #0
 __all__ = ['Artifact', 'ModelArtifact', 'AdapterArtifact', 'ArtifactTrainerMixin']
@@ -199,19 +199,6 @@ def push_to_hub(
                            commit_message=commit_message or self.commit_message, create_pr=create_pr)
 
 # %% ../nbs/06_artifacts.ipynb #ebea6240
-def _shard_limit(
-    tensors: dict,  # tensor name -> tensor of the model to write
-    max_shard_size: int | str,  # bytes, or "5GB" / "500MB" as transformers takes it
-) -> int:
-    "`max_shard_size` in bytes, refused when a tensor is larger (a tensor is never split across shards)."
-    limit = size_in_bytes(max_shard_size)
-    name, big = max(tensors.items(), key=lambda kv: kv[1].nbytes, default=(None, None))
-    if big is not None and big.nbytes > limit:
-        raise ValueError(f"max_shard_size {max_shard_size!r} ({limit:,} bytes) is below tensor {name!r} "
-                         f"({big.nbytes:,} bytes, {big.dtype} {list(big.shape)}): a tensor is never split across "
-                         f"shards; give at least '{math.ceil(big.nbytes / 1e6)}MB'")
-    return limit
-
 class ModelArtifact(Artifact):
     "A causal LM and its tokenizer, saved as a plain transformers checkpoint (a PEFT adapter merged in, from a copy)."
     max_shard_size: int | str = "5GB"  # largest safetensors shard written (transformers' `max_shard_size`)
@@ -229,13 +216,13 @@ class ModelArtifact(Artifact):
     ) -> Path:
         "Write the model with its card to `save_directory`, in shards when large; return the folder."
         if max_shard_size is not None:
-            _shard_limit(self.model.state_dict(), max_shard_size)  # before a temporary folder is made
+            check_shard_size(self.model.state_dict(), max_shard_size)  # before a temporary folder is made
             self.max_shard_size = max_shard_size
         return self._save(Path(save_directory))
 
     def _write(self, folder: Path) -> None:
         from adaptkit.models import merged
-        _shard_limit(self.model.state_dict(), self.max_shard_size)  # before a PEFT model is copied and merged
+        check_shard_size(self.model.state_dict(), self.max_shard_size)  # before a PEFT model is copied and merged
         model = merged(copy.deepcopy(self.model)) if hasattr(self.model, "merge_and_unload") else self.model
         model.save_pretrained(folder, max_shard_size=self.max_shard_size); self.tokenizer.save_pretrained(folder)
 
@@ -252,22 +239,31 @@ class ModelArtifact(Artifact):
 
 # %% ../nbs/06_artifacts.ipynb #8cb7b5a6
 def _load_base_for(record: dict, base, what: str, endpoint=None, token=None, **load_kwargs):
-    "The base model an adapter goes on: `base` (object, folder or repo id) or the recorded repo at its commit."
+    """The base model an adapter goes on: `base` (object, folder or repo id), else the recorded repo at its commit,
+    else the recorded local folder (`base_path`)."""
     from adaptkit.models import load_causal_lm
     if isinstance(base, torch.nn.Module): return base
+    if base is not None: return load_causal_lm(base, endpoint=endpoint, token=token, **load_kwargs)
     src = record.get("source") or {}
-    if base is None and not src.get("base_model"):
-        raise ValueError(f"{what} records no base model repo id: pass base= (a model, folder or repo id)")
-    rev = None if base is not None else src.get("base_revision")
-    return load_causal_lm(base or src["base_model"], revision=rev, endpoint=endpoint, token=token, **load_kwargs)
+    if src.get("base_model"):
+        return load_causal_lm(src["base_model"], revision=src.get("base_revision"), endpoint=endpoint, token=token,
+                              **load_kwargs)
+    if not (path := src.get("base_path")):
+        raise ValueError(f"{what} records no base (no repo id, no local folder): pass base= (a model, folder or repo "
+                         "id)")
+    if not Path(path).is_dir():
+        raise FileNotFoundError(f"{what} was made on the local base {path}, which no longer exists: pass base= (that "
+                                "base as a model, folder or repo id)")
+    return load_causal_lm(path, **load_kwargs)
 
 def _named_base(model) -> dict:
-    "The base a model names by its `name_or_path`: a Hub snapshot's repo id and commit, a local folder, or a repo id."
+    """The base a model names by its `name_or_path`: a Hub snapshot's repo id and commit (a folder pushed to another
+    Hub than the default is named by its folder), a local folder, or a repo id."""
     name = str(getattr(getattr(model, "config", None), "name_or_path", "") or "")
     if not name: return {}
     if Path(name).is_dir():
         src = source_of(name)  # a snapshot, or a folder pushed with `push_folder`: its repo and commit
-        if src.get("repo_id") and src.get("revision"):
+        if src.get("revision") and _on_hub(src):
             return {"base_model": src["repo_id"], "base_revision": src["revision"]}
         return {"base_path": str(Path(name).resolve())}
     return {"base_model": name} if is_repo_id(name) else {}
@@ -378,8 +374,9 @@ class ArtifactTrainerMixin:
             raise NotImplementedError("a model sharded at load time (`from_pretrained(distributed_config=...)`) is not "
                                       "trained by adaptkit's trainers: load it whole and launch with accelerate's FSDP "
                                       "or DeepSpeed, which gather the full weights for the final save")
-        self.base_model = base_model or source.get("repo_id")
-        pulled = self.base_model == source.get("repo_id")  # a commit belongs to the repo it was read from
+        repo = source.get("repo_id") if _on_hub(source, endpoint) else None  # a repo on another Hub: its folder
+        self.base_model = base_model or repo
+        pulled = repo is not None and self.base_model == repo  # a commit belongs to the repo it was read from
         self.base_revision = base_revision or (source.get("revision") if pulled else None)
         self.base_path = None if self.base_model else source.get("path") or _named_base(model).get("base_path")
         self.base_fingerprint = fingerprint(model)

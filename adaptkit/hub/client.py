@@ -235,7 +235,8 @@ def pull(
 def source_of(
     folder: str | Path,  # a local folder, or a snapshot `pull` downloaded
 ) -> dict:
-    """The Hub repo id and commit `folder` itself is, as far as can be known: `{'repo_id', 'revision'}` or `{'path'}`.
+    """The Hub repo id and commit `folder` itself is, as far as can be known: `{'repo_id', 'revision'}` (plus
+    `'endpoint'` for a folder pushed to another Hub than the default) or `{'path'}`.
 
     A pulled snapshot, a pushed folder (its push record), or a checkpoint converted from a repo's GGUF file (that
     repo, at no known commit); never the base an artifact's record names."""
@@ -246,11 +247,23 @@ def source_of(
         if kind in ("models", "datasets", "spaces") and name:
             return {"repo_id": name.replace("--", "/"), "revision": parts[-1]}
     meta = read_metadata(folder)
-    if (pushed := meta.get("hub")): return {"repo_id": pushed["repo_id"], "revision": pushed["commit"]}
+    if (pushed := meta.get("hub")):
+        hub = {"endpoint": pushed["endpoint"]} if not _is_default(pushed.get("endpoint")) else {}
+        return {"repo_id": pushed["repo_id"], "revision": pushed["commit"], **hub}
     src = meta.get("source") or {}
     if "artifact" not in meta and src.get("gguf_file") and src.get("base_model"):  # converted from that repo's file
         return {"repo_id": src["base_model"], "revision": None}
     return {"path": str(folder)}
+
+def _on_hub(
+    source: dict,  # what `source_of` returned (or a record's provenance of the same form)
+    endpoint: str | None = None,  # the Hub a repo id is read on here (None: the default)
+) -> bool:
+    "Whether `source` names a repo that is read on `endpoint`: a repo `source_of` found on another Hub is not."
+    if not source.get("repo_id"): return False
+    if "endpoint" not in source: return True  # the default Hub, or a snapshot whose Hub is not known
+    def norm(e): return None if _is_default(e) else _public_endpoint(e).rstrip("/")
+    return norm(source["endpoint"]) == norm(endpoint)
 
 # %% ../../nbs/hub/01_client.ipynb #a338ebb4
 def _hidden(name: str) -> bool: return name.startswith(".") or name == "__pycache__"

@@ -15,7 +15,8 @@ from pathlib import Path
 import datasets
 import torch
 
-from ..hub import is_repo_id, pull, read_metadata, source_of
+from ..hub import pull, source_of
+from ..hub.client import _on_hub
 from ..models import load_causal_lm, load_tokenizer
 from .artifact import Discriminator, TransferredAdapter
 from adaptkit.translora.config import (
@@ -108,13 +109,15 @@ def _warn_if_one_answer(answers: dict) -> bool:
     return True
 
 # %% ../../nbs/translora/06_transfer.ipynb #491aace1
-def _provenance(folder: Path, given) -> dict:
-    "Where an input came from: its repo id and revision when known, else the local folder's name."
-    meta, source = read_metadata(folder), source_of(folder)
-    # an artifact's base is not it
-    if "repo_id" in source and not ("artifact" in meta and source["revision"] is None): return source
-    if is_repo_id(str(given)) and not Path(str(given)).exists(): return {"repo_id": str(given), "revision": None}
-    return {"local": Path(folder).name}
+def _provenance(folder: Path) -> dict:
+    """Where an input came from: the repo and revision `source_of` names (a pulled snapshot, a pushed folder, with its
+    Hub when not the default), else the local folder's name (never its whole path)."""
+    source = source_of(folder)
+    return source if "repo_id" in source else {"local": Path(folder).name}
+
+def _recorded_repo(ref: dict, endpoint: str | None) -> tuple:
+    "`(repo id, revision)` of an input for the adapter's record: `(None, None)` for a folder or a repo on another Hub."
+    return (ref["repo_id"], ref.get("revision")) if _on_hub(ref, endpoint) else (None, None)
 
 @contextmanager
 def _timed_stage(timings: dict, stage: str):
@@ -148,7 +151,7 @@ def _filter_stage(
         folder = pull(discriminator, revision=revision, **hub)
         disc, ref = (
             Discriminator.from_pretrained(folder, base=discriminator_base, **hub),
-            _provenance(folder, discriminator),
+            _provenance(folder),
         )
     return filter_prompts(disc, synthetic, threshold).kept, ref
 
@@ -175,7 +178,7 @@ def _open_inputs(inputs: dict, revisions: dict, hub: dict, timings: dict, distil
     with _timed_stage(timings, "pull"):
         folders = {k: pull(v, revision=revisions.get(k), **hub) for k, v in inputs.items()}
     with _timed_stage(timings, "load"): models = _load_models(folders, distillation)
-    return folders, {k: _provenance(folders[k], inputs[k]) for k in inputs}, models
+    return folders, {k: _provenance(folders[k]) for k in inputs}, models
 
 # %% ../../nbs/translora/06_transfer.ipynb #404eb438
 def transfer_lora(
@@ -221,6 +224,7 @@ def transfer_lora(
         rows = teacher_completions(teacher, source_tok, kept, synthesis)
     _warn_if_one_answer(answers := answer_distribution(rows))  # before the expensive stage
     with _timed_stage(timings, "distill"):
+        base_model, base_revision = _recorded_repo(provenance["target_base"], endpoint)
         trainer = _distillation_trainer(
             target,
             target_tok,
@@ -230,8 +234,8 @@ def transfer_lora(
             teacher_tokenizer=source_tok,
             peft_config=distillation.lora_config(adapter_config),
             provenance=provenance,
-            base_model=provenance["target_base"].get("repo_id"),
-            base_revision=provenance["target_base"].get("revision"),
+            base_model=base_model,
+            base_revision=base_revision,
         )
         trainer.train()
     adapter = trainer.artifact()

@@ -3,7 +3,6 @@ by its constructor records the base it is on (fingerprint and name, `source.base
 a local folder records that folder; a wrong-base refusal names a pulled adapter and its base by repo@revision, never a
 snapshot hash."""
 import re
-import shutil
 from types import SimpleNamespace
 
 import pytest
@@ -49,33 +48,25 @@ def test_a_folder_filled_again_loses_its_old_record(tiny_tok, tmp_path):
     AdapterArtifact.from_pretrained(out, base=tiny_causal_lm(tiny_tok))  # its own base: accepted
 
 
-@pytest.fixture
-def own_base(tiny_model_dir, tmp_path):
-    "A private copy of the session's tiny model folder, with no record: another test may have written one into it."
-    folder = shutil.copytree(tiny_model_dir, tmp_path / "tiny-base")
-    (folder / "adaptkit.json").unlink(missing_ok=True)
-    return folder
-
-
-def test_an_adapter_built_by_its_constructor_records_the_folder_of_its_base(tiny_tok, own_base, tmp_path):
+def test_an_adapter_built_by_its_constructor_records_the_folder_of_its_base(tiny_tok, tiny_model_dir, tmp_path):
     "No base stamped: the base's fingerprint and `source.base_path`, which a refusal names."
-    art = AdapterArtifact(_lora(load_causal_lm(own_base)), tiny_tok)
+    art = AdapterArtifact(_lora(load_causal_lm(tiny_model_dir)), tiny_tok)
     source = read_metadata(art.save_pretrained(tmp_path / "lora"))["source"]
-    assert source == {"base_model": None, "base_revision": None, "base_path": str(own_base.resolve()),
-                      "fingerprint": fingerprint(load_causal_lm(own_base))}
-    with pytest.raises(BaseMismatchError, match=rf"made on the base {re.escape(str(own_base.resolve()))}, but"):
+    assert source == {"base_model": None, "base_revision": None, "base_path": str(tiny_model_dir.resolve()),
+                      "fingerprint": fingerprint(load_causal_lm(tiny_model_dir))}
+    with pytest.raises(BaseMismatchError, match=rf"made on the base {re.escape(str(tiny_model_dir.resolve()))}, but"):
         AdapterArtifact.from_pretrained(tmp_path / "lora", base=tiny_causal_lm(tiny_tok, seed=7))
-    loaded = AdapterArtifact.from_pretrained(tmp_path / "lora", base=own_base)  # a folder: loaded, checked
+    loaded = AdapterArtifact.from_pretrained(tmp_path / "lora", base=tiny_model_dir)  # a folder: loaded, checked
     assert read_metadata(loaded.save_pretrained(tmp_path / "again"))["source"] == source  # kept as recorded
 
 
-def test_a_trainer_on_a_local_folder_records_that_folder(tiny_tok, own_base, tmp_path):
+def test_a_trainer_on_a_local_folder_records_that_folder(tiny_tok, tiny_model_dir, tmp_path):
     "`source.base_path` is written where the record is made: the trainer's base, read from a folder with no repo id."
-    trainer = StandIn(tmp_path / "out", str(own_base), tiny_tok)
-    assert (trainer.base_model, trainer.base_path) == (None, str(own_base.resolve()))
+    trainer = StandIn(tmp_path / "out", str(tiny_model_dir), tiny_tok)
+    assert (trainer.base_model, trainer.base_path) == (None, str(tiny_model_dir.resolve()))
     trainer._save(str(tmp_path / "out"))
-    assert read_metadata(tmp_path / "out")["source"]["base_path"] == str(own_base.resolve())
-    with pytest.raises(BaseMismatchError, match=rf"made on the base {re.escape(str(own_base.resolve()))}, but"):
+    assert read_metadata(tmp_path / "out")["source"]["base_path"] == str(tiny_model_dir.resolve())
+    with pytest.raises(BaseMismatchError, match=rf"made on the base {re.escape(str(tiny_model_dir.resolve()))}, but"):
         AdapterArtifact.from_pretrained(tmp_path / "out", base=tiny_causal_lm(tiny_tok, seed=7))
     named = StandIn(tmp_path / "named", tiny_causal_lm(tiny_tok), tiny_tok)  # an unnamed model object: no folder
     assert named.base_path is None

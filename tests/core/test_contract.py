@@ -298,8 +298,34 @@ def test_an_unknown_method_or_a_missing_base_is_named(tmp_path):
     with pytest.raises(TypeError, match=re.escape("method must be a Method (a method package's METHOD, e.g. "
                                                   "adaptkit.pissa.METHOD) or None, got 'lora'")):
         render_card("lora", model_name="x")
-    with pytest.raises(ValueError, match=re.escape("my adapter records no base model repo id: pass base=")):
+    with pytest.raises(ValueError, match=re.escape("my adapter records no base (no repo id, no local folder): pass "
+                                                   "base=")):
         _load_base_for({"source": {"fingerprint": "abc"}}, None, "my adapter")
+
+
+def test_an_adapter_of_a_local_base_loads_on_its_recorded_folder(tiny_tok, tiny_model_copy, tmp_path):
+    """A PiSSA conversion of a local base records no repo id, only `base_path`: `from_pretrained` without `base=` loads
+    that folder (as PEFT loads a local `base_model_name_or_path`) and checks it; a folder that has gone is named."""
+    from adaptkit.hub import read_metadata
+    from adaptkit.models import fingerprint, load_causal_lm
+    from adaptkit.pissa import PiSSAAdapter, init_pissa, pissa_config
+    pm = init_pissa(load_causal_lm(tiny_model_copy), pissa_config(4, niter=None), init_dir=tmp_path / "init")
+    with torch.no_grad():
+        for n, p in pm.named_parameters():
+            if "lora_B" in n: p.add_(0.05)  # stands in for training
+    folder = PiSSAAdapter(pm, tiny_tok, init_dir=tmp_path / "init").save_pretrained(tmp_path / "lora")
+    source = read_metadata(folder)["source"]
+    assert (source["base_model"], source["base_path"]) == (None, str(tiny_model_copy.resolve()))
+    loaded = PiSSAAdapter.from_pretrained(folder)  # no base given: the recorded folder
+    assert fingerprint(loaded.model) == source["fingerprint"]
+    ids = torch.tensor([[3, 7, 11, 2]])
+    with torch.no_grad(): assert torch.allclose(loaded.model(input_ids=ids).logits, pm(input_ids=ids).logits, atol=1e-5)
+    tiny_model_copy.rename(tmp_path / "moved")
+    with pytest.raises(FileNotFoundError, match=re.escape(f"the adapter {str(folder)!r} was made on the local base "
+                                                          f"{tiny_model_copy.resolve()}, which no longer exists: "
+                                                          "pass base=")):
+        PiSSAAdapter.from_pretrained(folder)
+    assert PiSSAAdapter.from_pretrained(folder, base=tmp_path / "moved").model is not None  # given: loaded, checked
 
 
 def test_the_trainer_base_is_stamped_with_the_repo_and_commit_it_was_pulled_at(hub, tiny_tok, tiny_model_dir,

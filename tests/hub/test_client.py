@@ -725,9 +725,36 @@ def test_source_of_a_pushed_or_pulled_artifact_is_its_own_repo_at_its_commit(hub
     "A pushed artifact folder (its push record) and its pulled snapshot are the artifact's repo, never its base's."
     folder = _fine_tune_of(tiny_tok, tmp_path / "tuned")
     commit = push_folder(folder, "team/tuned", endpoint=hub.endpoint, token=hub.token)
-    assert source_of(folder) == {"repo_id": "team/tuned", "revision": commit}
+    assert source_of(folder) == {"repo_id": "team/tuned", "revision": commit, "endpoint": hub.endpoint}
     pulled = pull("team/tuned", endpoint=hub.endpoint, token=hub.token, revision=commit)
     assert read_metadata(pulled)["source"]["base_model"] == "team/base"  # the uploaded record keeps its base
     assert source_of(pulled) == {"repo_id": "team/tuned", "revision": commit}
     trainer = _Trainer(str(pulled))
     assert (trainer.base_model, trainer.base_revision, trainer.base_path) == ("team/tuned", commit, None)
+
+
+def test_source_of_a_folder_pushed_to_another_hub_keeps_that_hub(hub, tiny_tok, tiny_model_copy, tmp_path,
+                                                                   monkeypatch):
+    """A folder pushed to a LocalHub is that repo on that Hub: before, it read as a bare repo id, which a record or card
+    made from it named as if on huggingface.co (and a later load looked for there). A trainer working with that Hub
+    records the repo; without it, the trainer and an adapter on it record the folder, which loads with no Hub."""
+    from peft import LoraConfig, get_peft_model
+
+    from adaptkit.artifacts import AdapterArtifact
+    commit = push_folder(tiny_model_copy, "team/local-base", endpoint=hub.endpoint, token=hub.token)
+    assert source_of(tiny_model_copy) == {"repo_id": "team/local-base", "revision": commit, "endpoint": hub.endpoint}
+    on_hub = ArtifactTrainerMixin()
+    on_hub._load_base(str(tiny_model_copy), endpoint=hub.endpoint)
+    assert (on_hub.base_model, on_hub.base_revision, on_hub.base_path) == ("team/local-base", commit, None)
+    trainer = _Trainer(str(tiny_model_copy))  # no Hub given: not a repo id on huggingface.co, but the folder
+    assert (trainer.base_model, trainer.base_revision) == (None, None)
+    assert trainer.base_path == str(tiny_model_copy.resolve())
+    lora = get_peft_model(load_causal_lm(tiny_model_copy), LoraConfig(r=2, target_modules=["q_proj"]))
+    source = read_metadata(AdapterArtifact(lora, tiny_tok).save_pretrained(tmp_path / "lora"))["source"]
+    assert (source["base_model"], source["base_revision"], source["base_path"]) == (
+        None, None, str(tiny_model_copy.resolve()))
+    loaded = AdapterArtifact.from_pretrained(tmp_path / "lora")  # the folder, checked; no Hub asked
+    assert loaded.model.get_base_model().config.name_or_path == str(tiny_model_copy.resolve())
+    monkeypatch.setattr(adaptkit.hub.client.constants, "ENDPOINT", hub.endpoint)  # this Hub as the default one:
+    again = push_folder(tiny_model_copy, "team/local-base", endpoint=hub.endpoint, token=hub.token)
+    assert source_of(tiny_model_copy) == {"repo_id": "team/local-base", "revision": again}  # a bare repo id, as before

@@ -17,7 +17,7 @@ import adaptkit.translora.synthesis as synthesis
 import adaptkit.translora.trainer as trainer
 import adaptkit.translora.transfer as transfer
 from adaptkit.data import DataError
-from adaptkit.hub import pull, push_folder, read_metadata
+from adaptkit.hub import pull, push_folder, read_metadata, write_metadata
 from adaptkit.models import BaseMismatchError, load_causal_lm, load_tokenizer, tiny_causal_lm, tiny_tokenizer
 from adaptkit.translora import (
     AdapterMismatchError,
@@ -174,7 +174,13 @@ def test_saved_adapter_round_trip_and_stock_peft(bases, tmp_path):
     }
     with pytest.raises(BaseMismatchError, match="other-tgt-base"):
         TransferredAdapter.from_pretrained(tmp_path / "saved", base=bases / "other-tgt-base")
-    with pytest.raises(ValueError, match="records no base model repo id: pass base="):
+    source = read_metadata(tmp_path / "saved")["source"]  # a local target base: its folder, no repo id
+    assert (source["base_model"], source["base_path"]) == (None, str((bases / "tgt-base").resolve()))
+    local = TransferredAdapter.from_pretrained(tmp_path / "saved")  # no base given: the recorded folder, checked
+    with torch.no_grad(): assert torch.allclose(local.model(input_ids=ids).logits, want, atol=1e-5)
+    write_metadata(tmp_path / "saved", source={**source, "base_path": str(tmp_path / "gone-base")})  # moved away
+    with pytest.raises(FileNotFoundError, match=f"the local base {tmp_path / 'gone-base'}, which no longer exists: "
+                                                "pass base="):
         TransferredAdapter.from_pretrained(tmp_path / "saved")
 
 
