@@ -60,7 +60,7 @@ from adaptkit.localhub.wire import (
     refs_json,
     tree_paths,
 )
-from .xet import XORB_MAX_BYTES, XetError
+from .xet import XORB_MAX_SERIALIZED, XetError
 
 # %% ../../nbs/localhub/03_http.ipynb #7a02048a
 _log = logging.getLogger("adaptkit.localhub")
@@ -870,7 +870,7 @@ def _cas_chunk(self: HubHandler, cas, h):
 def _cas_xorb(self: HubHandler, cas, h):
     "Store the xorb uploaded under hash `h`, once, after checking it completely."
     self._cas(cas, write=True)
-    data = b"".join(self._body(XORB_MAX_BYTES + (4 << 20)))  # its chunks, then at most a footer
+    data = b"".join(self._body(XORB_MAX_SERIALIZED + (4 << 20)))  # its chunks, then at most a footer
     self._send(200, {"was_inserted": self.server.store.xet.put_xorb(h, data)})
 
 @patch

@@ -4,12 +4,12 @@
 
 # %% auto #0
 __all__ = ['DATA_KEY', 'INTERNAL_NODE_KEY', 'VERIFICATION_KEY', 'ZERO_HASH', 'MIN_CHUNK_SIZE', 'MAX_CHUNK_SIZE', 'GEAR_TABLE',
-           'XORB_MAX_BYTES', 'CHUNK_HEADER_SIZE', 'COMPRESSION', 'SHARD_TAG', 'SHARD_FOOTER_SIZE',
-           'FILE_FLAG_VERIFICATION', 'FILE_FLAG_METADATA', 'XetError', 'hash_to_hex', 'hex_to_hash', 'chunk_hash',
-           'merkle_root', 'file_hash', 'verification_hash', 'keyed_hash', 'chunk_boundaries', 'iter_chunks',
-           'FileHashes', 'hash_file', 'decode_chunk', 'encode_chunk', 'XorbChunk', 'Xorb', 'xorb_footer',
-           'xorb_from_footer', 'parse_xorb', 'serialize_xorb', 'Term', 'ShardFile', 'ShardXorb', 'Shard', 'parse_shard',
-           'serialize_shard', 'XetFile', 'XetStore', 'parse_byte_range']
+           'XORB_MAX_BYTES', 'XORB_MAX_CHUNKS', 'CHUNK_HEADER_SIZE', 'XORB_MAX_SERIALIZED', 'COMPRESSION', 'SHARD_TAG',
+           'SHARD_FOOTER_SIZE', 'FILE_FLAG_VERIFICATION', 'FILE_FLAG_METADATA', 'XetError', 'hash_to_hex',
+           'hex_to_hash', 'chunk_hash', 'merkle_root', 'file_hash', 'verification_hash', 'keyed_hash',
+           'chunk_boundaries', 'iter_chunks', 'FileHashes', 'hash_file', 'decode_chunk', 'encode_chunk', 'XorbChunk',
+           'Xorb', 'xorb_footer', 'xorb_from_footer', 'parse_xorb', 'serialize_xorb', 'Term', 'ShardFile', 'ShardXorb',
+           'Shard', 'parse_shard', 'serialize_shard', 'XetFile', 'XetStore', 'parse_byte_range']
 
 # %% ../../nbs/localhub/06_xet.ipynb #135b9e80
 import errno
@@ -250,8 +250,10 @@ def hash_file(
     return FileHashes(hash_to_hex(file_hash(chunks)), sha.hexdigest(), sum(n for _, n in chunks))
 
 # %% ../../nbs/localhub/06_xet.ipynb #8a7ad27c
-XORB_MAX_BYTES = 64 << 20  # a xorb's serialized chunks, at most (the spec's limit)
+XORB_MAX_BYTES = 64 << 20  # a xorb's plain chunk bytes, at most: xet-core's MAX_XORB_BYTES, counted before headers
+XORB_MAX_CHUNKS = 8 * 1024  # xet-core's MAX_XORB_CHUNKS
 CHUNK_HEADER_SIZE = 8
+XORB_MAX_SERIALIZED = XORB_MAX_BYTES + CHUNK_HEADER_SIZE * XORB_MAX_CHUNKS  # a chunk is stored plain if nothing helps
 COMPRESSION = {"none": 0, "lz4": 1, "bg4-lz4": 2}  # the spec's chunk compression schemes
 _SCHEME_NAMES = {v: k for k, v in COMPRESSION.items()}
 _XORB_IDENT, _HASHES_IDENT, _BOUNDS_IDENT = b"XETBLOB", b"XBLBHSH", b"XBLBBND"
@@ -378,7 +380,7 @@ def parse_xorb(
     "Check a serialized xorb completely and return its chunk table; a `XetError` names the xorb, chunk and failure."
     want = None if expected is None else hex_to_hash(expected, "xorb hash")
     where, view, n = f"xorb {expected or '(unnamed)'}", memoryview(data).cast("B"), len(data)
-    chunks, off, footer = [], 0, None
+    chunks, off, footer, plain_bytes = [], 0, None, 0
     while off < n:
         i = len(chunks)
         if view[off:off + 7] == _XORB_IDENT:
@@ -392,7 +394,10 @@ def parse_xorb(
         if not 0 < size <= MAX_CHUNK_SIZE:
             raise XetError(f"{where}: chunk {i} announces {size} plain bytes; a chunk holds 1 to {MAX_CHUNK_SIZE}")
         if end > n: raise XetError(f"{where}: chunk {i} is truncated: {stored} bytes announced, {n - off - 8} left")
-        if end > XORB_MAX_BYTES: raise XetError(f"{where}: its chunks exceed the {XORB_MAX_BYTES} byte limit")
+        plain_bytes += size
+        if i >= XORB_MAX_CHUNKS or plain_bytes > XORB_MAX_BYTES or end > XORB_MAX_SERIALIZED:
+            raise XetError(f"{where}: chunk {i} passes the limit of {XORB_MAX_CHUNKS} chunks, {XORB_MAX_BYTES} plain "
+                           f"bytes and {XORB_MAX_SERIALIZED} serialized bytes per xorb")
         plain = decode_chunk(scheme, view[off + CHUNK_HEADER_SIZE:end], size, f"{where}: chunk {i}")
         chunks.append(XorbChunk(chunk_hash(plain), size, off, end))
         off = end
@@ -416,7 +421,9 @@ def serialize_xorb(
         table.append(XorbChunk(chunk_hash(c), len(c), off, off + len(parts[-1])))
         off += len(parts[-1])
     if not table: raise ValueError("a xorb needs at least one chunk")
-    if off > XORB_MAX_BYTES: raise ValueError(f"{off} bytes of chunks exceed the {XORB_MAX_BYTES} byte xorb limit")
+    if len(table) > XORB_MAX_CHUNKS or sum(c.size for c in table) > XORB_MAX_BYTES:
+        raise ValueError(f"{len(table)} chunks of {sum(c.size for c in table)} plain bytes pass the xorb limit of "
+                         f"{XORB_MAX_CHUNKS} chunks and {XORB_MAX_BYTES} bytes")
     xorb = Xorb(merkle_root((c.hash, c.size) for c in table), tuple(table))
     return xorb.hex, b"".join(parts) + (xorb_footer(xorb) if footer else b"")
 

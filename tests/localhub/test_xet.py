@@ -19,13 +19,17 @@ import pytest
 hf_xet = pytest.importorskip("hf_xet")
 
 from adaptkit.localhub.xet import (  # noqa: E402
+    XORB_MAX_BYTES,
+    XORB_MAX_CHUNKS,
     XetError,
     XetStore,
+    encode_chunk,
     hash_file,
     hash_to_hex,
     iter_chunks,
     parse_shard,
     parse_xorb,
+    serialize_xorb,
 )
 
 XET_TOKEN = "xet-access-token"  # what the token endpoint hands out; every CAS request must carry it
@@ -265,6 +269,33 @@ def test_what_hf_xet_sends_is_refused_when_damaged(cas, tmp_path, monkeypatch):
         fresh.put_shard(shard_body)  # a shard naming a xorb the store does not have
     assert [p.name for p in fresh.root.rglob("*") if p.is_file()] == ["id"]  # nothing half-written or recorded
     assert fresh.put_xorb(xhex, xorb_body) and len(fresh.put_shard(shard_body)) == 1
+
+
+def test_hf_xet_fills_a_xorb_with_64_mib_of_plain_bytes_and_the_store_takes_it(cas, tmp_path, monkeypatch):
+    """hf_xet counts a xorb's 64 MiB before the chunk headers, so a xorb of incompressible chunks arrives over 64 MiB
+    serialized (the spec words the limit as serialized): the store takes what the stock client sends."""
+    # seed 12: the chunks hf_xet packs into the first xorb hold 67,108,229 plain bytes (635 under 64 MiB), so their
+    # 1,051 headers take it 7,773 bytes over (about one xorb in ten does this; any multi-GB push has some)
+    content = np.random.default_rng(12).integers(0, 256, 66 << 20, dtype=np.uint8).tobytes()
+    ((xet_hash, sha256, size),) = upload(session(tmp_path, monkeypatch), cas, content)
+    full = max(cas.bodies[("POST", "/v1/xorbs/default")], key=len)  # the xorbs arrive in any order
+    assert len(full) > XORB_MAX_BYTES and parse_xorb(full).size <= XORB_MAX_BYTES
+    assert (sha256, size) == (hashlib.sha256(content).hexdigest(), len(content))
+    assert b"".join(cas.store.iter_file(xet_hash)) == content
+
+
+def test_a_xorb_past_the_chunk_or_byte_limit_is_refused_naming_the_chunk():
+    chunks = [np.random.default_rng(i).integers(0, 256, 64 << 10, dtype=np.uint8).tobytes() for i in range(1025)]
+    xhex, blob = serialize_xorb(chunks[:1024], "none")  # exactly 64 MiB of plain bytes: 64 KiB of headers over it
+    assert len(blob) > XORB_MAX_BYTES and parse_xorb(blob, xhex).size == XORB_MAX_BYTES
+    with pytest.raises(XetError, match=f"chunk 1024 passes the limit of {XORB_MAX_CHUNKS} chunks, {XORB_MAX_BYTES}"):
+        parse_xorb(blob + encode_chunk(chunks[1024], "none"))
+    with pytest.raises(ValueError, match="1025 chunks"):
+        serialize_xorb(chunks, "none")
+    tiny = b"".join(encode_chunk(bytes([i % 256]), "none") for i in range(XORB_MAX_CHUNKS + 1))
+    assert parse_xorb(tiny[:-9]).chunks[-1].end == len(tiny) - 9  # 8,192 one-byte chunks: within the limit
+    with pytest.raises(XetError, match=f"chunk {XORB_MAX_CHUNKS} passes the limit"):
+        parse_xorb(tiny)
 
 
 def test_same_file_pushed_by_two_clients_at_once(cas, tmp_path, monkeypatch):
