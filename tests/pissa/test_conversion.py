@@ -295,3 +295,22 @@ def test_a_converted_lora_of_a_local_base_records_its_folder_and_is_checked_from
         got, want = loaded(**ids).logits, pm.eval()(**ids).logits
     if rank == "exact": assert torch.allclose(got, want, atol=1e-5)
     else: assert not torch.equal(got, load_causal_lm(other)(**ids).logits)
+
+
+def test_the_conversion_record_names_a_repo_id_base_and_keeps_both_recipes(tiny_tok, tmp_path):
+    """A base loaded by repo id is recorded as that repo id, the one to load the plain LoRA on; the record keeps PiSSA's
+    own rank and alpha beside the LoRA's; with one adapted layer, the mean conversion error is that layer's error."""
+    model = tiny_causal_lm(tiny_tok)
+    model.config._name_or_path = "team/tiny-base"  # as from_pretrained("team/tiny-base") leaves it
+    cfg = pissa_config(4, lora_alpha=8, target_modules=["q_proj"], layers_to_transform=[0])
+    pm = _init(model, cfg, tmp_path / "init")
+    ids = tiny_tok(["one plus two equals three", "two plus two equals four"], return_tensors="pt", padding=True)
+    opt = torch.optim.AdamW([p for p in pm.parameters() if p.requires_grad], lr=1e-2)
+    for _ in range(3):
+        pm(**ids, labels=ids["input_ids"]).loss.backward(); opt.step(); opt.zero_grad()
+    meta = read_metadata(save_pissa_as_lora(pm, tmp_path / "lora", init_dir=tmp_path / "init", rank=2))
+    rec = meta["pissa"]
+    assert meta["source"]["base_model"] == "team/tiny-base"
+    assert (rec["pissa_rank"], rec["pissa_alpha"], rec["lora_rank"], rec["rank"]) == (4, 8, 2, 2)
+    (error,) = rec["conversion_error"].values()  # one layer: q_proj of layer 0
+    assert error > 0 and rec["conversion_error_mean"] == rec["conversion_error_max"] == error
