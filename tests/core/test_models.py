@@ -405,6 +405,10 @@ def test_an_old_fingerprint_is_checked_on_its_sums_and_says_it_is_partial(tiny_t
         check_base(base, {"fingerprint": old}, "the adapter 'a'")
     with pytest.raises(BaseMismatchError, match="differs in"), pytest.warns(UserWarning, match="old base fingerprint"):
         check_base(tiny_causal_lm(tiny_tok, seed=3), {"fingerprint": old}, "the adapter 'a'")
+    nudged = tiny_causal_lm(tiny_tok)
+    with torch.no_grad(): dict(nudged.named_parameters())[next(iter(old))].mul_(1.01)  # its sums 1% and 2% off
+    with pytest.raises(BaseMismatchError, match="differs in"), pytest.warns(UserWarning, match="old base fingerprint"):
+        check_base(nudged, {"fingerprint": old}, "the adapter 'a'")  # within the tolerance of rounding only
     with pytest.raises(ValueError, match="not a fingerprint adaptkit writes"):
         check_base(base, {"fingerprint": "abc"}, "the adapter 'a'")
 

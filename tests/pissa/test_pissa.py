@@ -103,6 +103,8 @@ def test_input_checks_name_what_is_wrong(tiny_tok, tmp_path):
         principal_parts(torch.ones(3, 5), 4)
     with pytest.raises(ValueError, match=r"init_lora_weights is 'olora'; use pissa_config\(\)"):
         init_pissa(tiny_causal_lm(tiny_tok), LoraConfig(r=4, init_lora_weights="olora"), init_dir=tmp_path / "x")
+    with pytest.raises(ValueError, match=r"init_lora_weights is 'pissa_niter_0': expected 'pissa' or 'pissa_niter_N'"):
+        init_pissa(tiny_causal_lm(tiny_tok), LoraConfig(r=4, init_lora_weights="pissa_niter_0"), init_dir=tmp_path)
     int8 = tiny_causal_lm(tiny_tok)
     up = int8.model.layers[0].mlp.up_proj
     up.weight = torch.nn.Parameter(up.weight.to(torch.int8), requires_grad=False)
