@@ -516,3 +516,17 @@ def test_a_single_safetensors_file_is_a_model_too(tmp_path):
     bundle = emr_merge(tmp_path / "base.safetensors", {"x": ft["x"], "y": tmp_path / "y.safetensors"}, progress=False)
     assert bundle.meta["sources"]["y"] == {"kind": "full", "path": "y.safetensors"}
     assert bundle.task_state_dict("y")["w"].tolist() == [2.0] * 4  # λ = 2/2: its own weights back
+
+
+def test_a_tensor_in_another_shape_though_the_configs_agree_is_refused_unless_excluded(tmp_path):
+    tasks = models(tmp_path)
+    name = "model.layers.0.mlp.up_proj.weight"  # [32, 16] in the base
+    from safetensors.torch import load_file, save_file
+    sd = load_file(tasks["t0"] / "model.safetensors")
+    save_file(sd | {name: sd[name].T.contiguous()}, tasks["t0"] / "model.safetensors")
+    with pytest.raises(ValueError, match=rf"task 't0': tensor '{name}' has shape \[16, 32\] in .*ft0.*, the base "
+                                         rf"\[32, 16\] in .*base.*though their configs agree on every size"):
+        emr_merge(tmp_path / "base", tasks, out_dir=tmp_path / "refused", progress=False)
+    bundle = emr_merge(tmp_path / "base", tasks, exclude=[name], out_dir=tmp_path / "bundle", progress=False)
+    assert load_file(bundle.folder / "tasks" / "t0" / "own.safetensors")[name].shape == (16, 32)  # kept as it is
+    assert name not in load_file(bundle.folder / "unified" / "model.safetensors")

@@ -742,3 +742,20 @@ def test_task_arithmetic_and_ties_results_are_artifacts_with_their_settings(tmp_
     again = MergedModel.from_pretrained(ties.save_pretrained(tmp_path / "ties"))
     assert (again.settings, again.tasks) == (ties.settings, ["a", "b"])
     assert torch.equal(again.task_state_dict("a")["w"], ties.task_state_dict("a")["w"])
+
+
+@pytest.mark.parametrize("baseline, method, own", [
+    (task_arithmetic, "task_arithmetic", {"scaling": 0.5}),
+    (ties_merge, "ties", {"density": 0.4, "scaling": 0.8}),
+])
+def test_baselines_pass_every_option_on_to_merge_models(monkeypatch, tmp_path, baseline, method, own):
+    "The baselines are `merge_models` with one method: the Hub, output, shard and progress options reach it unchanged."
+    import adaptkit.emr.baselines as baselines
+    calls = []
+    monkeypatch.setattr(baselines, "merge_models", lambda *args, **kwargs: calls.append((args, kwargs)))
+    options = dict(exclude="score.*", endpoint="http://127.0.0.1:9", token="hf_secret", out_dir=tmp_path / "out",
+                   max_shard_size="1MB", progress=False)
+    baseline("team/base", {"a": "team/a"}, **own, **options)
+    assert calls == [(("team/base", {"a": "team/a"}), {"method": method, **own, **options})]
+    baseline("team/base", {"a": "team/a"})
+    assert calls[1][1]["progress"] is True and calls[1][1]["out_dir"] is None  # a bar shown, the result in memory

@@ -18,12 +18,15 @@ from safetensors.torch import load_file
 from adaptkit.emr import MergedModel, merge_from_config, merge_models, ties_merge
 from adaptkit.emr.methods import (
     MERGE_METHODS,
+    combine_weighted,
     merge_tensor,
     prune_breadcrumbs,
     prune_magnitude,
     prune_random,
     read_merge_config,
+    sign_agreement,
     tensor_generator,
+    tensor_parameters,
 )
 from adaptkit.models import tiny_causal_lm
 
@@ -419,3 +422,60 @@ def test_dare_drops_like_mergekit_in_law(models, mergekit_outputs):
         tau = torch.cat([(ft[k] - pre[k]).reshape(-1) for k in pre])
         assert abs((delta != 0).float().mean().item() - 0.3) < 0.02
         assert abs(delta.abs().sum().item() / tau.abs().sum().item() - 1) < 0.05
+
+
+# ---- the per-tensor steps, by hand ----
+
+@pytest.mark.parametrize("rescale, factor", [(None, 2.0), (True, 2.0), (False, 1.0)])  # None: the default
+def test_merge_tensor_drops_like_dare_and_rescales_by_default(rescale, factor):
+    "One model, weight 1, density 0.5: each entry is dropped where the generator's draw is >= 0.5, else kept / 0.5."
+    tau, base = torch.randn(1, 8, 6, generator=torch.Generator().manual_seed(1)), torch.randn(8, 6)
+    keep = torch.rand((8, 6), generator=tensor_generator(0, "a", "w")) < 0.5
+    options = {} if rescale is None else {"rescale": rescale}
+    got = merge_tensor(base, tau, "dare_linear", [1.0], [0.5], generators=[tensor_generator(0, "a", "w")], **options)
+    assert 0 < keep.sum() < keep.numel()
+    torch.testing.assert_close(got, base + tau[0] * keep * factor, rtol=0, atol=1e-6)
+
+
+def test_merge_tensor_and_tensor_parameters_take_a_method_or_its_name():
+    taus, base = task_vectors(2), torch.randn(8, 6)
+    by_name = merge_tensor(base, taus, "ties", [0.4, 0.6], [0.5, 0.5])
+    assert torch.equal(merge_tensor(base, taus, MERGE_METHODS["ties"], [0.4, 0.6], [0.5, 0.5]), by_name)
+    settings = {"weight": {"a": 0.5, "b": [{"filter": "mlp", "value": 2}, {"value": 1}]}, "density": {"a": 0.3}}
+    want = {"mlp.w": {"weight": [0.5, 2.0], "density": [0.3, 1.0]}, "attn.w": {"weight": [0.5, 1.0],
+                                                                                "density": [0.3, 1.0]}}
+    for method in ("ties", MERGE_METHODS["ties"]):
+        assert tensor_parameters(method, settings, ["a", "b"], ["mlp.w", "attn.w"]) == want
+
+
+@pytest.mark.parametrize("settings, message", [
+    ({"weight": {"a": 1.0}}, "task 'b': no weight given"),
+    ({"weight": {"a": 1.0, "b": [0.1, 0.2]}}, "task 'b': weight: a list of values is a mergekit gradient"),
+    ({"weight": {"a": {"filter": "mlp"}, "b": 1}}, "task 'a': weight: a condition must be {filter, value}"),
+])
+def test_tensor_parameters_name_the_task_and_parameter(settings, message):
+    with pytest.raises(ValueError) as e:
+        tensor_parameters("task_arithmetic", settings, ["a", "b"], ["w"])
+    assert str(e.value).startswith(message)
+
+
+def test_sign_agreement_elects_plus_on_a_zero_sum():
+    weighted = torch.tensor([[1.0, 2.0, 0.0], [-1.0, -1.0, 0.0]])
+    assert sign_agreement(weighted).tolist() == [[True, True, False], [False, False, False]]
+
+
+@pytest.mark.parametrize("consensus", [True, False])
+def test_combine_weighted_divides_a_zero_weight_sum_by_one(consensus):
+    "Weights 1 and -1 on opposite task vectors: both agree with the elected sign, their weights sum to 0."
+    weights = torch.tensor([1.0, -1.0]).reshape(2, 1)
+    weighted = weights * torch.tensor([[1.0, 3.0], [-1.0, -3.0]])  # [[1, 3], [1, 3]]
+    got = combine_weighted(weighted, weights, consensus, normalize=True)
+    assert got.tolist() == [2.0, 6.0]  # the sum, undivided
+
+
+def test_combine_weighted_normalizes_by_summed_weights_below_one():
+    weights = torch.tensor([0.25, 0.25]).reshape(2, 1)
+    weighted = weights * torch.tensor([[1.0, -2.0], [3.0, -2.0]])
+    assert combine_weighted(weighted, weights, False, normalize=True).tolist() == [2.0, -2.0]
+    assert combine_weighted(weighted, weights, True, normalize=True).tolist() == [2.0, -2.0]
+    assert combine_weighted(weighted, weights, False, normalize=False).tolist() == [1.0, -1.0]

@@ -12,7 +12,7 @@ from transformers import AutoConfig, LlamaForSequenceClassification
 from transformers.utils import logging as hf_logging
 
 from adaptkit.emr import BundleError, EMRBundle, emr_merge
-from adaptkit.emr.route import ROUTER_FILE, RoutedModel, Router
+from adaptkit.emr.route import ROUTER_FILE, RoutedModel, Router, _check_entry
 from adaptkit.hub import sha256_file
 from adaptkit.models import tiny_tokenizer
 
@@ -248,3 +248,126 @@ def test_the_router_is_bound_to_its_tokenizer_and_refuses_another_by_name(hub, t
     (tmp_path / "copy").mkdir()
     with pytest.raises(BundleError, match=r"field 'router.tokenizer' must be"):
         Router.load(tmp_path / "copy", meta["router"], ["words", "digits"])
+
+
+TASKS = ["words", "digits"]
+ENTRY = {"method": "prototype", "tasks": TASKS, "file": ROUTER_FILE, "sha256": "0" * 64,
+         "feature": {"layer": 0, "pooling": "mean", "max_length": 1}, "examples": {"words": 2, "digits": 2},
+         "held_out": None, "tokenizer": {"name_or_path": "tok", "vocab_size": 1, "vocab_sha256": "f" * 64}}
+FEATURE = "{'layer': int, 'pooling': 'mean', 'max_length': positive int, ...}"
+EXAMPLES_WANT = "{task: examples (>= 2)} for every task"
+TOKENIZER = "{'name_or_path': str, 'vocab_size': positive int, 'vocab_sha256': hex sha256}"
+
+
+def test_a_router_entry_at_the_limits_is_accepted(tmp_path):
+    # max_length 1 and 2 examples per task are the smallest valid values
+    assert _check_entry(tmp_path / "emr.json", ENTRY, TASKS) is ENTRY
+    assert _check_entry(tmp_path / "emr.json", ENTRY | {"held_out": {"accuracy": 1.0}}, TASKS)["held_out"]
+
+
+@pytest.mark.parametrize("field, value, want, shown", [
+    ("method", "knn", "one of ['prototype', 'linear']", '"knn"'),
+    ("tasks", ["digits", "words"], "the bundle's tasks ['words', 'digits'], in order", '["digits", "words"]'),
+    ("file", "model.safetensors", "'router.safetensors'", '"model.safetensors"'),
+    ("sha256", "abc", "a hex sha256", '"abc"'),
+    ("sha256", None, "a hex sha256", "null"),
+    ("feature", {"layer": 0, "pooling": "mean", "max_length": 0}, FEATURE,
+     '{"layer": 0, "pooling": "mean", "max_length": 0}'),
+    ("feature", {"layer": "0", "pooling": "mean", "max_length": 8}, FEATURE,
+     '{"layer": "0", "pooling": "mean", "max_length": 8}'),
+    ("feature", {"pooling": "mean", "max_length": 8}, FEATURE, '{"pooling": "mean", "max_length": 8}'),
+    ("feature", {"layer": 0, "pooling": "max", "max_length": 8}, FEATURE,
+     '{"layer": 0, "pooling": "max", "max_length": 8}'),
+    ("examples", {"words": 2, "dates": 2}, EXAMPLES_WANT, '{"words": 2, "dates": 2}'),
+    ("examples", {"words": 2, "digits": 1}, EXAMPLES_WANT, '{"words": 2, "digits": 1}'),
+    ("examples", {"words": 2, "digits": 2.0}, EXAMPLES_WANT, '{"words": 2, "digits": 2.0}'),
+    ("held_out", [], "an object or null", "[]"),
+    ("tokenizer", "tok", TOKENIZER, '"tok"'),
+    ("tokenizer", {"name_or_path": "tok", "vocab_size": 0, "vocab_sha256": "ff"}, TOKENIZER,
+     '{"name_or_path": "tok", "vocab_size": 0, "vocab_sha256": "ff"}'),
+])
+def test_a_bad_router_entry_names_the_file_the_field_and_the_value(tmp_path, field, value, want, shown):
+    with pytest.raises(BundleError) as e:
+        _check_entry(tmp_path / "emr.json", ENTRY | {field: value}, TASKS)
+    assert str(e.value) == f"{tmp_path / 'emr.json'}: field 'router.{field}' must be {want}, got {shown}"
+
+
+def test_a_router_entry_that_is_no_object_or_holds_no_json_value_is_shown(tmp_path):
+    path = tmp_path / "emr.json"
+    with pytest.raises(BundleError) as e:
+        _check_entry(path, ["prototype"], TASKS)
+    assert str(e.value) == f"{path}: field 'router' must be a JSON object, got [\"prototype\"]"
+    with pytest.raises(BundleError) as e:  # an entry built in Python: a Path where emr.json holds a string
+        _check_entry(path, ENTRY | {"file": tmp_path / ROUTER_FILE}, TASKS)
+    assert str(e.value) == f"{path}: field 'router.file' must be 'router.safetensors', got \"{tmp_path / ROUTER_FILE}\""
+    with pytest.raises(BundleError) as e:  # a long value is cut to its first 100 characters
+        _check_entry(path, ENTRY | {"sha256": "x" * 200}, TASKS)
+    assert str(e.value) == f"{path}: field 'router.sha256' must be a hex sha256, got \"{'x' * 99}"
+
+
+def fit_features(*widths, n=2):
+    g = torch.Generator().manual_seed(0)
+    return {f"t{i}": torch.randn(n, w, generator=g) for i, w in enumerate(widths)}
+
+
+@pytest.mark.parametrize("features, error, message", [
+    (fit_features(4), ValueError, "a router needs features of at least two tasks: {task: [examples, dim] tensor}"),
+    ([torch.ones(2, 4), torch.ones(2, 4)], ValueError,
+     "a router needs features of at least two tasks: {task: [examples, dim] tensor}"),
+    (fit_features(4, 4) | {"t1": [[1.0] * 4] * 2}, TypeError,
+     "task 't1': features must be a [examples, dim] tensor, got list"),
+    (fit_features(4, 4) | {"t1": torch.ones(4)}, TypeError,
+     "task 't1': features must be a [examples, dim] tensor, got Tensor"),
+    (fit_features(4, 4) | {"t1": torch.ones(1, 4)}, ValueError,
+     "task 't1': 1 example(s), a router needs at least 2 per task"),
+    (fit_features(4, 4) | {"t1": torch.tensor([[0.0] * 4, [float("nan")] * 4])}, ValueError,
+     "task 't1': features have NaN or Inf values"),
+    (fit_features(4, 5), ValueError, "features of different widths [4, 5]: one model and layer for all"),
+    (fit_features(4, 5, 5), ValueError, "features of different widths [4, 5]: one model and layer for all"),
+    (fit_features(4, 5, 6), ValueError, "features of different widths [4, 5, 6]: one model and layer for all"),
+])
+@pytest.mark.parametrize("method", ["prototype", "linear"])
+def test_router_fit_refuses_bad_features_by_task(features, error, message, method):
+    with pytest.raises(error) as e:
+        Router.fit(features, method=method)
+    assert type(e.value) is error and str(e.value) == message
+
+
+def test_router_fit_takes_two_examples_per_task_and_scores_each_input_per_task():
+    features = fit_features(4, 4, 4)
+    router = Router.fit(features, method="prototype")
+    assert router.tasks == ["t0", "t1", "t2"] and router.settings["examples"] == {"t0": 2, "t1": 2, "t2": 2}
+    x = torch.cat(list(features.values()))
+    scores = router.scores(x)
+    want = (x / x.norm(dim=1, keepdim=True)) @ router.tensors["prototypes"].T  # rows scaled to length 1, by hand
+    assert scores.shape == (6, 3) and torch.allclose(scores, want, atol=1e-6)
+    assert router.predict(x) == [router.tasks[i] for i in want.argmax(1).tolist()]
+    for bad in (torch.ones(2, 5), torch.ones(4)):
+        with pytest.raises(ValueError) as e:
+            router.scores(bad)
+        assert str(e.value) == (f"features of shape {list(bad.shape)}: this router takes [inputs, 4] (features of "
+                                "another model or layer?)")
+
+
+@pytest.mark.parametrize("dim, l2", [(5, 0.7), (16, 0.05)])  # the second needs more than L-BFGS's default 20 steps
+def test_the_linear_router_is_the_penalised_logistic_regression_optimum(dim, l2):
+    "The fit's (W, b), mapped back to the standardised features, zeroes the gradient of the objective it states: the "
+    "summed cross-entropy plus l2/2 |W|^2, on columns standardised by their mean and population std."
+    g = torch.Generator().manual_seed(3)
+    raw = {t: torch.randn(n, dim, generator=g) + shift for t, n, shift in (("a", 3, 1), ("b", 5, 0), ("c", 4, -1))}
+    for f in raw.values(): f[:, -1] = 0  # a constant column: left unscaled, its weights zero
+    router = Router.fit(raw, method="linear", l2=l2)
+    x = torch.cat([f / f.norm(dim=1, keepdim=True) for f in raw.values()]).double()
+    y = torch.tensor([0] * 3 + [1] * 5 + [2] * 4)
+    mu, sd = x.mean(0), ((x - x.mean(0)) ** 2).mean(0).sqrt()
+    sd[sd == 0] = 1
+    z = (x - mu) / sd
+    w, b = router.tensors["weight"].double(), router.tensors["bias"].double()
+    assert w.shape == (3, dim) and b.shape == (3,) and torch.all(w[:, -1] == 0)
+    wz, bz = w * sd, b + w @ mu  # the same logits on z: z @ wz.T + bz == x @ w.T + b
+    residual = torch.softmax(z @ wz.T + bz, 1) - F.one_hot(y, 3).double()
+    grad_w, grad_b = residual.T @ z + l2 * wz, residual.sum(0)
+    # 2e-6: a few times what storing (W, b) in float32 leaves
+    assert grad_w.abs().max() < 2e-6 and grad_b.abs().max() < 2e-6
+    assert wz.abs().max() > 0.1  # not the trivial optimum
+    torch.testing.assert_close(router.scores(torch.cat(list(raw.values()))).double(), x @ w.T + b, rtol=0, atol=1e-5)
