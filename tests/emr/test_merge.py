@@ -759,3 +759,4 @@ def test_baselines_pass_every_option_on_to_merge_models(monkeypatch, tmp_path, b
     assert calls == [(("team/base", {"a": "team/a"}), {"method": method, **own, **options})]
     baseline("team/base", {"a": "team/a"})
     assert calls[1][1]["progress"] is True and calls[1][1]["out_dir"] is None  # a bar shown, the result in memory
+    assert calls[1][1]["max_shard_size"] == "5GB"  # transformers' default; its parser reads "5gb" as 5 gigabits
