@@ -12,7 +12,7 @@ from transformers import AutoConfig, LlamaForSequenceClassification
 from transformers.utils import logging as hf_logging
 
 from adaptkit.emr import BundleError, EMRBundle, emr_merge
-from adaptkit.emr.route import ROUTER_FILE, RoutedModel, Router, _check_entry
+from adaptkit.emr.route import ROUTER_FILE, RoutedModel, Router
 from adaptkit.hub import sha256_file
 from adaptkit.models import tiny_tokenizer
 
@@ -260,9 +260,10 @@ TOKENIZER = "{'name_or_path': str, 'vocab_size': positive int, 'vocab_sha256': h
 
 
 def test_a_router_entry_at_the_limits_is_accepted(tmp_path):
-    # max_length 1 and 2 examples per task are the smallest valid values
-    assert _check_entry(tmp_path / "emr.json", ENTRY, TASKS) is ENTRY
-    assert _check_entry(tmp_path / "emr.json", ENTRY | {"held_out": {"accuracy": 1.0}}, TASKS)["held_out"]
+    # max_length 1 and 2 examples per task are the smallest valid values: the entry passes, the file is looked for
+    for entry in (ENTRY, ENTRY | {"held_out": {"accuracy": 1.0}}):
+        with pytest.raises(BundleError, match=f"{ROUTER_FILE}: named by emr.json's router entry, missing"):
+            Router.load(tmp_path, entry, TASKS)
 
 
 @pytest.mark.parametrize("field, value, want, shown", [
@@ -288,20 +289,20 @@ def test_a_router_entry_at_the_limits_is_accepted(tmp_path):
 ])
 def test_a_bad_router_entry_names_the_file_the_field_and_the_value(tmp_path, field, value, want, shown):
     with pytest.raises(BundleError) as e:
-        _check_entry(tmp_path / "emr.json", ENTRY | {field: value}, TASKS)
+        Router.load(tmp_path, ENTRY | {field: value}, TASKS)
     assert str(e.value) == f"{tmp_path / 'emr.json'}: field 'router.{field}' must be {want}, got {shown}"
 
 
 def test_a_router_entry_that_is_no_object_or_holds_no_json_value_is_shown(tmp_path):
     path = tmp_path / "emr.json"
     with pytest.raises(BundleError) as e:
-        _check_entry(path, ["prototype"], TASKS)
+        Router.load(tmp_path, ["prototype"], TASKS)
     assert str(e.value) == f"{path}: field 'router' must be a JSON object, got [\"prototype\"]"
     with pytest.raises(BundleError) as e:  # an entry built in Python: a Path where emr.json holds a string
-        _check_entry(path, ENTRY | {"file": tmp_path / ROUTER_FILE}, TASKS)
+        Router.load(tmp_path, ENTRY | {"file": tmp_path / ROUTER_FILE}, TASKS)
     assert str(e.value) == f"{path}: field 'router.file' must be 'router.safetensors', got \"{tmp_path / ROUTER_FILE}\""
     with pytest.raises(BundleError) as e:  # a long value is cut to its first 100 characters
-        _check_entry(path, ENTRY | {"sha256": "x" * 200}, TASKS)
+        Router.load(tmp_path, ENTRY | {"sha256": "x" * 200}, TASKS)
     assert str(e.value) == f"{path}: field 'router.sha256' must be a hex sha256, got \"{'x' * 99}"
 
 
