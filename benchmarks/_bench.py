@@ -58,6 +58,12 @@ def median(xs) -> float:
     return statistics.median(xs)
 
 
+def result_path(name: str, start: dict) -> Path:
+    "Where `write_result(name, ..., start)` writes: results/<name>[.<device>][.loaded].json."
+    dev = device()
+    return RESULTS / f"{name}{'' if dev == 'cpu' else f'.{dev}'}{'.loaded' if start['loaded'] else ''}.json"
+
+
 def write_result(name: str, result: dict, start: dict) -> Path:
     "Write `result` with the start record, machine and device to results/<name>[.<device>][.loaded].json."
     dev = device()
@@ -65,8 +71,7 @@ def write_result(name: str, result: dict, start: dict) -> Path:
               "machine": platform.machine(), "cpus": os.cpu_count(), "python": platform.python_version()}
     import torch
     record["torch"], record["torch_threads"] = torch.__version__, torch.get_num_threads()
-    suffix = ("" if dev == "cpu" else f".{dev}") + (".loaded" if start["loaded"] else "")
-    out = RESULTS / f"{name}{suffix}.json"
+    out = result_path(name, start)
     RESULTS.mkdir(exist_ok=True)
     tmp = out.with_suffix(".json.tmp")
     tmp.write_text(json.dumps(record, indent=1) + "\n")

@@ -20,7 +20,9 @@ every pass counted), and whether the two merged models agree (max abs difference
 design: each tool draws its own random masks, so `masks_drawn_alike` is false there).
 
 Waits for a quiet machine and writes through benchmarks/_bench.py: benchmarks/results/merge_scale.json
-(merge_scale.loaded.json on a loaded machine with ADAPTKIT_BENCH_ALLOW_LOADED=1).
+(merge_scale.loaded.json on a loaded machine with ADAPTKIT_BENCH_ALLOW_LOADED=1). A run replaces the entries of the
+sizes and methods it measured and keeps the others: each entry carries its own run (start time, rounds, shard size,
+threads), so the sizes can be measured in separate quiet windows.
 
 Run: .venv/bin/python benchmarks/merge_scale.py                     (0.1B, 0.5B and 1B, 7 methods, 3 rounds: hours;
                                                                       ~15 GB of temporary files)
@@ -43,7 +45,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _bench import median, quiet_start, write_result  # noqa: E402
+from _bench import median, quiet_start, result_path, write_result  # noqa: E402
 
 from adaptkit.emr.methods import MERGE_METHODS  # noqa: E402
 from adaptkit.tensorfiles import TensorFiles, size_in_bytes  # noqa: E402
@@ -242,14 +244,20 @@ def main():
                                mergekit_methods) for s in args.sizes}
     finally:
         if not args.work: shutil.rmtree(work, ignore_errors=True)
-    write_result("merge_scale.tiny" if "tiny" in args.sizes else "merge_scale", {
+    name = "merge_scale.tiny" if "tiny" in args.sizes else "merge_scale"
+    run = {"started": start["started"], "repeats": args.repeats, "max_shard_size": args.max_shard_size,
+           "threads": args.threads}
+    stored = json.loads(path.read_text())["sizes"] if (path := result_path(name, start)).exists() else {}
+    for s, per_method in sizes.items():
+        for m, r in per_method.items(): stored.setdefault(s, {})[m] = {**r, "run": run}
+    write_result(name, {
         "what": "adaptkit merge (each method's YAML: weight 1, normalize, bfloat16, density 0.5 where it prunes, "
                 "streamed to shards) vs mergekit-yaml 0.1.5, same YAML; peak RSS of each child from /usr/bin/time -v; "
                 "interpreter = the same command with --dry-run (mergekit: its venv's python importing mergekit-yaml's "
                 "module)",
         "goal": "peak_over_interpreter_per_model flat and <= 0.25; time ratio <= 1.0 for every method",
-        "threads": args.threads, "repeats": args.repeats, "max_shard_size": args.max_shard_size, "sizes": sizes,
-        "methods": methods, "methods_of_both": both, "mergekit_methods": mergekit_methods,
+        "sizes": stored, "last_run": {**run, "sizes": args.sizes, "methods": methods}, "methods_of_both": both,
+        "mergekit_methods": mergekit_methods,
     }, start)
     for s, per_method in sizes.items():
         for m, r in per_method.items():
