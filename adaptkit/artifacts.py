@@ -5,8 +5,10 @@
 # %% ../nbs/06_artifacts.ipynb #db92a8a0
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
+import functools
 import tempfile
 from pathlib import Path
 
@@ -346,7 +348,8 @@ def _holding(
 ):
     """A copy of `model` that holds the tensors of `state_dict` (assigned, not copied) in place of its own; refused
     when `state_dict` has a tensor the model lacks or lacks one the artifact writes."""
-    out = _empty_like(model)
+    from accelerate.utils import extract_model_from_parallel
+    out = _empty_like(extract_model_from_parallel(model, keep_torch_compile=False))  # FSDP1's wrapper: the model in it
     needed = [n for n, t in out.state_dict(keep_vars=True).items() if whole or t.requires_grad]
     if (extra := sorted(set(state_dict) - set(out.state_dict()))):
         raise RuntimeError(f"the gathered state dict has {len(extra)} tensors {type(model).__name__} does not, e.g. "
@@ -360,10 +363,50 @@ def _holding(
     return out.eval()
 
 # %% ../nbs/06_artifacts.ipynb #451aa8b3
+def _is_checkpoint(output_dir) -> bool:
+    "Whether a save goes to one of the trainer's `checkpoint-*` folders (else it is a final save: the artifact)."
+    return Path(output_dir).name.startswith("checkpoint-")
+
+@contextlib.contextmanager
+def _saving_in_shards(
+    model,  # the transformers model whose `save_pretrained` a caller will run
+    max_shard_size: int | str,  # its largest shard, e.g. "2GB"
+):
+    "`model.save_pretrained` writing shards of at most `max_shard_size` while the block runs; as it was after."
+    own = vars(model).get("save_pretrained")  # the instance's own attribute, if anything set one: put back after
+    model.save_pretrained = functools.partial(model.save_pretrained, max_shard_size=max_shard_size)
+    try: yield model
+    finally:
+        if own is None: del model.save_pretrained
+        else: model.save_pretrained = own
+
 class ArtifactTrainerMixin:
     "Makes a trainer's `save_model()` write its adaptkit artifact and `push_to_hub()` upload it with adaptkit's card."
     _tag_names = ["adaptkit"]
     base_model = base_revision = base_path = base_fingerprint = None  # the base the trainer started from (`_load_base`)
+
+    def __init__(self, *args, **kwargs):
+        "The trainer's own `__init__`, then its save settings checked against its model (`_check_save_settings`)."
+        super().__init__(*args, **kwargs)
+        self._check_save_settings()
+
+    def train(self, *args, **kwargs):
+        "The trainer's `train`, after checking its save settings again: `args` may have changed since `__init__`."
+        self._check_save_settings()
+        return super().train(*args, **kwargs)
+
+    def _check_save_settings(self) -> None:
+        """Refuse a `save_max_shard_size` below the largest tensor of the full model this trainer saves, naming the
+        tensor, before training rather than at the final save; an adapter (PEFT writes one file) is not checked."""
+        args = getattr(self, "args", None)  # none on a bare mixin, which has nothing to save
+        if (size := getattr(args, "save_max_shard_size", None)) is None: return
+        modes = [(m, m.training) for m in self.model.modules()]
+        try: art = self.artifact()
+        finally:
+            for m, training in modes: m.training = training  # an artifact may put its model in eval mode (an Aligner)
+        if not isinstance(art, ModelArtifact): return
+        try: check_shard_size(art.model.state_dict(), size)
+        except ValueError as e: raise ValueError(f"save_max_shard_size: {e}") from None
 
     def _load_base(self, model, base_model=None, base_revision=None, endpoint=None, token=None):
         """The base to train (a model, or a folder / repo id at `base_revision`), stamped on the trainer: its repo id
@@ -417,9 +460,11 @@ class ArtifactTrainerMixin:
               output_dir: str | None = None,  # the folder (default `args.output_dir`); `checkpoint-*`: the trainer's
               state_dict: dict | None = None):  # the full weights transformers gathered (FSDP, ZeRO-3), on the saver
         """Final saves write the artifact (files, record, card) into the folder, once: on the process that saves, from
-        the gathered `state_dict` when there is one, never from sharded parameters. Checkpoints stay the trainer's."""
+        the gathered `state_dict` when there is one, never from sharded parameters. Checkpoints stay the trainer's (a
+        full model's in shards of `save_max_shard_size`)."""
         out = Path(output_dir or self.args.output_dir)
-        if out.name.startswith("checkpoint-"): return super()._save(output_dir, state_dict)
+        if _is_checkpoint(out):
+            with self._checkpoint_shards(): return super()._save(output_dir, state_dict)
         art = self._described()
         if isinstance(art, ModelArtifact): art.max_shard_size = getattr(self.args, "save_max_shard_size", "5GB")
         state_dict = self._full_state_dict(art, state_dict)  # on every process: a gather is collective
@@ -440,3 +485,27 @@ class ArtifactTrainerMixin:
         if zero3 and isinstance(self.model, PeftModel):  # transformers gathered the trainable tensors only, and a
             return self.accelerator.get_state_dict(self.deepspeed)  # merge or a base's fingerprint needs them all
         return state_dict
+
+    def _checkpoint_shards(self):
+        "While transformers saves a checkpoint, a full model's `save_pretrained` writes `save_max_shard_size` shards."
+        from transformers import PreTrainedModel
+        model = self.accelerator.unwrap_model(self.model, keep_torch_compile=False)  # the model `Trainer._save` saves
+        size = getattr(self.args, "save_max_shard_size", None)
+        if size is None or not isinstance(model, PreTrainedModel): return contextlib.nullcontext()  # a PEFT adapter
+        return _saving_in_shards(model, size)
+
+    def save_model(self,
+                   output_dir: str | None = None,  # the folder (default `args.output_dir`)
+                   _internal_call: bool = False):  # transformers' own call (a checkpoint, `push_to_hub`): no push
+        """transformers' `save_model`, except a final save under FSDP with a state dict type other than
+        `FULL_STATE_DICT` (which transformers skips): the full weights are gathered and the artifact written."""
+        if not self._fsdp_sharded() or _is_checkpoint(output_dir or self.args.output_dir):
+            return super().save_model(output_dir, _internal_call)
+        self._save(output_dir, state_dict=self.accelerator.get_state_dict(self.model))  # every process: a collective
+        if self.args.push_to_hub and not _internal_call:  # as transformers' `save_model` pushes
+            self.push_to_hub(commit_message="Model save", revision=self.args.hub_revision)
+
+    def _fsdp_sharded(self) -> bool:
+        "Whether FSDP runs with a sharded (or local) state dict, whose final save transformers' `save_model` skips."
+        if not getattr(self, "is_fsdp_enabled", False): return False
+        return "FULL_STATE_DICT" not in str(self.accelerator.state.fsdp_plugin.state_dict_type)

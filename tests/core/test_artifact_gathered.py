@@ -2,8 +2,13 @@
 `_save(output_dir, state_dict=...)`, while the live model holds shards or empty placeholders. The artifact must be
 written from the gathered tensors, once, by the process that saves (`args.should_save`).
 
+Under FSDP with `SHARDED_STATE_DICT` transformers' `save_model` gathers nothing and writes nothing; the mixin's
+`save_model` gathers the full weights itself (accelerate's `get_state_dict`) for a final save, and leaves checkpoints
+sharded.
+
 No FSDP or DeepSpeed runs here (CPU, one process): each test passes `_save` what transformers passes on the saving
-process, a state dict that differs from the live model's parameters, and reads the artifact back from disk."""
+process (or has `save_model` see what transformers and accelerate show under FSDP), a state dict that differs from the
+live model's parameters, and reads the artifact back from disk."""
 import json
 from types import SimpleNamespace
 
@@ -104,3 +109,74 @@ def test_an_adapter_is_written_from_the_gathered_tensors(tiny_model_dir, tmp_pat
     with pytest.raises(RuntimeError, match="lacks"):
         trainer._save(str(tmp_path / "half"), state_dict={k: v for k, v in gathered.items() if "layers.0." not in k})
     assert not (tmp_path / "half").exists()
+
+
+def _under_fsdp(trainer, state_dict_type: str, gathered: dict) -> list:
+    """`trainer` as transformers' Trainer sees it under FSDP with `fsdp_state_dict_type: state_dict_type`; accelerate's
+    `get_state_dict` returns `gathered` (the full weights, on the saving process). The list records its calls."""
+    calls = []
+    plugin = SimpleNamespace(state_dict_type=f"StateDictType.{state_dict_type}")  # how transformers reads it: str()
+    trainer.is_fsdp_enabled = True
+    trainer.accelerator = SimpleNamespace(state=SimpleNamespace(fsdp_plugin=plugin),
+                                          get_state_dict=lambda model: calls.append(model) or gathered)
+    return calls
+
+
+def test_fsdp_sharded_state_dict_final_save_gathers_the_full_weights(tiny_model_dir, tmp_path, monkeypatch):
+    """`SHARDED_STATE_DICT`: transformers' `save_model` would write nothing; the final save gathers the full weights
+    and writes the artifact from them, and pushes as transformers' `save_model` does (not when transformers calls)."""
+    trainer = _aligner_trainer(tiny_model_dir, tmp_path / "run")
+    live = {k: v.detach().clone() for k, v in trainer.model.state_dict().items()}
+    gathered = {k: v - 0.5 for k, v in live.items()}
+    calls = _under_fsdp(trainer, "SHARDED_STATE_DICT", gathered)
+    pushes = []
+    monkeypatch.setattr(trainer, "push_to_hub", lambda **kwargs: pushes.append(kwargs))
+    trainer.save_model(str(tmp_path / "final"), _internal_call=True)  # as `trainer.push_to_hub()` calls it
+    assert calls == [trainer.model] and pushes == []
+    saved = load_file(tmp_path / "final" / "model.safetensors")
+    assert saved.keys() == gathered.keys() and all(torch.equal(saved[k], gathered[k]) for k in saved)
+    assert all(torch.equal(v, live[k]) for k, v in trainer.model.state_dict().items())  # the live model untouched
+    assert _checked(tmp_path / "final")["artifact"] == "aligner"
+    trainer.args.push_to_hub = True
+    trainer.save_model()  # the user's own call, to `args.output_dir`
+    assert (tmp_path / "run" / "model.safetensors").is_file() and len(calls) == 2
+    assert pushes == [{"commit_message": "Model save", "revision": trainer.args.hub_revision}]
+
+
+def test_fsdp_sharded_state_dict_checkpoints_stay_transformers(tiny_model_dir, tmp_path):
+    """A `checkpoint-*` save under `SHARDED_STATE_DICT` is transformers' own (it writes the sharded model with the
+    optimizer, in `_save_checkpoint`): nothing is gathered for it. `FULL_STATE_DICT` is transformers' own as well."""
+    trainer = _aligner_trainer(tiny_model_dir, tmp_path / "run")
+    calls = _under_fsdp(trainer, "SHARDED_STATE_DICT", {})
+    trainer.save_model(str(tmp_path / "run" / "checkpoint-1"), _internal_call=True)
+    assert calls == [] and not (tmp_path / "run" / "checkpoint-1").exists()
+    gathered = {k: v.detach() + 1 for k, v in trainer.model.state_dict().items()}
+    calls = _under_fsdp(trainer, "FULL_STATE_DICT", gathered)
+    trainer.save_model(str(tmp_path / "full"))  # transformers gathers and passes it to `_save`
+    assert calls == [trainer.model]
+    saved = load_file(tmp_path / "full" / "model.safetensors")
+    assert all(torch.equal(saved[k], gathered[k]) for k in saved)
+
+
+def test_fsdp_sharded_state_dict_gathers_on_every_process_and_one_writes(tiny_model_dir, tmp_path, monkeypatch):
+    "The gather is collective: a process that does not save joins it (FSDP's rank0_only gather gives it nothing)."
+    trainer = _aligner_trainer(tiny_model_dir, tmp_path / "run")
+    calls = _under_fsdp(trainer, "SHARDED_STATE_DICT", {})
+    monkeypatch.setattr(type(trainer.args), "should_save", property(lambda self: False))  # rank 1 of 2
+    trainer.save_model(str(tmp_path / "final"))
+    assert calls == [trainer.model] and not (tmp_path / "final").exists()
+
+
+@pytest.mark.parametrize("state_dict_type", ["FULL_STATE_DICT", "SHARDED_STATE_DICT"])
+def test_a_final_save_under_fsdp1_writes_from_the_model_inside_its_wrapper(tiny_model_dir, tmp_path, state_dict_type):
+    """FSDP1 makes `trainer.model` its `FullyShardedDataParallel` wrapper; the artifact is built from the model inside
+    (a `torch.nn.DataParallel` stands in: a container with `.module` that accelerate unwraps the same way)."""
+    trainer = _aligner_trainer(tiny_model_dir, tmp_path / "run")
+    gathered = {k: v.detach() * 2 for k, v in trainer.model.state_dict().items()}
+    trainer.model = torch.nn.DataParallel(trainer.model)
+    calls = _under_fsdp(trainer, state_dict_type, gathered)
+    trainer.save_model(str(tmp_path / "final"))
+    assert calls == [trainer.model]
+    saved = load_file(tmp_path / "final" / "model.safetensors")
+    assert saved.keys() == gathered.keys() and all(torch.equal(saved[k], gathered[k]) for k in saved)
+    _checked(tmp_path / "final")
