@@ -402,6 +402,7 @@ class ArtifactTrainerMixin:
         if (size := getattr(args, "save_max_shard_size", None)) is None: return
         modes = [(m, m.training) for m in self.model.modules()]
         try: art = self.artifact()
+        except NotImplementedError: return  # no artifact defined yet (a class growing cell by cell): nothing to check
         finally:
             for m, training in modes: m.training = training  # an artifact may put its model in eval mode (an Aligner)
         if not isinstance(art, ModelArtifact): return
