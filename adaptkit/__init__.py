@@ -56,6 +56,7 @@ _PUBLIC = {
     "aligner": [
         "Aligner",
         "AlignerConfig",
+        "AlignerDPOConfig",
         "AlignerTrainer",
         "ALIGNER_V1_TEMPLATE",
         "format_aligner_prompt",

@@ -5,6 +5,7 @@
 # %% ../../nbs/aligner/04_dpo.ipynb #a1292b02
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import logging
@@ -16,7 +17,10 @@ from accelerate.utils import broadcast_object_list, gather_object
 from trl import DPOConfig, DPOTrainer
 
 from .artifact import AlignedPolicy, Aligner, chat_answers, conversation
+from .config import AlignerDPOConfig
+from ..artifacts import _saving_in_shards
 from ..data import Schema, validate_rows
+from ..tensorfiles import check_shard_size
 
 _logger = logging.getLogger(__name__)
 PROMPTS = Schema("prompts", {"prompt": (str, list)})  # a question or a conversation, per row
@@ -61,7 +65,7 @@ def dpo_rounds(
     prompts: Sequence[str | Sequence[dict]],  # questions, or conversations ending with them, answered each round
     *,
     rounds: int = 2,  # alignment rounds
-    args: DPOConfig | None = None,  # DPO settings (default: beta 0.02, lr 2e-5 as the official code)
+    args: DPOConfig | None = None,  # DPO settings (default: `AlignerDPOConfig("aligner-dpo")`, beta 0.02, lr 2e-5)
     peft_config=None,  # train a LoRA each round (merged into the policy after the round)
     push_to: str | None = None,  # repo id: push each round's policy to it, tagged `round-N`
     hub_endpoint: str | None = None,  # Hub endpoint for pushing
@@ -74,7 +78,8 @@ def dpo_rounds(
     if isinstance(prompts, str) or not len(prompts): raise ValueError("prompts must be a non-empty list of questions")
     validate_rows([{"prompt": p} for p in prompts], PROMPTS, "prompts")  # by row, before any work
     questions = [conversation(p)[-1]["content"] for p in prompts]
-    args = args or DPOConfig("aligner-dpo", beta=0.02, learning_rate=2e-5, report_to="none", save_strategy="no")
+    args = args or AlignerDPOConfig("aligner-dpo")
+    shard_size = _policy_shard_size(policy, args)  # a size below its largest tensor: refused before any generation
     metrics = []
     for r in range(1, rounds + 1):
         pairs = _round_pairs(policy, tokenizer, aligner, prompts, questions, **generate_kwargs)
@@ -91,15 +96,15 @@ def dpo_rounds(
             processing_class=tokenizer,
             peft_config=peft_config,
         )
-        m.update(trainer.train().metrics)
+        with _checkpoint_shards(trainer): m.update(trainer.train().metrics)
         m.update({k: v for h in trainer.state.log_history for k, v in h.items() if k.startswith("rewards/")})
         policy = trainer.model.merge_and_unload() if peft_config is not None else trainer.model
         if push_to:  # one process pushes (under `accelerate launch` too); every process gets the commit id
-            art = _policy(policy, tokenizer, m, args, base_model)
+            art = _policy(policy, tokenizer, m, args, base_model, shard_size)
             commit = _push_round(art, push_to, r, hub_endpoint, hub_token) if trainer.is_world_process_zero() else None
             m["commit"] = broadcast_object_list([commit])[0]
         metrics.append(m)
-    trained = _policy(policy, tokenizer, metrics[-1], args, base_model)
+    trained = _policy(policy, tokenizer, metrics[-1], args, base_model, shard_size)
     trained.rounds = metrics
     return trained
 
@@ -113,9 +118,30 @@ def _round_pairs(policy, tokenizer, aligner: Aligner, prompts: Sequence, questio
     done = gather_object(list(zip(answers, corrections)))  # every process's, in process order: the prompts' order
     return preference_pairs(prompts, [a for a, _ in done], [c for _, c in done])
 
-def _policy(policy, tok, m: dict, args, base_model) -> AlignedPolicy:
-    "The policy after round `m['round']` as an artifact, with the round's settings for its card."
+def _policy_shard_size(policy, args) -> int | str:
+    """The largest shard each round's policy is saved and pushed in: `args.save_max_shard_size`, or `AlignedPolicy`'s
+    default for a plain `DPOConfig`, which has none; refused, naming the tensor, below the policy's largest tensor."""
+    size = getattr(args, "save_max_shard_size", None)
+    what = "save_max_shard_size" if size is not None else ("AlignedPolicy.max_shard_size (a plain DPOConfig has no "
+                                                           "save_max_shard_size: use AlignerDPOConfig)")
+    size = AlignedPolicy.max_shard_size if size is None else size
+    try: check_shard_size(policy.state_dict(), size)
+    except ValueError as e: raise ValueError(f"{what}: {e}") from None
+    return size
+
+def _checkpoint_shards(trainer):
+    """While a round trains, a full policy's checkpoints are written in shards of `args.save_max_shard_size`; an
+    adapter's (`peft_config`: PEFT writes one file) and those of a plain `DPOConfig` as transformers writes them."""
+    from transformers import PreTrainedModel
+    model = trainer.accelerator.unwrap_model(trainer.model, keep_torch_compile=False)  # the model `Trainer._save` saves
+    size = getattr(trainer.args, "save_max_shard_size", None)
+    if size is None or not isinstance(model, PreTrainedModel): return contextlib.nullcontext()
+    return _saving_in_shards(model, size)
+
+def _policy(policy, tok, m: dict, args, base_model, max_shard_size) -> AlignedPolicy:
+    "The policy after round `m['round']` as an artifact saved in shards of `max_shard_size`, with the round's settings."
     art = AlignedPolicy(policy, tok)
+    art.max_shard_size = max_shard_size
     art.base_model, art.settings = base_model, {"round": m["round"], "beta": args.beta,
                                                 "learning_rate": args.learning_rate, "pairs": m["pairs"],
                                                 "dropped": m["dropped"]}
