@@ -13,6 +13,7 @@ import torch
 from tqdm.auto import tqdm
 
 from .artifact import _BESIDE, MergedModel, _check_output, _items, _TensorStream
+from .format import _published_base
 from .inputs import _check_finite, _open_inputs, _plan_merge
 from .methods import MERGE_METHODS, _TensorMerger, tensor_generator, tensor_parameters
 from .stream import _chunk_numel, _ChunkReader, _merge_row_chunks
@@ -139,7 +140,8 @@ def _merge_into_one(pretrained, finetuned, exclude, endpoint, token, mergers_for
     sources = {"base": _origin_name(base), **{t: _origin_name(m) for t, m in tasks.items()}}
     out = MergedModel(merged, heads, {t: m.config or base.config for t, m in tasks.items()},
                       _root_config(base, tasks, dtype), _beside(base), sources)
-    out.base_model, out.base_revision = base.origin.get("repo_id"), base.origin.get("revision")
+    recorded = _published_base(base.origin, endpoint)  # as a trainer records its base, with no local path
+    out.base_model, out.base_revision = recorded["base_model"], recorded["base_revision"]
     out.settings, out.max_shard_size = settings, max_shard_size
     with bar:
         if out_dir is None:

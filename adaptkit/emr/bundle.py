@@ -19,7 +19,7 @@ from fastcore.basics import patch
 
 from ..artifacts import Artifact
 from .config import METHOD
-from .format import FORMAT, VERSION, BundleError, _check_results, _read_meta, _weight_files
+from .format import FORMAT, VERSION, BundleError, _check_results, _published_base, _read_meta, _weight_files
 from .inputs import _build_model
 from .route import MIN_EXAMPLES, ROUTER_FILE, RoutedModel, Router, _check_method, _texts, pooled_features
 from ..hub import pull, repo_link, sha256_file, write_folder, write_json, write_metadata
@@ -127,9 +127,9 @@ class EMRBundle(Artifact):
         self.folder, self._endpoint, self._token = Path(folder), endpoint, token
         self._base, self._base_folder = None, None  # the base's files, opened on first use
         self.meta = _read_meta(self.folder, verify)
-        base, origin = self.meta["base"], self.meta["base"].get("origin", {})
-        self.base_model = base.get("repo_id") or origin.get("repo_id")
-        self.base_revision = base.get("revision") or origin.get("revision")
+        base = self.meta["base"]  # a referenced repo, else a copied base and where it came from
+        recorded = _published_base(base if "repo_id" in base else base.get("origin") or {}, endpoint)
+        self.base_model, self.base_revision = recorded["base_model"], recorded["base_revision"]
         self.results: list[dict] = [dict(r) for r in self.meta.get("results", [])]  # measured results for the card
         self.settings = _bundle_settings(self.meta)
         # the task router (`fit_router`), checked when opened; saved and pushed with the bundle

@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from .inputs import _MERGEABLE, _check_task_name, _exclude_patterns
-from ..hub import is_repo_id, leftover_folders, sha256_file, write_metadata
+from ..hub import base_provenance, is_repo_id, leftover_folders, sha256_file, write_metadata
 from ..tensorfiles import DTYPES, TensorFiles
 
 # %% auto #0
@@ -49,6 +49,14 @@ def _spec_json(spec: tuple) -> dict: return {"dtype": spec[0], "shape": list(spe
 def _portable(origin: dict) -> dict:
     "`origin` fit to publish: a local folder is named by its last part only, never by its absolute path."
     return {"path": Path(origin["path"]).name} if "path" in origin else dict(origin)
+
+def _published_base(
+    origin: dict,  # where the base was read from (`source_of`'s form; a copied base's emr.json `origin`)
+    endpoint: str | None = None,  # the Hub repo ids are read on (None: the default)
+) -> dict:
+    """What a merged model or a bundle records about its base, by the rule every artifact follows
+    (`hub.base_provenance`): a repo read on `endpoint` by its id and commit; never a local folder's path."""
+    return base_provenance({k: v for k, v in origin.items() if k != "path"}, endpoint)
 
 def _base_reference(base) -> dict | None:
     "`{'repo_id', 'revision'}` (and the name prefix) when the base is a pulled hub snapshot; None: the base is copied."

@@ -167,7 +167,7 @@ def emr_merge(
     def write(tmp):
         rescalers, sha256s = _merge_pass(tmp, plan, base, tasks, rescale, max_bytes, reference is None, progress)
         _write_record(tmp, _new_record(plan, base, tasks, rescalers, rescale, exclude, reference), base, tasks, sha256s)
-        EMRBundle(tmp, verify=False)._describe(tmp, name=out.name)  # its card and record
+        EMRBundle(tmp, endpoint=endpoint, verify=False)._describe(tmp, name=out.name)  # its card and record
     try: _replace_folder(out, write)
     except BaseException:
         if temporary: shutil.rmtree(out.parent, ignore_errors=True)

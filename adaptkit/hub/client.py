@@ -32,8 +32,8 @@ _log = logging.getLogger(__name__)
 
 # %% auto #0
 __all__ = ['METADATA_FILE', 'is_repo_id', 'looks_like_path', 'read_metadata', 'write_json', 'write_metadata', 'sha256_file',
-           'file_checksums', 'verify_checksums', 'leftover_folders', 'write_folder', 'pull', 'source_of',
-           'PushConflictError', 'push_folder']
+           'file_checksums', 'verify_checksums', 'leftover_folders', 'write_folder', 'pull', 'source_of', 'on_hub',
+           'base_provenance', 'PushConflictError', 'push_folder']
 
 # %% ../../nbs/hub/01_client.ipynb #6d2b5f6a
 _PATH_SUFFIXES = (".jsonl", ".json", ".csv", ".tsv", ".txt", ".parquet", ".arrow", ".safetensors", ".gguf", ".bin",
@@ -255,7 +255,7 @@ def source_of(
         return {"repo_id": src["base_model"], "revision": None}
     return {"path": str(folder)}
 
-def _on_hub(
+def on_hub(
     source: dict,  # what `source_of` returned (or a record's provenance of the same form)
     endpoint: str | None = None,  # the Hub a repo id is read on here (None: the default)
 ) -> bool:
@@ -264,6 +264,24 @@ def _on_hub(
     if "endpoint" not in source: return True  # the default Hub, or a snapshot whose Hub is not known
     def norm(e): return None if _is_default(e) else _public_endpoint(e).rstrip("/")
     return norm(source["endpoint"]) == norm(endpoint)
+
+_on_hub = on_hub  # its earlier private name, which `adaptkit.artifacts` and `translora.transfer` import
+
+
+# %% ../../nbs/hub/01_client.ipynb #09f2eb4e
+def base_provenance(
+    source: dict,  # where the base was read from: what `source_of` returned for its folder ({} for a model object)
+    endpoint: str | None = None,  # the Hub repo ids are read on here (None: the default)
+    base_model: str | None = None,  # the base's repo id as the caller names it (wins over `source`'s)
+    base_revision: str | None = None,  # the revision the caller asked the base at (wins over `source`'s commit)
+    folder: str | Path | None = None,  # the base's folder, recorded when no repo id is and `source` names no folder
+) -> dict:
+    "What an artifact records about its base: `{'base_model', 'base_revision', 'base_path'}`, by one rule for all."
+    repo = source.get("repo_id") if on_hub(source, endpoint) else None  # a repo on another Hub: its folder
+    base_model = base_model or repo
+    pulled = repo is not None and base_model == repo  # a commit belongs to the repo it was read from
+    return {"base_model": base_model, "base_revision": base_revision or (source.get("revision") if pulled else None),
+            "base_path": None if base_model else source.get("path") or (str(folder) if folder else None)}
 
 # %% ../../nbs/hub/01_client.ipynb #a338ebb4
 def _hidden(name: str) -> bool: return name.startswith(".") or name == "__pycache__"

@@ -13,6 +13,8 @@ from pathlib import Path
 import datasets
 from trl import SFTTrainer
 
+from ..artifacts import _named_base
+from ..hub.client import base_provenance
 from ..models import completion_collator, encode_completion, fingerprint, load_base
 from .artifact import Discriminator
 from .config import DiscriminatorConfig, EmptyGenerationError, stage_config
@@ -76,6 +78,8 @@ def train_discriminator(
             len(synthetic),
         )
     model, source = load_base(base, revision=revision, endpoint=endpoint, token=token)
+    # recorded as a trainer records its base: the repo read on `endpoint`, else the folder
+    stamp = base_provenance(source, endpoint, base_model, revision, folder=_named_base(model).get("base_path"))
     base_fingerprint = fingerprint(model)
     trainer = SFTTrainer(model=model, args=config, train_dataset=rows, processing_class=tokenizer,
                          peft_config=config.lora_config(), data_collator=completion_collator(tokenizer))
@@ -86,11 +90,11 @@ def train_discriminator(
         template=config.discriminator_template,
         threshold=config.threshold,
         labels=(config.real_label, config.synthetic_label),
-        base_model=base_model or source.get("repo_id"),
-        base_revision=source.get("revision"),
+        base_model=stamp["base_model"],
+        base_revision=stamp["base_revision"],
         info=_training_record(config, len(real), len(synthetic)),
     )
-    disc.base_fingerprint = base_fingerprint
+    disc.base_path, disc.base_fingerprint = stamp["base_path"], base_fingerprint
     return disc
 
 def _training_record(config: DiscriminatorConfig, n_real: int, n_synthetic: int) -> dict:
