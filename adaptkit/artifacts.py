@@ -31,12 +31,12 @@ from adaptkit.hub import (
     write_folder,
     write_metadata,
 )
-from .hub.client import _on_hub
+from .hub.client import base_provenance, on_hub
 from .models import _plain_name, check_base, fingerprint, load_base
 from .tensorfiles import check_shard_size
 
 # %% auto #0
-__all__ = ['Artifact', 'ModelArtifact', 'AdapterArtifact', 'ArtifactTrainerMixin']
+__all__ = ['Artifact', 'ModelArtifact', 'AdapterArtifact', 'checkpoint_shards', 'ArtifactTrainerMixin']
 
 # %% ../nbs/06_artifacts.ipynb #1f3f8503
 class Artifact:
@@ -265,7 +265,7 @@ def _named_base(model) -> dict:
     if not name: return {}
     if Path(name).is_dir():
         src = source_of(name)  # a snapshot, or a folder pushed with `push_folder`: its repo and commit
-        if src.get("revision") and _on_hub(src):
+        if src.get("revision") and on_hub(src):
             return {"base_model": src["repo_id"], "base_revision": src["revision"]}
         return {"base_path": str(Path(name).resolve())}
     return {"base_model": name} if is_repo_id(name) else {}
@@ -380,6 +380,16 @@ def _saving_in_shards(
         if own is None: del model.save_pretrained
         else: model.save_pretrained = own
 
+def checkpoint_shards(trainer):
+    """A context in which `trainer`'s checkpoints of a full model are written in shards of its
+    `args.save_max_shard_size` (any transformers trainer, TRL's included); a PEFT adapter's (one file) and those of a
+    config without the option are written as transformers writes them."""
+    from transformers import PreTrainedModel
+    model = trainer.accelerator.unwrap_model(trainer.model, keep_torch_compile=False)  # what `Trainer._save` saves
+    size = getattr(trainer.args, "save_max_shard_size", None)
+    if size is None or not isinstance(model, PreTrainedModel): return contextlib.nullcontext()
+    return _saving_in_shards(model, size)
+
 class ArtifactTrainerMixin:
     "Makes a trainer's `save_model()` write its adaptkit artifact and `push_to_hub()` upload it with adaptkit's card."
     _tag_names = ["adaptkit"]
@@ -418,12 +428,10 @@ class ArtifactTrainerMixin:
             raise NotImplementedError("a model sharded at load time (`from_pretrained(distributed_config=...)`) is not "
                                       "trained by adaptkit's trainers: load it whole and launch with accelerate's FSDP "
                                       "or DeepSpeed, which gather the full weights for the final save")
-        repo = source.get("repo_id") if _on_hub(source, endpoint) else None  # a repo on another Hub: its folder
-        self.base_model = base_model or repo
-        pulled = repo is not None and self.base_model == repo  # a commit belongs to the repo it was read from
-        self.base_revision = base_revision or (source.get("revision") if pulled else None)
-        self.base_path = None if self.base_model else source.get("path") or _named_base(model).get("base_path")
-        self.base_fingerprint = fingerprint(model)
+        recorded = base_provenance(source, endpoint, base_model, base_revision,  # `hub.base_provenance`'s rule
+                                   folder=_named_base(model).get("base_path"))  # a model object's own folder
+        self.base_model, self.base_revision = recorded["base_model"], recorded["base_revision"]
+        self.base_path, self.base_fingerprint = recorded["base_path"], fingerprint(model)
         return model
 
     def _stamped(self, artifact: Artifact) -> Artifact:
@@ -465,7 +473,7 @@ class ArtifactTrainerMixin:
         full model's in shards of `save_max_shard_size`)."""
         out = Path(output_dir or self.args.output_dir)
         if _is_checkpoint(out):
-            with self._checkpoint_shards(): return super()._save(output_dir, state_dict)
+            with checkpoint_shards(self): return super()._save(output_dir, state_dict)
         art = self._described()
         if isinstance(art, ModelArtifact): art.max_shard_size = getattr(self.args, "save_max_shard_size", "5GB")
         state_dict = self._full_state_dict(art, state_dict)  # on every process: a gather is collective
@@ -486,14 +494,6 @@ class ArtifactTrainerMixin:
         if zero3 and isinstance(self.model, PeftModel):  # transformers gathered the trainable tensors only, and a
             return self.accelerator.get_state_dict(self.deepspeed)  # merge or a base's fingerprint needs them all
         return state_dict
-
-    def _checkpoint_shards(self):
-        "While transformers saves a checkpoint, a full model's `save_pretrained` writes `save_max_shard_size` shards."
-        from transformers import PreTrainedModel
-        model = self.accelerator.unwrap_model(self.model, keep_torch_compile=False)  # the model `Trainer._save` saves
-        size = getattr(self.args, "save_max_shard_size", None)
-        if size is None or not isinstance(model, PreTrainedModel): return contextlib.nullcontext()  # a PEFT adapter
-        return _saving_in_shards(model, size)
 
     def save_model(self,
                    output_dir: str | None = None,  # the folder (default `args.output_dir`)

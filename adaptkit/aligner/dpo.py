@@ -5,7 +5,6 @@
 # %% ../../nbs/aligner/04_dpo.ipynb #a1292b02
 from __future__ import annotations
 
-import contextlib
 import copy
 import dataclasses
 import logging
@@ -18,7 +17,7 @@ from trl import DPOConfig, DPOTrainer
 
 from .artifact import AlignedPolicy, Aligner, chat_answers, conversation
 from .config import AlignerDPOConfig
-from ..artifacts import _saving_in_shards
+from ..artifacts import checkpoint_shards
 from ..data import Schema, validate_rows
 from ..tensorfiles import check_shard_size
 
@@ -96,7 +95,7 @@ def dpo_rounds(
             processing_class=tokenizer,
             peft_config=peft_config,
         )
-        with _checkpoint_shards(trainer): m.update(trainer.train().metrics)
+        with checkpoint_shards(trainer): m.update(trainer.train().metrics)
         m.update({k: v for h in trainer.state.log_history for k, v in h.items() if k.startswith("rewards/")})
         policy = trainer.model.merge_and_unload() if peft_config is not None else trainer.model
         if push_to:  # one process pushes (under `accelerate launch` too); every process gets the commit id
@@ -128,15 +127,6 @@ def _policy_shard_size(policy, args) -> int | str:
     try: check_shard_size(policy.state_dict(), size)
     except ValueError as e: raise ValueError(f"{what}: {e}") from None
     return size
-
-def _checkpoint_shards(trainer):
-    """While a round trains, a full policy's checkpoints are written in shards of `args.save_max_shard_size`; an
-    adapter's (`peft_config`: PEFT writes one file) and those of a plain `DPOConfig` as transformers writes them."""
-    from transformers import PreTrainedModel
-    model = trainer.accelerator.unwrap_model(trainer.model, keep_torch_compile=False)  # the model `Trainer._save` saves
-    size = getattr(trainer.args, "save_max_shard_size", None)
-    if size is None or not isinstance(model, PreTrainedModel): return contextlib.nullcontext()
-    return _saving_in_shards(model, size)
 
 def _policy(policy, tok, m: dict, args, base_model, max_shard_size) -> AlignedPolicy:
     "The policy after round `m['round']` as an artifact saved in shards of `max_shard_size`, with the round's settings."

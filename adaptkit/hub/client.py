@@ -265,9 +265,6 @@ def on_hub(
     def norm(e): return None if _is_default(e) else _public_endpoint(e).rstrip("/")
     return norm(source["endpoint"]) == norm(endpoint)
 
-_on_hub = on_hub  # its earlier private name, which `adaptkit.artifacts` and `translora.transfer` import
-
-
 # %% ../../nbs/hub/01_client.ipynb #09f2eb4e
 def base_provenance(
     source: dict,  # where the base was read from: what `source_of` returned for its folder ({} for a model object)

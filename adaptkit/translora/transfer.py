@@ -16,7 +16,7 @@ import datasets
 import torch
 
 from ..hub import pull, source_of
-from ..hub.client import _on_hub
+from ..hub.client import on_hub
 from ..models import load_causal_lm, load_tokenizer
 from .artifact import Discriminator, TransferredAdapter
 from adaptkit.translora.config import (
@@ -117,7 +117,7 @@ def _provenance(folder: Path) -> dict:
 
 def _recorded_repo(ref: dict, endpoint: str | None) -> tuple:
     "`(repo id, revision)` of an input for the adapter's record: `(None, None)` for a folder or a repo on another Hub."
-    return (ref["repo_id"], ref.get("revision")) if _on_hub(ref, endpoint) else (None, None)
+    return (ref["repo_id"], ref.get("revision")) if on_hub(ref, endpoint) else (None, None)
 
 @contextmanager
 def _timed_stage(timings: dict, stage: str):

@@ -1,10 +1,11 @@
 """`base_provenance`: the one rule for what an artifact records about its base (repo id, commit, local folder),
-checked against what a trainer stamps (`ArtifactTrainerMixin._load_base`) for folders, LocalHub repos, objects."""
+and what a trainer stamps by it (`ArtifactTrainerMixin._load_base`), for folders, LocalHub repos and model objects."""
+from pathlib import Path
+
 import pytest
 
 from adaptkit.artifacts import ArtifactTrainerMixin, _named_base
 from adaptkit.hub import base_provenance, on_hub, pull, push_folder, source_of
-from adaptkit.hub.client import _on_hub
 from adaptkit.models import load_base, load_causal_lm, tiny_causal_lm
 
 
@@ -27,24 +28,27 @@ def pushed(hub, tiny_model_copy):
     return tiny_model_copy, push_folder(tiny_model_copy, "team/base", endpoint=hub.endpoint)
 
 
-def test_base_provenance_is_what_a_trainer_records_for_every_kind_of_base(hub, pushed, tiny_model_dir, tiny_tok):
+def test_a_trainer_records_each_kind_of_base_by_the_rule(hub, pushed, tiny_model_dir, tiny_tok):
     folder, commit = pushed
     snapshot = pull("team/base", endpoint=hub.endpoint)
-    cases = [
-        (str(tiny_model_dir), None, None, None),  # a plain local folder
-        (str(tiny_model_dir), None, "org/named", None),  # ... named by the caller
-        (str(folder), None, None, None),  # a folder pushed to another Hub than the one worked with
-        (str(folder), hub.endpoint, None, None),  # ... the Hub worked with
-        ("team/base", hub.endpoint, None, None),  # a repo id read on a LocalHub
-        ("team/base", hub.endpoint, "org/other", None),  # ... named as another repo: no commit of it is known
-        ("team/base", hub.endpoint, None, commit),  # ... at the commit asked for
-        (str(snapshot), None, None, None),  # a pulled snapshot given as a folder
-        (load_causal_lm(folder), None, None, None),  # a model object loaded from the pushed folder: its folder
-        (tiny_causal_lm(tiny_tok), None, "org/named", None),  # an object with no folder, named by the caller
+    local, pushed_there = str(Path(tiny_model_dir).resolve()), str(Path(folder).resolve())
+    def rec(model=None, revision=None, path=None): return {"base_model": model, "base_revision": revision,
+                                                           "base_path": path}
+    cases = [  # (base, endpoint, base_model, base_revision) -> what is recorded
+        ((str(tiny_model_dir), None, None, None), rec(path=local)),  # a plain local folder
+        ((str(tiny_model_dir), None, "org/named", None), rec("org/named")),  # ... named by the caller
+        ((str(folder), None, None, None), rec(path=pushed_there)),  # a folder pushed to another Hub than the one used
+        ((str(folder), hub.endpoint, None, None), rec("team/base", commit)),  # ... the Hub worked with
+        (("team/base", hub.endpoint, None, None), rec("team/base", commit)),  # a repo id read on a LocalHub
+        (("team/base", hub.endpoint, "org/other", None), rec("org/other")),  # named as another repo: no commit of it
+        (("team/base", hub.endpoint, None, commit), rec("team/base", commit)),  # ... at the commit asked for
+        ((str(snapshot), hub.endpoint, None, None), rec("team/base", commit)),  # a snapshot of that Hub, as a folder
+        ((load_causal_lm(folder), None, None, None), rec(path=pushed_there)),  # an object loaded from the folder
+        ((tiny_causal_lm(tiny_tok), None, "org/named", None), rec("org/named")),  # an object with no folder, named
     ]
-    for base, endpoint, base_model, base_revision in cases:
-        assert _rule(base, endpoint, base_model, base_revision) == _trainer_stamp(base, endpoint, base_model,
-                                                                                  base_revision), (base, endpoint)
+    for args, want in cases:
+        assert _rule(*args) == want, args
+        assert _trainer_stamp(*args) == want, args
 
 
 def test_a_repo_is_named_only_on_the_hub_it_was_read_on(hub, pushed):
@@ -58,8 +62,4 @@ def test_a_repo_is_named_only_on_the_hub_it_was_read_on(hub, pushed):
     read_there = source_of(pull("team/base", endpoint=hub.endpoint))  # a snapshot: its repo at its commit
     assert base_provenance(read_there, hub.endpoint) == {"base_model": "team/base", "base_revision": commit,
                                                          "base_path": None}
-
-
-def test_on_hub_is_public_and_the_private_name_stays():
-    assert _on_hub is on_hub
     assert on_hub({"repo_id": "a/b"}) and not on_hub({"repo_id": "a/b", "endpoint": "http://127.0.0.1:1"})
