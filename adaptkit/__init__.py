@@ -57,6 +57,7 @@ _PUBLIC = {
         "Aligner",
         "AlignerConfig",
         "AlignerDPOConfig",
+        "AlignedPolicy",
         "AlignerTrainer",
         "ALIGNER_V1_TEMPLATE",
         "format_aligner_prompt",
