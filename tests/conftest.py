@@ -103,6 +103,17 @@ TOKEN = "hf_adaptkit_test_token_0123"  # the tests' one Hub token (a guarded Loc
 
 
 @pytest.fixture
+def trainer_stamp():
+    "What a trainer records for a base (`ArtifactTrainerMixin._load_base`): `(base_model, base_revision, base_path)`."
+    from adaptkit.artifacts import ArtifactTrainerMixin
+    def stamp(base, endpoint=None, base_model=None, base_revision=None) -> tuple:
+        trainer = ArtifactTrainerMixin()
+        trainer._load_base(base, base_model, base_revision, endpoint)
+        return trainer.base_model, trainer.base_revision, trainer.base_path
+    return stamp
+
+
+@pytest.fixture
 def token():
     "The tests' Hub token, for a LocalHub a test starts itself."
     return TOKEN

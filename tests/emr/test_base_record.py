@@ -9,7 +9,6 @@ import pytest
 import torch
 from huggingface_hub import ModelCard
 
-from adaptkit.artifacts import ArtifactTrainerMixin
 from adaptkit.emr import EMRBundle, MergedModel, emr_merge, merge_models
 from adaptkit.hub import push_folder, read_metadata
 from adaptkit.models import tiny_causal_lm
@@ -36,34 +35,27 @@ def _base_of(art) -> tuple:
     return art.base_model, art.base_revision, art.base_path
 
 
-def _trainer_repo(base, endpoint=None) -> tuple:
-    "The repo id and commit a trainer records for the same base (`ArtifactTrainerMixin._load_base`)."
-    trainer = ArtifactTrainerMixin()
-    trainer._load_base(base, endpoint=endpoint)
-    return trainer.base_model, trainer.base_revision
-
-
 def _recorded(folder) -> tuple:
     "The base a saved artifact's adaptkit.json records, and the `base_model` its card's metadata names."
     source, card = read_metadata(folder)["source"], ModelCard.load(folder / "README.md")
     return (source["base_model"], source["base_revision"], source["base_path"]), card.data.base_model
 
 
-def test_a_merge_of_a_base_pushed_to_another_hub_names_no_repo(hub, models, tmp_path):
+def test_a_merge_of_a_base_pushed_to_another_hub_names_no_repo(hub, models, tmp_path, trainer_stamp):
     "Before, the folder's push record gave `team/base` as base_model: a huggingface.co repo on the card."
     base, tasks = models
     commit = push_folder(base, "team/base", endpoint=hub.endpoint)
     merged = merge_models(str(base), tasks, method="task_arithmetic", out_dir=tmp_path / "merged", progress=False)
-    assert _base_of(merged) == NOTHING and _trainer_repo(str(base)) == (None, None)
+    assert _base_of(merged) == NOTHING and trainer_stamp(str(base))[:2] == (None, None)
     assert _recorded(tmp_path / "merged") == (NOTHING, None)
     assert _base_of(MergedModel.from_pretrained(tmp_path / "merged")) == NOTHING
     assert str(tmp_path) not in (tmp_path / "merged" / "adaptkit.json").read_text()  # no local path published
     there = merge_models(str(base), tasks, method="ties", density=0.5, endpoint=hub.endpoint, progress=False)
     assert _base_of(there) == ("team/base", commit, None)
-    assert _trainer_repo(str(base), hub.endpoint) == ("team/base", commit)
+    assert trainer_stamp(str(base), hub.endpoint)[:2] == ("team/base", commit)
 
 
-def test_a_merge_of_repos_read_from_a_localhub_records_the_repo_and_commit(hub, models, tmp_path):
+def test_a_merge_of_repos_read_from_a_localhub_records_the_repo_and_commit(hub, models, tmp_path, trainer_stamp):
     base, tasks = models
     commit = push_folder(base, "team/base", endpoint=hub.endpoint)
     repos = {t: f"team/{t}" for t in tasks}
@@ -71,25 +63,25 @@ def test_a_merge_of_repos_read_from_a_localhub_records_the_repo_and_commit(hub, 
     merged = merge_models("team/base", repos, method="task_arithmetic", endpoint=hub.endpoint,
                           out_dir=tmp_path / "merged", progress=False)
     assert _base_of(merged) == ("team/base", commit, None)
-    assert _trainer_repo("team/base", hub.endpoint) == ("team/base", commit)
+    assert trainer_stamp("team/base", hub.endpoint)[:2] == ("team/base", commit)
     assert _recorded(tmp_path / "merged") == (("team/base", commit, None), "team/base")
     bundle = emr_merge("team/base", repos, endpoint=hub.endpoint, out_dir=tmp_path / "bundle", progress=False)
     assert _base_of(bundle) == ("team/base", commit, None)
     assert _recorded(tmp_path / "bundle") == (("team/base", commit, None), "team/base")
 
 
-def test_a_bundle_of_a_base_pushed_to_another_hub_names_its_repo_only_on_that_hub(hub, models, tmp_path):
+def test_a_bundle_of_a_base_pushed_to_another_hub_names_its_repo_only_on_that_hub(hub, models, tmp_path, trainer_stamp):
     base, tasks = models
     commit = push_folder(base, "team/base", endpoint=hub.endpoint)
     bundle = emr_merge(str(base), tasks, out_dir=tmp_path / "bundle", progress=False)
-    assert _base_of(bundle) == NOTHING and _trainer_repo(str(base)) == (None, None)
+    assert _base_of(bundle) == NOTHING and trainer_stamp(str(base))[:2] == (None, None)
     assert _recorded(tmp_path / "bundle") == (NOTHING, None)
     assert _base_of(EMRBundle(tmp_path / "bundle")) == NOTHING
     assert _base_of(EMRBundle.from_pretrained(tmp_path / "bundle")) == NOTHING
     # the Hub it was pushed to, given: that repo at that commit, as a trainer working with that Hub records it
     there = emr_merge(str(base), tasks, out_dir=tmp_path / "there", endpoint=hub.endpoint, progress=False)
     assert _base_of(there) == ("team/base", commit, None)
-    assert _trainer_repo(str(base), hub.endpoint) == ("team/base", commit)
+    assert trainer_stamp(str(base), hub.endpoint)[:2] == ("team/base", commit)
     assert _recorded(tmp_path / "there") == (("team/base", commit, None), "team/base")
     assert _base_of(EMRBundle(tmp_path / "there", endpoint=hub.endpoint)) == ("team/base", commit, None)
     assert _base_of(EMRBundle(tmp_path / "there")) == NOTHING  # opened without that Hub: no bare repo id
