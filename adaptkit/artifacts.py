@@ -11,10 +11,11 @@ import dataclasses
 import functools
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 from fastcore.basics import patch
-from huggingface_hub import ModelCard, constants
+from huggingface_hub import constants
 
 from adaptkit.hub import (
     METADATA_FILE,
@@ -34,6 +35,9 @@ from adaptkit.hub import (
 from .hub.client import base_provenance, on_hub
 from .models import _plain_name, check_base, fingerprint, load_base
 from .tensorfiles import check_shard_size
+
+if TYPE_CHECKING:  # hub.render_card imports it: huggingface_hub's repocard loads the HTTP client
+    from huggingface_hub import ModelCard
 
 # %% auto #0
 __all__ = ['Artifact', 'ModelArtifact', 'AdapterArtifact', 'checkpoint_shards', 'ArtifactTrainerMixin']

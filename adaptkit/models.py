@@ -14,13 +14,15 @@ import os
 import re
 import warnings
 from pathlib import Path
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 import torch
-from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerFast
 
 from .hub import pull, read_metadata, source_of, verify_checksums, write_folder
+
+if TYPE_CHECKING:  # transformers is imported where a model or tokenizer is made: a merge needs none of it
+    from transformers import PreTrainedTokenizerFast
 
 # %% auto #0
 __all__ = ['CHATML_TEMPLATE', 'SMOLLM2_REPO', 'load_causal_lm', 'load_tokenizer', 'load_base', 'load_adapter', 'tiny_tokenizer',
@@ -39,6 +41,7 @@ def load_causal_lm(
     **kwargs,  # passed to `AutoModelForCausalLM.from_pretrained`
 ):
     "A transformers causal LM from `repo_or_path`."
+    from transformers import AutoModelForCausalLM
     folder = pull(repo_or_path, revision=revision, token=token, endpoint=endpoint)
     return AutoModelForCausalLM.from_pretrained(folder, dtype=dtype, **kwargs)
 
@@ -51,6 +54,7 @@ def load_tokenizer(
     **kwargs,  # passed to `AutoTokenizer.from_pretrained`
 ):
     "The tokenizer saved with `repo_or_path`, with a pad token (its eos) when it had none."
+    from transformers import AutoTokenizer
     tok = AutoTokenizer.from_pretrained(pull(repo_or_path, revision=revision, token=token, endpoint=endpoint), **kwargs)
     if tok.pad_token is None: tok.pad_token = tok.eos_token
     return tok
@@ -112,6 +116,7 @@ def tiny_tokenizer(
 ) -> PreTrainedTokenizerFast:
     "A small byte-level BPE tokenizer built offline, with pad/bos/eos tokens and a ChatML chat template."
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
@@ -133,6 +138,7 @@ def tiny_causal_lm(
     seed: int = 0,  # initialisation seed
 ):
     "A small randomly initialised causal LM for tests and docs."
+    from transformers import AutoConfig, AutoModelForCausalLM
     tokenizer = tokenizer or tiny_tokenizer()
     config = AutoConfig.for_model(
         model_type, vocab_size=len(tokenizer), hidden_size=hidden_size, intermediate_size=2 * hidden_size,
@@ -533,6 +539,7 @@ def from_gguf(
     dtype: torch.dtype = torch.float32,  # dtype of the saved weights
 ) -> Path:
     "Convert the GGUF file at `path` into a plain, saveable, trainable transformers checkpoint in `out_dir`."
+    from transformers import AutoModelForCausalLM, AutoTokenizer
     path = Path(path)
     if path.suffix != ".gguf" or not path.is_file(): raise FileNotFoundError(f"{path}: not a .gguf file")
     kw = dict(gguf_file=path.name)

@@ -15,7 +15,6 @@ from pathlib import Path
 import torch
 from huggingface_hub import split_state_dict_into_shards_factory
 from safetensors import safe_open
-from transformers.utils.hub import convert_file_size_to_int  # ~0.8 s to import transformers' utils, once
 
 # %% auto #0
 __all__ = ['DTYPES', 'DTYPE_NAMES', 'nbytes', 'StreamWriter', 'size_in_bytes', 'check_shard_size', 'ShardWriter',
@@ -82,12 +81,18 @@ class StreamWriter:
         "The hex sha256 of the bytes written so far (the whole file once every tensor is written)."
         return self.hash.hexdigest()
 
+_SIZE_UNITS = {"GIB": 2**30, "MIB": 2**20, "KIB": 2**10, "GB": 10**9, "MB": 10**6, "KB": 10**3}  # in this order
+
 def size_in_bytes(
     size: int | str,  # bytes, or a string such as "5GB", "500MB", "2GiB" (transformers' `max_shard_size` format)
 ) -> int:
-    "Bytes from a shard size as `save_pretrained(max_shard_size=...)` takes it (transformers' own parser)."
-    try: return convert_file_size_to_int(size)
-    except (ValueError, AttributeError) as e:
+    "Bytes from a shard size as `save_pretrained(max_shard_size=...)` takes it (transformers' rule)."
+    if isinstance(size, int): return size
+    try:
+        unit = next(u for u in _SIZE_UNITS if size.upper().endswith(u))
+        n = int(size[:-len(unit)]) * _SIZE_UNITS[unit]
+        return n // 8 if unit[1] == "B" and size.endswith("b") else n  # "5Gb": gigabits
+    except (StopIteration, ValueError, AttributeError) as e:
         raise ValueError(f"max_shard_size {size!r}: expected bytes as an int or a string like '5GB' or '2GiB'") from e
 
 def check_shard_size(

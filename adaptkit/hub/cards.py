@@ -8,10 +8,14 @@ from __future__ import annotations
 import importlib.resources
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from huggingface_hub import EvalResult, ModelCard, ModelCardData
+from huggingface_hub import EvalResult, ModelCardData  # repocard_data: no HTTP client
 
 from .client import is_repo_id
+
+if TYPE_CHECKING:  # rendering imports it: huggingface_hub's repocard loads the HTTP client
+    from huggingface_hub import ModelCard
 
 # %% auto #0
 __all__ = ['Method', 'markdown_table', 'repo_link', 'render_card']
@@ -131,6 +135,7 @@ def render_card(
         if settings
         else "No settings were recorded."
     )
+    from huggingface_hub import ModelCard
     return ModelCard.from_template(
         data,
         template_path=str(_template(method)),

@@ -13,20 +13,14 @@ import re
 import shutil
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit, urlunsplit
 
-import httpx2
-from huggingface_hub import (
-    CommitInfo,
-    CommitOperationAdd,
-    CommitOperationDelete,
-    HfApi,
-    ModelCard,
-    constants,
-    snapshot_download,
-)
-from huggingface_hub.errors import HfHubHTTPError, OfflineModeIsEnabled
+from huggingface_hub import constants
 from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+if TYPE_CHECKING:  # the HTTP client (HfApi, downloads, commits) is imported where a pull or push uses it
+    from huggingface_hub import CommitInfo, CommitOperationAdd, HfApi, ModelCard
 
 _log = logging.getLogger(__name__)
 
@@ -210,6 +204,8 @@ def _local_path(repo_id_or_path: str | Path) -> Path | None:
 
 def _check_access(api: HfApi, repo_id: str, repo_type: str, revision: str | None):
     "Raise the client's 4xx error when the Hub refuses `repo_id`@`revision`; an unreachable Hub leaves it to the cache."
+    import httpx2
+    from huggingface_hub.errors import HfHubHTTPError, OfflineModeIsEnabled
     try: api.repo_info(repo_id, repo_type=repo_type, revision=revision)
     except (httpx2.TransportError, OfflineModeIsEnabled): return
     except HfHubHTTPError as e:
@@ -226,6 +222,7 @@ def pull(
 ) -> Path:
     "A local folder holding `repo_id_or_path`: a local path passes through, a repo id is downloaded."
     if (path := _local_path(repo_id_or_path)) is not None: return path
+    from huggingface_hub import HfApi, snapshot_download
     _check_access(HfApi(endpoint=endpoint, token=token), repo_id_or_path, repo_type, revision)
     folder = snapshot_download(repo_id_or_path, repo_type=repo_type, revision=revision, token=token,
                                endpoint=endpoint, allow_patterns=allow_patterns, cache_dir=_cache_dir(endpoint))
@@ -331,6 +328,7 @@ def _metadata_upload(folder: Path) -> bytes | None:
 
 def _upload_ops(folder: Path, card) -> list[CommitOperationAdd]:
     "The additions of a push: the folder's files, its `adaptkit.json` without the push record, the card."
+    from huggingface_hub import CommitOperationAdd
     files = _folder_files(folder)
     if card is not None: files.pop("README.md", None)
     meta = _metadata_upload(folder) if files.pop(METADATA_FILE, None) else None
@@ -350,6 +348,8 @@ def _record_push(folder: Path, record: dict):
 def _commit(api: HfApi, repo_id: str, ops: list, *, repo_type: str, revision: str | None, message: str,
             create_pr: bool = False) -> CommitInfo:
     "Commit `ops` plus the deletion of every other file on top of the head they were listed from (as a PR: beside it)."
+    from huggingface_hub import CommitOperationDelete
+    from huggingface_hub.errors import HfHubHTTPError
     head = api.repo_info(repo_id, repo_type=repo_type, revision=revision).sha
     keep = {op.path_in_repo for op in ops} | {".gitattributes"}
     old = api.list_repo_files(repo_id, repo_type=repo_type, revision=head) if head else []
@@ -385,6 +385,7 @@ def push_folder(
     if revision is not None and (not revision.strip() or re.fullmatch(r"[0-9a-f]{40}", revision)):
         raise ValueError(f"revision={revision!r}: push to a branch name (it is created when missing), not a commit id")
     ops = _upload_ops(folder, card)
+    from huggingface_hub import HfApi
     api = HfApi(endpoint=endpoint, token=token)
     api.create_repo(repo_id, repo_type=repo_type, private=private, exist_ok=True)
     if revision not in (None, constants.DEFAULT_REVISION):
