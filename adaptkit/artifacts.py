@@ -384,7 +384,9 @@ def _saving_in_shards(
         if own is None: del model.save_pretrained
         else: model.save_pretrained = own
 
-def checkpoint_shards(trainer):
+def checkpoint_shards(
+    trainer,  # a transformers `Trainer` (TRL's included) about to write a checkpoint
+):
     """A context in which `trainer`'s checkpoints of a full model are written in shards of its
     `args.save_max_shard_size` (any transformers trainer, TRL's included); a PEFT adapter's (one file) and those of a
     config without the option are written as transformers writes them."""
