@@ -274,6 +274,19 @@ def _named_base(model) -> dict:
         return {"base_path": str(Path(name).resolve())}
     return {"base_model": name} if is_repo_id(name) else {}
 
+def _recorded_base(
+    model,  # the base as loaded (`load_base`'s model)
+    source: dict,  # `load_base`'s source: where a folder or repo id was read from; {} for a model object
+    endpoint: str | None = None,  # the Hub repo ids are read on here (None: the default)
+    base_model: str | None = None,  # the caller's repo id for the base (wins)
+    base_revision: str | None = None,  # the revision the caller asked the base at
+) -> dict:
+    """What an artifact made on `model` records about its base, by `hub.base_provenance`'s rule. A model object is
+    read as the folder its `name_or_path` names, so it records what that folder passed as a path would."""
+    name = str(getattr(getattr(model, "config", None), "name_or_path", "") or "")
+    if not source and name and Path(name).is_dir(): source = source_of(name)
+    return base_provenance(source, endpoint, base_model, base_revision, folder=_named_base(model).get("base_path"))
+
 class AdapterArtifact(Artifact):
     "A PEFT adapter with its tokenizer, made on a recorded base; `from_pretrained` refuses another base by name."
     library_name = "peft"
@@ -434,8 +447,7 @@ class ArtifactTrainerMixin:
             raise NotImplementedError("a model sharded at load time (`from_pretrained(distributed_config=...)`) is not "
                                       "trained by adaptkit's trainers: load it whole and launch with accelerate's FSDP "
                                       "or DeepSpeed, which gather the full weights for the final save")
-        recorded = base_provenance(source, endpoint, base_model, base_revision,  # `hub.base_provenance`'s rule
-                                   folder=_named_base(model).get("base_path"))  # a model object's own folder
+        recorded = _recorded_base(model, source, endpoint, base_model, base_revision)
         self.base_model, self.base_revision = recorded["base_model"], recorded["base_revision"]
         self.base_path, self.base_fingerprint = recorded["base_path"], fingerprint(model)
         return model

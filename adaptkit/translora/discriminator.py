@@ -13,8 +13,7 @@ from pathlib import Path
 import datasets
 from trl import SFTTrainer
 
-from ..artifacts import _named_base
-from ..hub.client import base_provenance
+from ..artifacts import _recorded_base
 from ..models import completion_collator, encode_completion, fingerprint, load_base
 from .artifact import Discriminator
 from .config import DiscriminatorConfig, EmptyGenerationError, stage_config
@@ -79,7 +78,7 @@ def train_discriminator(
         )
     model, source = load_base(base, revision=revision, endpoint=endpoint, token=token)
     # recorded as a trainer records its base: the repo read on `endpoint`, else the folder
-    stamp = base_provenance(source, endpoint, base_model, revision, folder=_named_base(model).get("base_path"))
+    stamp = _recorded_base(model, source, endpoint, base_model, revision)
     base_fingerprint = fingerprint(model)
     trainer = SFTTrainer(model=model, args=config, train_dataset=rows, processing_class=tokenizer,
                          peft_config=config.lora_config(), data_collator=completion_collator(tokenizer))

@@ -4,15 +4,15 @@ from pathlib import Path
 
 import pytest
 
-from adaptkit.artifacts import _named_base
+from adaptkit.artifacts import _recorded_base
 from adaptkit.hub import base_provenance, on_hub, pull, push_folder, source_of
 from adaptkit.models import load_base, load_causal_lm, tiny_causal_lm
 
 
 def _rule(base, endpoint=None, base_model=None, base_revision=None) -> dict:
-    "What `base_provenance` records for `base`, read as a trainer reads it."
+    "What `base_provenance` records for `base`, read as a trainer reads it (`_recorded_base`)."
     model, source = load_base(base, revision=base_revision, endpoint=endpoint)
-    return base_provenance(source, endpoint, base_model, base_revision, folder=_named_base(model).get("base_path"))
+    return _recorded_base(model, source, endpoint, base_model, base_revision)
 
 
 @pytest.fixture
@@ -37,6 +37,8 @@ def test_a_trainer_records_each_kind_of_base_by_the_rule(hub, pushed, tiny_model
         (("team/base", hub.endpoint, None, commit), rec("team/base", commit)),  # ... at the commit asked for
         ((str(snapshot), hub.endpoint, None, None), rec("team/base", commit)),  # a snapshot of that Hub, as a folder
         ((load_causal_lm(folder), None, None, None), rec(path=pushed_there)),  # an object loaded from the folder
+        ((load_causal_lm(folder), hub.endpoint, None, None), rec("team/base", commit)),  # ... worked with its Hub
+        ((load_causal_lm(tiny_model_dir), None, None, None), rec(path=local)),  # an object from a plain folder
         ((tiny_causal_lm(tiny_tok), None, "org/named", None), rec("org/named")),  # an object with no folder, named
     ]
     for args, want in cases:
