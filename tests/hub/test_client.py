@@ -125,7 +125,7 @@ def test_adapter_from_the_hub(hub, tiny_model_dir, tmp_path):
     assert torch.allclose(peft_model(**ids).logits, again(**ids).logits)
 
 
-# --- issue 13 item 3: what push_folder uploads, concurrent pushes, refused tokens --------------------------------
+# --- what push_folder uploads, concurrent pushes, refused tokens ------------------------------------------------------
 
 def _folder(tmp_path, name="art", **files):
     folder = tmp_path / name
@@ -328,7 +328,7 @@ def test_pull_falls_back_to_the_cache_when_the_hub_is_down(token, tmp_path, monk
     assert first.name == commit
 
 
-# --- issue 14 item 2 / issue 15 item 4: a path is a path, only a repo id goes to a Hub ----------------------------
+# --- a path is a path, only a repo id goes to a Hub -------------------------------------------------------------------
 
 class _CountingServer(http.server.ThreadingHTTPServer):
     "A loopback HTTP server that answers 404 to everything and counts the requests it got."
@@ -693,7 +693,7 @@ def test_json_is_written_whole_or_not_at_all(tmp_path):
     assert json.loads(path.read_text()) == {"a": [1, 2], "b": 1} and [p.name for p in tmp_path.iterdir()] == ["r.json"]
 
 
-# --- issue 38: source_of names the folder itself, never the base its record names ------------------------------------
+# --- source_of names the folder itself, never the base its record names -----------------------------------------------
 
 class _Trainer(ArtifactTrainerMixin):
     "A trainer's stand-in: what `ArtifactTrainerMixin._load_base` stamps for the base it is given."

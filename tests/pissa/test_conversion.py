@@ -3,7 +3,6 @@
 and the initial adapter's record (method, seed, iterations, dtype, bf16 residual error) against the saved weights."""
 import json
 import re
-import shutil
 import warnings
 
 import numpy as np
@@ -263,16 +262,15 @@ def test_the_adapter_card_shows_the_conversion_and_init_and_a_reload_keeps_them(
     assert "Exact: the trained change" in card and "rank 2r = 8 with alpha doubled to 8" in card
 
 
-# --- issue 38: a base from a local folder is named by the converted LoRA's record -----------------------------------
+# --- a base from a local folder is named by the converted LoRA's record -----------------------------------------------
 
 @pytest.mark.parametrize("save", ["save_pissa_as_lora", "PiSSAAdapter"])
 @pytest.mark.parametrize("rank", ["exact", 2])
 def test_a_converted_lora_of_a_local_base_records_its_folder_and_is_checked_from_the_record_alone(
-        tiny_tok, tiny_model_dir, tmp_path, save, rank):
-    """Before, the conversion recorded the untouched base's fingerprint but no `base_path`: nothing in the record said
-    which base to load the adapter on, and a refusal named no base."""
-    base = shutil.copytree(tiny_model_dir, tmp_path / "tiny-base")
-    (base / "adaptkit.json").unlink(missing_ok=True)  # a plain checkpoint: a folder, no repo id
+        tiny_tok, tiny_model_copy, tmp_path, save, rank):
+    """The record names the local base's folder (`base_path`) beside its fingerprint: the base to load the adapter on,
+    and the one a refusal names."""
+    base = tiny_model_copy  # a plain checkpoint: a folder, no repo id
     pm = _init(load_causal_lm(base), pissa_config(4), tmp_path / "init")
     ids = tiny_tok(["one plus two equals three", "two plus two equals four"], return_tensors="pt", padding=True)
     opt = torch.optim.AdamW([p for p in pm.parameters() if p.requires_grad], lr=1e-2)
