@@ -82,6 +82,7 @@ class StreamWriter:
         return self.hash.hexdigest()
 
 _SIZE_UNITS = {"GIB": 2**30, "MIB": 2**20, "KIB": 2**10, "GB": 10**9, "MB": 10**6, "KB": 10**3}  # in this order
+_DECIMAL_UNITS = {"GB", "MB", "KB"}  # written with a lowercase b, these count bits
 
 def size_in_bytes(
     size: int | str,  # bytes, or a string such as "5GB", "500MB", "2GiB" (transformers' `max_shard_size` format)
@@ -91,7 +92,7 @@ def size_in_bytes(
     try:
         unit = next(u for u in _SIZE_UNITS if size.upper().endswith(u))
         n = int(size[:-len(unit)]) * _SIZE_UNITS[unit]
-        return n // 8 if unit[1] == "B" and size.endswith("b") else n  # "5Gb": gigabits
+        return n // 8 if unit in _DECIMAL_UNITS and size.endswith("b") else n  # "5Gb": gigabits
     except (StopIteration, ValueError, AttributeError) as e:
         raise ValueError(f"max_shard_size {size!r}: expected bytes as an int or a string like '5GB' or '2GiB'") from e
 

@@ -17,7 +17,8 @@ changed tensor's bytes (goal for Xet: <= 1.2).
 Each server runs in its own process, as `adaptkit hub serve` does. Medians of 5. Every timed push and pull starts
 with no dirty pages (`os.sync()`): on ext4 an fsync also waits for the writeback of files written before it, so back
 to back each server was billed for the pushes before its own (measured: the floor's push rose from 0.60 to 1.13 s
-over five pushes in a row, and `lfs_push_vs_floor` came out 1.54, 0.74 and 0.91 in three runs without the sync).
+over five pushes in a row; without the sync the ratio came out 1.54 in this benchmark and 0.74 and 0.91 in two
+runs of 5 and 7 LocalHub/floor pairs alone).
 Waits for a quiet machine and writes through benchmarks/_bench.py: benchmarks/results/hub.json (hub.loaded.json
 when ADAPTKIT_BENCH_ALLOW_LOADED=1 on a loaded machine). `--size-mib N` or `--repeats N` checks the script at
 another setting: it prints the result and writes nothing.
@@ -319,7 +320,7 @@ def main():
     parser.add_argument("--size-mib", type=int, default=SIZE_MIB, help="model size (others: a check, unwritten)")
     parser.add_argument("--repeats", type=int, default=REPEATS, help="repeats per server (medians)")
     args = parser.parse_args()
-    REPEATS, full = args.repeats, (args.size_mib, args.repeats) == (SIZE_MIB, 5)
+    REPEATS, full = args.repeats, (args.size_mib, args.repeats) == (SIZE_MIB, parser.get_default("repeats"))
     start = quiet_start() if full else {"load_average_at_start": list(os.getloadavg()), "loaded": None}
     with tempfile.TemporaryDirectory() as d:
         root = Path(d)
