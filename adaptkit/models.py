@@ -27,8 +27,8 @@ if TYPE_CHECKING:  # transformers is imported where a model or tokenizer is made
 # %% auto #0
 __all__ = ['CHATML_TEMPLATE', 'SMOLLM2_REPO', 'load_causal_lm', 'load_tokenizer', 'load_base', 'load_adapter', 'tiny_tokenizer',
            'tiny_causal_lm', 'default_bf16', 'merged', 'GeneratedText', 'generate_batched', 'encode_completion',
-           'completion_collator', 'BaseMismatchError', 'fingerprint', 'fingerprint_mismatch', 'check_base',
-           'check_adapter_base', 'from_gguf', 'cache_dir', 'packaged_file', 'smollm2']
+           'completion_collator', 'completion_logprobs', 'BaseMismatchError', 'fingerprint', 'fingerprint_mismatch',
+           'check_base', 'check_adapter_base', 'from_gguf', 'cache_dir', 'packaged_file', 'smollm2']
 
 # %% ../nbs/03_models.ipynb #798be5b5
 def load_causal_lm(
@@ -352,9 +352,10 @@ def encode_completion(
     max_length: int,  # longest sequence kept
     row: int | str = "?",  # row number for error messages
     add_eos: bool = True,  # end the completion with the tokenizer's EOS token
+    add_special_tokens: bool = False,  # tokenise the prompt with the tokenizer's special tokens (e.g. a BOS)
 ) -> dict:
     "`input_ids` of prompt + completion (+ EOS) tokenised apart, and `labels` that are -100 on the prompt."
-    p = tokenizer(prompt, add_special_tokens=False)["input_ids"]
+    p = tokenizer(prompt, add_special_tokens=add_special_tokens)["input_ids"]
     c = tokenizer(completion, add_special_tokens=False)["input_ids"]
     if add_eos and tokenizer.eos_token_id is not None: c = c + [tokenizer.eos_token_id]
     if len(p) >= max_length:
@@ -375,6 +376,31 @@ def completion_collator(
         raise ValueError("the tokenizer has no pad token: set tokenizer.pad_token (e.g. to its eos token) first")
     collate = DataCollatorForSeq2Seq(tokenizer, padding=True, label_pad_token_id=-100, return_tensors="pt")
     return lambda rows: collate([{k: r[k] for k in ("input_ids", "labels")} for r in rows])
+
+# %% ../nbs/03_models.ipynb #c0a1b2c4
+@torch.no_grad()
+def completion_logprobs(
+    model,  # a causal LM
+    tokenizer,  # its tokenizer (with a pad token)
+    prompts: list[str],  # the prompts
+    completions: list[str],  # one completion per prompt
+    *,
+    batch_size: int = 16,  # rows per forward pass
+    add_special_tokens: bool = False,  # tokenise prompts with the tokenizer's special tokens (as generation may)
+) -> torch.Tensor:
+    "log p(completion | prompt) of each row, summed over the completion's tokens (`encode_completion`, no EOS)."
+    if len(prompts) != len(completions):
+        raise ValueError(f"{len(prompts)} prompts but {len(completions)} completions: give one completion per prompt")
+    collate, out = completion_collator(tokenizer), [torch.zeros(0)]
+    rows = [encode_completion(tokenizer, p, c, 1 << 30, row=i, add_eos=False, add_special_tokens=add_special_tokens)
+            for i, (p, c) in enumerate(zip(prompts, completions))]
+    for i in range(0, len(rows), batch_size):
+        batch = {k: v.to(model.device) for k, v in collate(rows[i : i + batch_size]).items()}
+        logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits[:, :-1].float()
+        labels = batch["labels"][:, 1:]
+        token_logp = logits.log_softmax(-1).gather(-1, labels.clamp_min(0)[..., None])[..., 0]
+        out.append((token_logp * (labels != -100)).sum(-1).cpu())
+    return torch.cat(out)
 
 # %% ../nbs/03_models.ipynb #33ebdcad
 class BaseMismatchError(ValueError):

@@ -14,27 +14,16 @@ from fastcore.basics import patch
 
 from ..artifacts import AdapterArtifact
 from ..hub import markdown_table, repo_link, write_metadata
-from ..models import completion_collator, encode_completion
+from ..models import completion_logprobs
 from .config import DISCRIMINATOR_TEMPLATE, METHOD
 
 # %% auto #0
 __all__ = ['Discriminator', 'check_comparisons', 'TransferredAdapter']
 
 # %% ../../nbs/translora/02_artifact.ipynb #tla27f03
-@torch.no_grad()
 def _label_logprobs(model, tokenizer, prompts: Sequence[str], label: str, batch_size: int) -> torch.Tensor:
     "log p(label | prompt) for each prompt, summed over the label's tokens (tokenised as `discriminator_rows` does)."
-    collate, out = completion_collator(tokenizer), []
-    for i in range(0, len(prompts), batch_size):
-        batch = collate(
-            [encode_completion(tokenizer, p, label, 1 << 30, add_eos=False) for p in prompts[i : i + batch_size]]
-        )
-        batch = {k: v.to(model.device) for k, v in batch.items()}
-        logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits[:, :-1].float()
-        labels = batch["labels"][:, 1:]
-        token_logp = logits.log_softmax(-1).gather(-1, labels.clamp_min(0)[..., None])[..., 0]
-        out.append((token_logp * (labels != -100)).sum(-1).cpu())
-    return torch.cat(out)
+    return completion_logprobs(model, tokenizer, prompts, [label] * len(prompts), batch_size=batch_size)
 
 
 # %% ../../nbs/translora/02_artifact.ipynb #4df8f45c

@@ -128,8 +128,10 @@ class SynthesisConfig:
     "Settings of the generating stages: synthetic prompts from the target base, and the teacher's answers to them."
     min_seeds: int = field(default=5, metadata=_help("Fewest distinct seed examples accepted (the paper uses 5)."))
     shots: int = field(default=5, metadata=_help("Seed examples shown in each few-shot prompt, drawn anew per prompt."))
-    num_synthetic: int = field(default=200, metadata=_help("Distinct synthetic prompts to generate."))
-    max_attempts_factor: float = field(default=3.0, metadata=_help("Stop after num_synthetic * this many generations."))
+    num_synthetic: int = field(default=640, metadata=_help(
+        "Distinct synthetic prompts to distil; with a discriminator, prompts are written until it has kept this many."))
+    max_attempts_factor: float = field(default=3.0, metadata=_help(
+        "Stop after num_synthetic * this many generations (kept or not)."))
     generation_batch_size: int = field(default=16, metadata=_help("Prompts per generate call (left padding)."))
     synthesis_template: str = field(default=SYNTHESIS_TEMPLATE, metadata=_help("Few-shot prompt with {examples}."))
     example_template: str = field(
@@ -145,6 +147,8 @@ class SynthesisConfig:
         default="transformers", metadata=_help("Synthesis engine: 'transformers' or 'vllm' (when installed).")
     )
     completion_max_new_tokens: int = field(default=128, metadata=_help("Token limit of one teacher answer (greedy)."))
+    teacher_keep: float = field(default=0.5, metadata=_help(
+        "Share of the teacher's answers distilled, those it gives the highest probability (1.0: all of them)."))
     synthesis_seed: int = field(default=0, metadata=_help("Seed of the few-shot draws and of sampling."))
 
     def __post_init__(self):
@@ -153,6 +157,7 @@ class SynthesisConfig:
             if getattr(self, name) < 1: raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
         if self.max_attempts_factor < 1:
             raise ValueError(f"max_attempts_factor must be at least 1, got {self.max_attempts_factor}")
+        if not 0 < self.teacher_keep <= 1: raise ValueError(f"teacher_keep must be in (0, 1], got {self.teacher_keep}")
         if self.backend not in ("transformers", "vllm"):
             raise ValueError(f"backend must be 'transformers' or 'vllm', got {self.backend!r}")
         if "{examples}" not in self.synthesis_template: raise ValueError("synthesis_template needs an {examples} field")

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import datasets
@@ -21,7 +21,8 @@ from .config import DiscriminatorConfig, EmptyGenerationError, stage_config
 _logger = logging.getLogger("adaptkit.translora")
 
 # %% auto #0
-__all__ = ['FEW_DISCRIMINATOR_TEXTS', 'discriminator_rows', 'train_discriminator', 'Filtered', 'filter_prompts']
+__all__ = ['FEW_DISCRIMINATOR_TEXTS', 'NEAR_CHANCE_ACCURACY', 'discriminator_rows', 'train_discriminator', 'check_discriminator',
+           'warn_if_near_chance', 'Filtered', 'check_threshold', 'nothing_kept', 'filter_prompts']
 
 # %% ../../nbs/translora/03_discriminator.ipynb #03ba5797
 def discriminator_rows(
@@ -64,8 +65,9 @@ def train_discriminator(
     revision: str | None = None,  # the base's revision when `base` is a repo id
     endpoint: str | None = None,  # Hub endpoint for a repo id `base`
     token: str | None = None,  # Hub token
+    heldout: tuple[Sequence[str], Sequence[str]] | None = None,  # held-out (real, synthetic) texts: scored, recorded
 ) -> Discriminator:
-    "A `Discriminator` trained on `real` vs `synthetic` texts."
+    "A `Discriminator` trained on `real` vs `synthetic` texts (checked on `heldout` ones when given)."
     config = stage_config(config, DiscriminatorConfig, output_dir)
     rows = discriminator_rows(real, synthetic, config, tokenizer)  # bad texts fail before the base is loaded
     if min(len(real), len(synthetic)) < FEW_DISCRIMINATOR_TEXTS:
@@ -94,6 +96,7 @@ def train_discriminator(
         info=_training_record(config, len(real), len(synthetic)),
     )
     disc.base_path, disc.base_fingerprint = stamp["base_path"], base_fingerprint
+    if heldout is not None: disc.settings["heldout"] = check_discriminator(disc, *heldout)
     return disc
 
 def _training_record(config: DiscriminatorConfig, n_real: int, n_synthetic: int) -> dict:
@@ -108,18 +111,59 @@ def _training_record(config: DiscriminatorConfig, n_real: int, n_synthetic: int)
         "seed": config.seed,
     }
 
+# %% ../../nbs/translora/03_discriminator.ipynb #c4d15c02
+NEAR_CHANCE_ACCURACY = 0.6  # below this held-out accuracy a discriminator is warned of as near chance
+
+def check_discriminator(
+    discriminator: Discriminator,  # a trained discriminator
+    real: Sequence[str],  # held-out real task inputs (not trained on)
+    synthetic: Sequence[str],  # held-out synthetic inputs (not trained on)
+) -> dict:
+    "Held-out accuracy, the share of real and synthetic texts kept, and their counts; warns when near chance."
+    result = {**discriminator.evaluate(real, synthetic), "n_real": len(real), "n_synthetic": len(synthetic)}
+    warn_if_near_chance(result)
+    return result
+
+def warn_if_near_chance(heldout: dict | None) -> bool:
+    "Log a warning (and return True) when a held-out check (`check_discriminator`) is below `NEAR_CHANCE_ACCURACY`."
+    if not heldout or heldout["accuracy"] >= NEAR_CHANCE_ACCURACY: return False
+    _logger.warning(
+        "discriminator: held-out accuracy %.3f on %d real and %d synthetic texts is near chance (below %.2f): it keeps "
+        "%.0f%% of real and %.0f%% of synthetic texts, so its filter tilts the data more than it cleans it; train it "
+        "on more real task data, or transfer without a discriminator",
+        heldout["accuracy"], heldout["n_real"], heldout["n_synthetic"], NEAR_CHANCE_ACCURACY,
+        100 * heldout["real_kept"], 100 * heldout["synthetic_kept"],
+    )
+    return True
+
 # %% ../../nbs/translora/03_discriminator.ipynb #7f142be6
 @dataclass
 class Filtered:
     "The prompts a discriminator kept, with every prompt's score."
     kept: list[str]  # prompts with P(real) >= threshold, in order
-    scores: list[float]  # P(real) of every prompt given
+    scores: list[float]  # P(real) of every prompt scored, in the order of `prompts`
     threshold: float  # the threshold applied
+    prompts: list[str] = field(default_factory=list)  # every prompt scored, kept or not, in order
 
     @property
     def kept_fraction(self) -> float:
         "Kept prompts / prompts scored."
         return len(self.kept) / max(1, len(self.scores))
+
+    @property
+    def dropped(self) -> list[str]:
+        "The prompts scored below the threshold, in order."
+        return [p for p, s in zip(self.prompts, self.scores) if s < self.threshold]
+
+def check_threshold(threshold: float) -> float:
+    "`threshold`, refused unless it is a probability."
+    if not 0 <= threshold <= 1: raise ValueError(f"threshold must be in [0, 1], got {threshold}")
+    return threshold
+
+def nothing_kept(n: int, threshold: float, scores: Sequence[float]) -> EmptyGenerationError:
+    "The error for a discriminator that kept none of `n` prompts."
+    return EmptyGenerationError(f"the discriminator kept none of {n} prompts at threshold {threshold} "
+                                f"(highest P(real) {max(scores):.3f}); lower the threshold or synthesize more")
 
 def filter_prompts(
     discriminator: Discriminator,  # the trained discriminator
@@ -131,17 +175,14 @@ def filter_prompts(
 ) -> Filtered:
     "The `prompts` the discriminator judges real."
     if not prompts: raise EmptyGenerationError("no synthetic prompts to filter")
-    threshold = discriminator.threshold if threshold is None else threshold
-    if not 0 <= threshold <= 1: raise ValueError(f"threshold must be in [0, 1], got {threshold}")
+    threshold = check_threshold(discriminator.threshold if threshold is None else threshold)
     scores = discriminator.score(prompts, batch_size)
-    result = Filtered([p for p, s in zip(prompts, scores) if s >= threshold], scores, threshold)
+    result = Filtered([p for p, s in zip(prompts, scores) if s >= threshold], scores, threshold, list(prompts))
     _logger.info(
         "discriminator kept %d of %d synthetic prompts (%.1f%%)",
         len(result.kept),
         len(prompts),
         100 * result.kept_fraction,
     )
-    if not result.kept and not allow_empty:
-        raise EmptyGenerationError(f"the discriminator kept none of {len(prompts)} prompts at threshold {threshold} "
-                                   f"(highest P(real) {max(scores):.3f}); lower the threshold or synthesize more")
+    if not result.kept and not allow_empty: raise nothing_kept(len(prompts), threshold, scores)
     return result

@@ -8,7 +8,8 @@ from __future__ import annotations
 import logging
 import math
 import random
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import closing
 from pathlib import Path
 
 import torch
@@ -16,11 +17,12 @@ from tqdm.auto import tqdm
 
 from ..models import generate_batched
 from .config import EmptyGenerationError, SynthesisConfig, load_seeds, prompt_affixes, stage_config
+from .discriminator import Filtered, check_threshold, nothing_kept
 
 _logger = logging.getLogger(__name__)
 
 # %% auto #0
-__all__ = ['vllm_generator', 'generate_texts', 'fewshot_prompt', 'synthesize_prompts']
+__all__ = ['vllm_generator', 'generate_texts', 'fewshot_prompt', 'synthesize_prompts', 'synthesize_kept']
 
 # %% ../../nbs/translora/04_synthesis.ipynb #c345f6e5
 def _is_vllm(model) -> bool: return type(model).__module__.split(".")[0] == "vllm"
@@ -89,6 +91,28 @@ def _new_inputs(texts: Sequence[str], stop: str, seen: set) -> list[str]:
     return new
 
 # %% ../../nbs/translora/04_synthesis.ipynb #2adfca8a
+def _synthesis_rounds(
+    model, tokenizer, seeds: list[str], config: SynthesisConfig, batch_size: int, budget: int
+) -> Iterator[tuple[list[str], int]]:
+    "`(new distinct prompts, generations so far)` after each batch, until `budget` generations are spent."
+    prefix, suffix = prompt_affixes(seeds) if config.keep_template else ("", "")
+    cores = [s[len(prefix):len(s) - len(suffix)] for s in seeds]
+    rng, seen, tries = random.Random(config.synthesis_seed), {_normalized(c) for c in cores}, 0
+    sampling = dict(max_new_tokens=config.prompt_max_new_tokens, do_sample=True, temperature=config.temperature,
+                    top_p=config.top_p, stop_strings=[config.stop], progress=False)
+    with torch.random.fork_rng():  # seeded sampling, the caller's random state restored when the rounds close
+        torch.manual_seed(config.synthesis_seed)
+        while tries < budget:
+            shots = min(config.shots, len(cores))
+            shown = [fewshot_prompt(rng.sample(cores, shots), config) for _ in range(min(batch_size, budget - tries))]
+            texts = generate_texts(model, tokenizer, shown, batch_size=batch_size, **sampling)
+            tries += len(shown)
+            yield [prefix + core + suffix for core in _new_inputs(texts, config.stop, seen)], tries
+
+def _no_prompt(tries: int) -> EmptyGenerationError:
+    return EmptyGenerationError(f"the model wrote no usable prompt in {tries} generations (all empty, or copies "
+                                "of seeds); check synthesis_template/stop, or raise prompt_max_new_tokens")
+
 def synthesize_prompts(
     model,  # the target base model (or a `vllm.LLM` on it)
     tokenizer,  # its tokenizer
@@ -103,27 +127,51 @@ def synthesize_prompts(
     config = stage_config(config, SynthesisConfig)
     seeds = load_seeds(seeds, config.min_seeds)
     n, batch_size = n or config.num_synthetic, batch_size or config.generation_batch_size
-    prefix, suffix = prompt_affixes(seeds) if config.keep_template else ("", "")
-    cores = [s[len(prefix):len(s) - len(suffix)] for s in seeds]
-    rng, seen, out, tries = random.Random(config.synthesis_seed), {_normalized(c) for c in cores}, [], 0
-    budget = math.ceil(n * config.max_attempts_factor)
-    sampling = dict(max_new_tokens=config.prompt_max_new_tokens, do_sample=True, temperature=config.temperature,
-                    top_p=config.top_p, stop_strings=[config.stop], progress=False)
-    with torch.random.fork_rng(), tqdm(total=n, desc="synthetic prompts", disable=not progress) as bar:
-        torch.manual_seed(config.synthesis_seed)
-        while len(out) < n and tries < budget:
-            shots = min(config.shots, len(cores))
-            shown = [fewshot_prompt(rng.sample(cores, shots), config) for _ in range(min(batch_size, budget - tries))]
-            texts = generate_texts(model, tokenizer, shown, batch_size=batch_size, **sampling)
-            for core in _new_inputs(texts, config.stop, seen)[: n - len(out)]:
-                out.append(prefix + core + suffix)
-                bar.update(1)
-            tries += len(shown)
-    if not out:
-        raise EmptyGenerationError(
-            f"the model wrote no usable prompt in {tries} generations (all empty, or copies "
-            "of seeds); check synthesis_template/stop, or raise prompt_max_new_tokens"
-        )
+    out, tries, budget = [], 0, math.ceil(n * config.max_attempts_factor)
+    rounds = _synthesis_rounds(model, tokenizer, seeds, config, batch_size, budget)
+    with closing(rounds), tqdm(total=n, desc="synthetic prompts", disable=not progress) as bar:
+        for new, tries in rounds:
+            out += new[: n - len(out)]
+            bar.update(len(out) - bar.n)
+            if len(out) >= n: break
+    if not out: raise _no_prompt(tries)
     if len(out) < n:
         _logger.warning("synthesis: %d distinct prompts of %d asked after %d generations", len(out), n, tries)
     return out
+
+# %% ../../nbs/translora/04_synthesis.ipynb #b7d1e0a2
+def synthesize_kept(
+    model,  # the target base model (or a `vllm.LLM` on it)
+    tokenizer,  # its tokenizer
+    seeds,  # seed prompts or rows (see `load_seeds`)
+    discriminator,  # a trained `Discriminator`: a prompt is kept when its P(real) >= `threshold`
+    config: SynthesisConfig | None = None,  # synthesis settings
+    *,
+    n: int | None = None,  # how many kept, distinct prompts; default `config.num_synthetic`
+    threshold: float | None = None,  # default: the discriminator's own
+    max_generations: int | None = None,  # stop after this many generations; default `n * config.max_attempts_factor`
+    batch_size: int | None = None,  # default `config.generation_batch_size`
+    progress: bool = True,  # show a progress bar
+) -> Filtered:
+    "Distinct prompts written by `model` until `n` pass `discriminator`: the first `n` kept, and every prompt scored."
+    config = stage_config(config, SynthesisConfig)
+    seeds = load_seeds(seeds, config.min_seeds)
+    n, batch_size = n or config.num_synthetic, batch_size or config.generation_batch_size
+    threshold = check_threshold(discriminator.threshold if threshold is None else threshold)
+    budget = max_generations or math.ceil(n * config.max_attempts_factor)
+    written, scores, kept, tries = [], [], [], 0
+    rounds = _synthesis_rounds(model, tokenizer, seeds, config, batch_size, budget)
+    with closing(rounds), tqdm(total=n, desc="kept synthetic prompts", disable=not progress) as bar:
+        for new, tries in rounds:
+            judged = discriminator.score(new) if new else []
+            written, scores = written + new, scores + judged
+            kept += [p for p, s in zip(new, judged) if s >= threshold][: n - len(kept)]
+            bar.update(len(kept) - bar.n)
+            bar.set_postfix(written=len(written), generations=tries)
+            if len(kept) >= n: break
+    if not written: raise _no_prompt(tries)
+    if not kept: raise nothing_kept(len(written), threshold, scores)
+    if len(kept) < n:
+        _logger.warning("synthesis: %d kept prompts of %d asked after %d generations (%d distinct written, "
+                        "%.0f%% kept)", len(kept), n, tries, len(written), 100 * len(kept) / len(written))
+    return Filtered(kept, scores, threshold, written)

@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -17,7 +18,7 @@ import torch
 
 from ..hub import pull, source_of
 from ..hub.client import on_hub
-from ..models import load_causal_lm, load_tokenizer
+from ..models import completion_logprobs, load_causal_lm, load_tokenizer
 from .artifact import Discriminator, TransferredAdapter
 from adaptkit.translora.config import (
     DistillationConfig,
@@ -28,14 +29,15 @@ from adaptkit.translora.config import (
     stage_config,
     vocabularies_match,
 )
-from .discriminator import filter_prompts
-from .synthesis import generate_texts, synthesize_prompts, vllm_generator
+from .discriminator import warn_if_near_chance
+from .synthesis import generate_texts, synthesize_kept, synthesize_prompts, vllm_generator
 from .trainer import _distillation_trainer
 
 _logger = logging.getLogger(__name__)
 
 # %% auto #0
-__all__ = ['ANSWER_SHARE_WARNING', 'load_adapter_checked', 'teacher_completions', 'answer_distribution', 'transfer_lora']
+__all__ = ['ANSWER_SHARE_WARNING', 'load_adapter_checked', 'teacher_completions', 'answer_distribution', 'answer_logprobs',
+           'confident_answers', 'transfer_lora']
 
 # %% ../../nbs/translora/06_transfer.ipynb #3d86625e
 def load_adapter_checked(
@@ -108,6 +110,33 @@ def _warn_if_one_answer(answers: dict) -> bool:
     )
     return True
 
+# %% ../../nbs/translora/06_transfer.ipynb #d0c0f002
+def answer_logprobs(
+    teacher,  # the source base + source LoRA
+    tokenizer,  # the source tokenizer
+    rows,  # prompt/completion rows: the teacher's answers (`teacher_completions`)
+    *,
+    batch_size: int = 16,  # rows per forward pass
+) -> list[float]:
+    "log p(answer | prompt) the teacher gives each of its answers: its confidence in them."
+    return completion_logprobs(teacher, tokenizer, list(rows["prompt"]), list(rows["completion"]),
+                               batch_size=batch_size, add_special_tokens=True).tolist()
+
+def confident_answers(
+    rows: datasets.Dataset,  # prompt/completion rows: the teacher's answers
+    logprobs: Sequence[float],  # the teacher's confidence in each (`answer_logprobs`)
+    keep: float,  # the share of rows kept, the most confident first (1.0: all)
+) -> datasets.Dataset:
+    "The `keep` share of `rows` the teacher is surest of, in their order."
+    if not 0 < keep <= 1: raise ValueError(f"keep must be in (0, 1], got {keep}")
+    if len(logprobs) != len(rows): raise ValueError(f"{len(rows)} rows but {len(logprobs)} log-probabilities")
+    n = max(1, round(keep * len(rows)))
+    chosen = sorted(sorted(range(len(rows)), key=lambda i: -logprobs[i])[:n])
+    if n < len(rows):
+        _logger.info("teacher: kept its %d most confident answers of %d (p >= %.3f)", n, len(rows),
+                     math.exp(min(logprobs[i] for i in chosen)))
+    return rows.select(chosen)
+
 # %% ../../nbs/translora/06_transfer.ipynb #491aace1
 def _provenance(folder: Path) -> dict:
     """Where an input came from: the repo and revision `source_of` names (a pulled snapshot, a pushed folder, with its
@@ -142,31 +171,39 @@ def _load_models(folders: dict, distillation: DistillationConfig) -> tuple:
         )
     return source_base, adapter_config, source_tok, target_tok, load_causal_lm(folders["target_base"])
 
-def _filter_stage(
-    discriminator, discriminator_base, synthetic: list[str], threshold, revision, hub: dict
-) -> tuple[list[str], dict]:
-    "The synthetic prompts the discriminator keeps, and the discriminator's provenance."
+def _open_discriminator(discriminator, discriminator_base, revision, hub: dict) -> tuple[Discriminator, dict]:
+    "The discriminator (pulled and loaded on its base when not an object) and its provenance; near chance is warned."
     if isinstance(discriminator, Discriminator): disc, ref = discriminator, {"local": "(in memory)"}
     else:
         folder = pull(discriminator, revision=revision, **hub)
-        disc, ref = (
-            Discriminator.from_pretrained(folder, base=discriminator_base, **hub),
-            _provenance(folder),
-        )
-    return filter_prompts(disc, synthetic, threshold).kept, ref
+        disc, ref = Discriminator.from_pretrained(folder, base=discriminator_base, **hub), _provenance(folder)
+    warn_if_near_chance(disc.settings.get("heldout"))
+    return disc, ref
+
+def _synthesis_stage(generator, tokenizer, seeds, synthesis, disc, threshold, timings) -> tuple[list[str], list[str]]:
+    "`(every prompt written, the prompts distilled)`: `num_synthetic` of them, kept by `disc` when there is one."
+    if disc is None:
+        with _timed_stage(timings, "synthesize"): synthetic = synthesize_prompts(generator, tokenizer, seeds, synthesis)
+        return synthetic, synthetic
+    with _timed_stage(timings, "synthesize + filter"):
+        filtered = synthesize_kept(generator, tokenizer, seeds, disc, synthesis, threshold=threshold)
+    return filtered.prompts, filtered.kept
 
 def _record_synthesis(
-    adapter: TransferredAdapter, synthesis: SynthesisConfig, threshold: float | None, timings: dict
+    adapter: TransferredAdapter, synthesis: SynthesisConfig, disc: Discriminator | None, threshold, timings: dict
 ) -> None:
-    "Add the synthesis settings, the threshold applied and the stage timings to the adapter's record."
+    "Add the synthesis settings, the filter (threshold, held-out check) and the stage timings to the adapter's record."
     adapter.timings = timings
     adapter.settings.update(
         shots=synthesis.shots,
         num_synthetic=synthesis.num_synthetic,
         synthesis_seed=synthesis.synthesis_seed,
-        threshold=threshold,
+        threshold=None if disc is None else disc.threshold if threshold is None else threshold,
+        teacher_keep=synthesis.teacher_keep,
         backend=synthesis.backend,
     )
+    heldout = disc.settings.get("heldout") if disc is not None else None
+    if heldout: adapter.settings["discriminator_heldout"] = {k: round(v, 4) for k, v in heldout.items()}
 
 def _deliver(adapter: TransferredAdapter, output_dir, name: str | None) -> TransferredAdapter:
     "Save the adapter to `output_dir` (when given), named `name` on its card."
@@ -211,17 +248,18 @@ def transfer_lora(
         distillation,
     )
     source_model, adapter_config, source_tok, target_tok, target = models
-    with _timed_stage(timings, "synthesize"):
-        generator = vllm_generator(folders["target_base"]) if synthesis.backend == "vllm" else target
-        synthetic = synthesize_prompts(generator, target_tok, seed_prompts, synthesis)
-    kept = synthetic
-    if discriminator is not None:
-        with _timed_stage(timings, "filter"):
-            kept, provenance["discriminator"] = _filter_stage(discriminator, discriminator_base, synthetic, threshold,
-                                                              revisions.get("discriminator"), hub)
+    disc = None
+    if discriminator is not None:  # pulled and checked before any generation
+        disc, provenance["discriminator"] = _open_discriminator(discriminator, discriminator_base,
+                                                                revisions.get("discriminator"), hub)
+    generator = vllm_generator(folders["target_base"]) if synthesis.backend == "vllm" else target
+    synthetic, kept = _synthesis_stage(generator, target_tok, seed_prompts, synthesis, disc, threshold, timings)
     with _timed_stage(timings, "teacher"):
         teacher = load_adapter_checked(source_model, folders["source_adapter"])
         rows = teacher_completions(teacher, source_tok, kept, synthesis)
+        if synthesis.teacher_keep < 1:
+            logprobs = answer_logprobs(teacher, source_tok, rows, batch_size=synthesis.generation_batch_size)
+            rows = confident_answers(rows, logprobs, synthesis.teacher_keep)
     _warn_if_one_answer(answers := answer_distribution(rows))  # before the expensive stage
     with _timed_stage(timings, "distill"):
         base_model, base_revision = _recorded_repo(provenance["target_base"], endpoint)
@@ -246,6 +284,6 @@ def transfer_lora(
         "distilled": len(rows),
     }
     adapter.answers = answers
-    _record_synthesis(adapter, synthesis, threshold if discriminator is not None else None, timings)
+    _record_synthesis(adapter, synthesis, disc, threshold, timings)
     adapter.results = list(evaluate(adapter.model, target_tok)) if evaluate else []
     return _deliver(adapter, output_dir, name)

@@ -589,3 +589,24 @@ def test_the_fewshot_prompt_and_the_seed_and_answer_limits():
     assert load_seeds([f"seed {i}" for i in range(5)]) == [f"seed {i}" for i in range(5)]
     assert len(answer_distribution([{"completion": str(i)} for i in range(12)])["most_common"]) == 10
     assert _warn_if_one_answer(answer_distribution([{"completion": c} for c in "aab"])) is True  # 2 distinct, 67%
+
+
+def test_the_one_answer_warning_at_the_edges_of_its_share(caplog):
+    "Over `ANSWER_SHARE_WARNING` of the rows on one answer warns, the rest one other answer or many; at it, not."
+    from adaptkit.translora.transfer import ANSWER_SHARE_WARNING, _warn_if_one_answer, answer_distribution
+    def warned(completions):
+        caplog.clear()
+        with caplog.at_level("WARNING", logger="adaptkit.translora"):
+            said = _warn_if_one_answer(answer_distribution([{"completion": c} for c in completions]))
+        assert said == bool(caplog.text)
+        return said
+    assert ANSWER_SHARE_WARNING == 0.5
+    assert warned(["7"] * 51 + ["-3"] * 49)  # collapsed onto two answers, the larger just over half
+    assert "51% of the 100 distilled rows have one answer ('7')" in caplog.text
+    assert warned(["7"] * 99 + ["-3"])  # two answers, one nearly everywhere: the share warning, not the all-rows one
+    assert "99% of the 100 distilled rows" in caplog.text and "collapsed" not in caplog.text
+    assert warned(["7"] * 51 + [str(i) for i in range(100, 149)])  # one answer over half, the rest all distinct
+    assert not warned(["7"] * 50 + ["-3"] * 50)  # exactly half: not over
+    assert not warned(["7"] * 50 + [str(i) for i in range(100, 150)])
+    assert warned(["7", "7"]) and "all 2 distilled rows have one answer ('7'): the teacher collapsed" in caplog.text
+    assert not warned(["7"]) and not warned([])  # one row or none: nothing to judge
