@@ -47,9 +47,10 @@ def _generate_with(monkeypatch, generate):
     for module in (synthesis, transfer): monkeypatch.setattr(module, "generate_texts", generate)
 
 def _synthesis(**kw):
-    return SynthesisConfig(
-        **{**dict(num_synthetic=5, prompt_max_new_tokens=8, completion_max_new_tokens=5, generation_batch_size=5), **kw}
-    )
+    "Tiny synthesis settings; every teacher answer distilled (`teacher_keep=1.0`) so counts can be checked by hand."
+    base = dict(num_synthetic=5, prompt_max_new_tokens=8, completion_max_new_tokens=5, generation_batch_size=5,
+                teacher_keep=1.0)
+    return SynthesisConfig(**{**base, **kw})
 
 
 def _distillation(tmp_path, **kw):
@@ -138,8 +139,7 @@ def test_transfer_through_localhub(bases, tmp_path, hub):
         record["source"]["base_model"] == "team/tgt-base" and record["source"]["base_revision"] == commits["tgt-base"]
     )
     assert record["translora"]["counts"] == adapter.counts and set(record["translora"]["timings"]) >= {
-        "synthesize",
-        "filter",
+        "synthesize + filter",
         "teacher",
         "distill",
     }
@@ -227,6 +227,29 @@ def test_distilled_count_matches_a_hand_count(bases, tmp_path, monkeypatch):
     assert adapter.counts["distilled"] == hand_count
 
 
+def test_the_default_distils_the_half_of_the_answers_the_teacher_is_surest_of(bases, tmp_path, monkeypatch):
+    "`teacher_keep` 0.5 by default: of 6 answered prompts, the 3 the teacher is surest of are distilled."
+    import adaptkit.translora.transfer as transfer
+    real_generate, cut = synthesis.generate_texts, []
+    def generate(model, tok, prompts, **kw):
+        if kw.get("desc") != "teacher completions": return real_generate(model, tok, prompts, **kw)
+        return [f" {i}" for i in range(len(prompts))]  # every prompt answered
+    _generate_with(monkeypatch, generate)
+    real_confident = transfer.confident_answers
+    def confident(rows, logprobs, keep):
+        cut.append((list(rows["prompt"]), list(logprobs), keep)); return real_confident(rows, logprobs, keep)
+    monkeypatch.setattr(transfer, "confident_answers", confident)
+    assert SynthesisConfig().teacher_keep == 0.5
+    adapter = transfer_lora(bases / "src-base", bases / "src-lora", bases / "tgt-base", SEEDS,
+                            synthesis=_synthesis(num_synthetic=6, teacher_keep=SynthesisConfig().teacher_keep),
+                            distillation=_distillation(tmp_path))
+    (prompts, logprobs, keep), = cut
+    surest = sorted(sorted(range(6), key=lambda i: -logprobs[i])[:3])
+    assert keep == 0.5 and len(prompts) == 6 and adapter.counts["kept"] == 6 and adapter.counts["distilled"] == 3
+    assert adapter.answers["rows"] == 3 and adapter.settings["teacher_keep"] == 0.5
+    assert sorted(a for a, _ in adapter.answers["most_common"]) == sorted(str(i) for i in surest)
+
+
 class _StandInLLM:
     "Looks like a `vllm.LLM` to `generate_texts`: its class lives in a module named `vllm...`."
     __module__ = "vllm.entrypoints.llm"
@@ -282,9 +305,8 @@ def test_logit_level_needs_one_vocabulary(bases, tmp_path):
         distillation=logit,
     )
     readme = (tmp_path / "y" / "README.md").read_text()
-    assert (
-        "filter" not in res.timings and "no discriminator was used" in readme and "logit-level distillation" in readme
-    )
+    assert "synthesize + filter" not in res.timings and "synthesize" in res.timings
+    assert "no discriminator was used" in readme and "logit-level distillation" in readme
     assert "library_name: peft" in readme and read_metadata(tmp_path / "y")["artifact"] == "translora-adapter"
 
 
@@ -385,11 +407,12 @@ def test_transfer_filters_with_a_trained_discriminator_at_threshold_half(tmp_pat
     _generate_with(monkeypatch, generate)
     seeds = [f"apple seed {i} is red" for i in range(5)]
     adapter = transfer_lora(folder / "src", folder / "lora", folder / "tgt", seeds, discriminator=disc,
-                            synthesis=_synthesis(num_synthetic=6, generation_batch_size=1, keep_template=False),
+                            synthesis=_synthesis(num_synthetic=3, generation_batch_size=1, keep_template=False),
                             distillation=_distillation(tmp_path))
-    assert adapter.counts == {"seeds": 5, "synthetic": 6, "kept": 3, "distilled": 3} and adapter.kept_fraction == 0.5
-    assert taught == [[real[8], real[9], real[10]]]  # only the kept prompts reach the teacher
-    assert adapter.settings["threshold"] is None  # the discriminator's own threshold (0.5) applied
+    # written until 3 are kept: the 5th prompt written is the 3rd real one, and the 6th is never asked for
+    assert adapter.counts == {"seeds": 5, "synthetic": 5, "kept": 3, "distilled": 3} and adapter.kept_fraction == 0.6
+    assert taught == [[real[8], real[9], real[10]]] and written == [synthetic[10]]  # only kept prompts are taught
+    assert adapter.settings["threshold"] == 0.5  # the discriminator's own threshold, applied and recorded
 
 
 @pytest.mark.parametrize("make, error, message", [
