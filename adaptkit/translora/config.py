@@ -128,7 +128,7 @@ class SynthesisConfig:
     "Settings of the generating stages: synthetic prompts from the target base, and the teacher's answers to them."
     min_seeds: int = field(default=5, metadata=_help("Fewest distinct seed examples accepted (the paper uses 5)."))
     shots: int = field(default=5, metadata=_help("Seed examples shown in each few-shot prompt, drawn anew per prompt."))
-    num_synthetic: int = field(default=640, metadata=_help(
+    num_synthetic: int = field(default=320, metadata=_help(
         "Distinct synthetic prompts to distil; with a discriminator, prompts are written until it has kept this many."))
     max_attempts_factor: float = field(default=3.0, metadata=_help(
         "Stop after num_synthetic * this many generations (kept or not)."))
@@ -147,8 +147,8 @@ class SynthesisConfig:
         default="transformers", metadata=_help("Synthesis engine: 'transformers' or 'vllm' (when installed).")
     )
     completion_max_new_tokens: int = field(default=128, metadata=_help("Token limit of one teacher answer (greedy)."))
-    teacher_keep: float = field(default=0.5, metadata=_help(
-        "Share of the teacher's answers distilled, those it gives the highest probability (1.0: all of them)."))
+    teacher_keep: float = field(default=1.0, metadata=_help(
+        "Share of the teacher's answers distilled, those it gives the highest probability (1.0: all, the paper's)."))
     synthesis_seed: int = field(default=0, metadata=_help("Seed of the few-shot draws and of sampling."))
 
     def __post_init__(self):

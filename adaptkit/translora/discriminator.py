@@ -124,7 +124,9 @@ def check_discriminator(
     warn_if_near_chance(result)
     return result
 
-def warn_if_near_chance(heldout: dict | None) -> bool:
+def warn_if_near_chance(
+    heldout: dict | None,  # a held-out check (`check_discriminator`), or None when none was made
+) -> bool:
     "Log a warning (and return True) when a held-out check (`check_discriminator`) is below `NEAR_CHANCE_ACCURACY`."
     if not heldout or heldout["accuracy"] >= NEAR_CHANCE_ACCURACY: return False
     _logger.warning(
@@ -155,12 +157,18 @@ class Filtered:
         "The prompts scored below the threshold, in order."
         return [p for p, s in zip(self.prompts, self.scores) if s < self.threshold]
 
-def check_threshold(threshold: float) -> float:
+def check_threshold(
+    threshold: float,  # P(real) a prompt needs to be kept
+) -> float:
     "`threshold`, refused unless it is a probability."
     if not 0 <= threshold <= 1: raise ValueError(f"threshold must be in [0, 1], got {threshold}")
     return threshold
 
-def nothing_kept(n: int, threshold: float, scores: Sequence[float]) -> EmptyGenerationError:
+def nothing_kept(
+    n: int,  # prompts scored
+    threshold: float,  # the threshold none of them reached
+    scores: Sequence[float],  # their P(real)
+) -> EmptyGenerationError:
     "The error for a discriminator that kept none of `n` prompts."
     return EmptyGenerationError(f"the discriminator kept none of {n} prompts at threshold {threshold} "
                                 f"(highest P(real) {max(scores):.3f}); lower the threshold or synthesize more")

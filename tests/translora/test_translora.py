@@ -227,8 +227,8 @@ def test_distilled_count_matches_a_hand_count(bases, tmp_path, monkeypatch):
     assert adapter.counts["distilled"] == hand_count
 
 
-def test_the_default_distils_the_half_of_the_answers_the_teacher_is_surest_of(bases, tmp_path, monkeypatch):
-    "`teacher_keep` 0.5 by default: of 6 answered prompts, the 3 the teacher is surest of are distilled."
+def test_teacher_keep_distils_the_half_of_the_answers_the_teacher_is_surest_of(bases, tmp_path, monkeypatch):
+    "`teacher_keep=0.5`: of 6 answered prompts, the 3 the teacher is surest of are distilled (the default keeps all)."
     import adaptkit.translora.transfer as transfer
     real_generate, cut = synthesis.generate_texts, []
     def generate(model, tok, prompts, **kw):
@@ -239,9 +239,9 @@ def test_the_default_distils_the_half_of_the_answers_the_teacher_is_surest_of(ba
     def confident(rows, logprobs, keep):
         cut.append((list(rows["prompt"]), list(logprobs), keep)); return real_confident(rows, logprobs, keep)
     monkeypatch.setattr(transfer, "confident_answers", confident)
-    assert SynthesisConfig().teacher_keep == 0.5
+    assert SynthesisConfig().teacher_keep == 1.0  # off by default: the paper's method
     adapter = transfer_lora(bases / "src-base", bases / "src-lora", bases / "tgt-base", SEEDS,
-                            synthesis=_synthesis(num_synthetic=6, teacher_keep=SynthesisConfig().teacher_keep),
+                            synthesis=_synthesis(num_synthetic=6, teacher_keep=0.5),
                             distillation=_distillation(tmp_path))
     (prompts, logprobs, keep), = cut
     surest = sorted(sorted(range(6), key=lambda i: -logprobs[i])[:3])
