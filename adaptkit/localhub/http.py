@@ -4,8 +4,8 @@
 
 # %% auto #0
 __all__ = ['MAX_JSON', 'MAX_DRAIN', 'CLOSE', 'REPO_TYPES', 'URL_PREFIXES', 'LOOPBACK_NAMES', 'JSON_TYPES', 'XET_TOKEN_LIFE',
-           'MAX_SHARD', 'ROUTES', 'NO_PRIVATE', 'NO_GATED', 'PAGE', 'match_route', 'HubHandler', 'make_xet_token',
-           'check_xet_token', 'HubServer', 'HubServer6']
+           'XET_FETCH_LIFE', 'MAX_SHARD', 'ROUTES', 'NO_PRIVATE', 'NO_GATED', 'PAGE', 'match_route', 'HubHandler',
+           'XetGrant', 'make_xet_token', 'check_xet_token', 'HubServer', 'HubServer6']
 
 # %% ../../nbs/localhub/03_http.ipynb #e6280e24
 import base64
@@ -20,6 +20,7 @@ import threading
 import time
 from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import NamedTuple
 from urllib.parse import parse_qs, unquote, unquote_plus, urlsplit
 
 from fastcore.basics import patch
@@ -35,6 +36,7 @@ from adaptkit.localhub.storage import (
     check_title,
     front_matter,
     pull_number,
+    repo_uid,
 )
 from adaptkit.localhub.wire import (
     blob_id,
@@ -71,7 +73,8 @@ REPO_TYPES = {"models": "model", "datasets": "dataset", "spaces": "space"}  # AP
 URL_PREFIXES = {"model": "", "dataset": "datasets/", "space": "spaces/"}  # repo type -> prefix of its web URLs
 LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
 JSON_TYPES = ("application/json", "application/x-ndjson", "application/vnd.git-lfs+json")
-XET_TOKEN_LIFE = 3600  # seconds a Xet access token (and a signed xorb fetch URL) is good for
+XET_TOKEN_LIFE = 3600  # seconds a Xet access token is good for (its repo is checked again at every request)
+XET_FETCH_LIFE = 600  # seconds a signed xorb fetch URL is good for (its repo is checked again at every fetch)
 MAX_SHARD = 64 << 20  # bytes: the largest shard accepted
 
 # %% ../../nbs/localhub/03_http.ipynb #89e9d29f
@@ -807,31 +810,47 @@ def _lfs_verify(self: HubHandler, ns, name, t="model"):
     self._send(200, {"oid": oid, "size": size})
 
 # %% ../../nbs/localhub/03_http.ipynb #02237aa3
+def _b64(obj) -> str: return base64.urlsafe_b64encode(json.dumps(obj).encode()).rstrip(b"=").decode()
+def _unb64(text: str): return json.loads(base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)))
+
+class XetGrant(NamedTuple):
+    "What a Xet access token was made for: which repo, which mode, and whether its asker sent the hub's token."
+    repo_type: str  # "model", "dataset" or "space"
+    repo_id: str  # in lower case
+    mode: str  # "r" (downloads) or "w" (uploads and downloads)
+    repo_uid: str  # the repo's creation id (`repo_uid`): a repo made later under its name is another repo
+    verified: bool  # asked with the hub's token: reads the repo while it is private or gated
+
 def make_xet_token(
-    secret: bytes,  # the server's signing secret
+    secret: bytes,  # the server's signing key
     typ: str,  # the repo's type
     repo_id: str,  # the repo's id
     mode: str,  # "r" (downloads) or "w" (uploads and downloads)
     expires: float | None = None,  # Unix time it expires (None: `XET_TOKEN_LIFE` seconds from now)
+    repo: str = "",  # the repo's creation id (`repo_uid`)
+    verified: bool = False,  # asked with the hub's token (it reads the repo while it is private or gated)
 ) -> tuple[str, int]:
     "A Xet access token for one repo and mode, and its expiry: the payload signed with `secret` (no state kept)."
     exp = int(time.time() + XET_TOKEN_LIFE if expires is None else expires)
-    payload = base64.urlsafe_b64encode(json.dumps([typ, repo_id.lower(), mode, exp]).encode()).rstrip(b"=").decode()
+    payload = _b64([typ, repo_id.lower(), mode, exp, repo, bool(verified)])
     return f"xet_{payload}.{hmac.new(secret, b'xet:' + payload.encode(), 'sha256').hexdigest()}", exp
 
 def check_xet_token(
-    secret: bytes,  # the server's signing secret
+    secret: bytes,  # the server's signing key
     token: str | None,  # the bearer a CAS request sent
-) -> tuple[str, str, str]:
-    "(repo type, repo id in lower case, mode) a Xet access token grants; a 401 if it is missing, forged or expired."
+) -> XetGrant:
+    "What a Xet access token was made for; a 401 if it is missing, forged or expired. (Its repo is checked by `_cas`.)"
     payload, _, sig = (token or "").removeprefix("xet_").partition(".")
     if not token or not token.startswith("xet_") or not hmac.compare_digest(
             sig.encode(), hmac.new(secret, b"xet:" + payload.encode(), "sha256").hexdigest().encode()):
         raise HubError(401, "this Xet request needs a valid Xet access token (ask xet-read-token or xet-write-token "
                             "of the repo for one)")
-    typ, repo_id, mode, exp = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
+    try: typ, repo_id, mode, exp, repo, verified = _unb64(payload)
+    except (ValueError, TypeError):
+        raise HubError(401, "this Xet access token is of another LocalHub version: ask the repo's token route again") \
+            from None
     if exp <= time.time(): raise HubError(401, "this Xet access token has expired: ask the repo's token route again")
-    return typ, repo_id, mode
+    return XetGrant(typ, repo_id, mode, repo, verified)
 
 @patch
 def _xet_token(self: HubHandler, t, ns, name, mode, rev):
@@ -846,19 +865,42 @@ def _xet_token(self: HubHandler, t, ns, name, mode, rev):
         elif rev != "None" and rev.removeprefix("refs/heads/") not in meta["refs"]:
             raise HubError(404, f"Invalid rev id: {rev[:100]} is not a branch of {meta['id']}", "RevisionNotFound")
     else: self._rev(meta, rev)
-    token, exp = make_xet_token(self.server.secret, meta["type"], meta["id"], mode[0])
+    token, exp = make_xet_token(self.server.secret, meta["type"], meta["id"], mode[0], repo=repo_uid(meta),
+                                verified=self.verified)
     cas = f"{self._base()}/xet/{self.server.store.xet.id}"
     self._send(200, {"accessToken": token, "exp": exp, "casUrl": cas},
                {"X-Xet-Cas-Url": cas, "X-Xet-Access-Token": token, "X-Xet-Token-Expiration": str(exp)})
 
 @patch
+def _granted(self: HubHandler,
+             typ: str,  # the repo's type, as the grant names it
+             repo_id: str,  # its id
+             repo: str,  # its creation id (`repo_uid`) when the grant was made
+             verified: bool,  # the grant was asked with the hub's token
+             what: str = "Xet token",  # what carries the grant, for the message
+             status: int = 401,  # the answer when it no longer holds
+            ) -> dict:
+    "The repo a Xet grant is for, as it is now, if the grant still lets its holder in; else `status` saying why."
+    meta = self.server.store.repo(typ, repo_id)
+    if meta is None or repo_uid(meta) != repo:
+        raise HubError(status, f"the {typ} repo {repo_id} is not the one this {what} was made for (it was deleted, "
+                               "moved or made anew under this name): ask the repo's Xet token route again")
+    closed = "private" if meta["private"] else "gated" if meta.get("gated") else None
+    if closed and not verified:
+        raise HubError(status, f"the {typ} repo {repo_id} is now {closed}: this {what}, made without the hub's token, "
+                               "no longer reads it")
+    return meta
+
+@patch
 def _cas(self: HubHandler, cas: str, write: bool = False) -> None:
-    "Refuse a request for another root's CAS (404: its client caches belong there), or an upload with a read token."
-    if cas != self.server.store.xet.id:
+    "Refuse another root's CAS (404), an upload with a read token (403), a token its repo no longer lets in (401)."
+    if not self.server.store.xet.serves(cas):
         raise HubError(404, f"this LocalHub's CAS is /xet/{self.server.store.xet.id}, not /xet/{cas} (a CAS of another "
                             "root, or of this address before): ask the repo's Xet token route again")
-    if write and self.grant[2] != "w":
+    if self.grant is None: return  # a signed fetch URL: `_cas_fetch` checks what it was signed for
+    if write and self.grant.mode != "w":
         raise HubError(403, "this Xet token only reads: uploads need a token from xet-write-token")
+    self._granted(self.grant.repo_type, self.grant.repo_id, self.grant.repo_uid, self.grant.verified)
 
 @patch
 def _cas_chunk(self: HubHandler, cas, h):
@@ -890,37 +932,41 @@ def _cas_telemetry(self: HubHandler, cas=None):
     self._send(204, b"")
 
 @patch
-def _xorb_url(self: HubHandler, xorb: str, ranges: list) -> str:
-    "A URL that serves these byte ranges (first, last) of one xorb until it expires, and nothing else."
-    spec, exp = ",".join(f"{a}-{b}" for a, b in ranges), int(time.time()) + XET_TOKEN_LIFE
-    sig = self._sign("xorb", xorb, spec, exp)
-    return f"{self._base()}/xet/{self.server.store.xet.id}/xorbs/{xorb}?r={spec}&exp={exp}&sig={sig}"
+def _xorb_url(self: HubHandler, xorb: str, ranges: list, file: str = "") -> str:
+    "A URL that serves these byte ranges (first, last) of a xorb of `file`, and nothing else, while the token could."
+    g = self.grant
+    spec, exp = ",".join(f"{a}-{b}" for a, b in ranges), int(time.time()) + XET_FETCH_LIFE
+    grant = _b64([g.repo_type, g.repo_id, g.repo_uid, g.verified, file])  # checked again at every fetch
+    sig = self._sign("xorb", xorb, spec, exp, grant)
+    return f"{self._base()}/xet/{self.server.store.xet.id}/xorbs/{xorb}?r={spec}&exp={exp}&g={grant}&sig={sig}"
 
 @patch
 def _cas_reconstruction(self: HubHandler, cas, v, h):
     "How to rebuild file `h` (or the `Range` asked): terms and signed fetch URLs; 404 unless the token's repo names it."
     self._cas(cas)
-    typ, repo_id, _ = self.grant
-    store = self.server.store
+    typ, repo_id, store = self.grant.repo_type, self.grant.repo_id, self.server.store
     if h not in store.xet_files(typ, repo_id) and h not in store.xet_files(typ, repo_id, fresh=True):
         raise HubError(404, f"file {h} is not a file of the {typ} repo {repo_id} this Xet token is for")
-    self._send(200, store.xet.reconstruction(h, self.headers.get("Range"), xorb_url=self._xorb_url, version=int(v)))
+    self._send(200, store.xet.reconstruction(h, self.headers.get("Range"), version=int(v),
+                                             xorb_url=lambda xorb, ranges: self._xorb_url(xorb, ranges, h)))
 
 @patch
 def _cas_fetch(self: HubHandler, cas, h):
     "Bytes of a xorb through a signed URL: a 206 for a `Range` inside the ranges it was signed for; else a 403."
     self._cas(cas)
     q = {k: v[-1] for k, v in self.query.items()}
-    spec, exp, sig = q.get("r", ""), q.get("exp", ""), q.get("sig", "")
-    if not exp.isdigit() or not hmac.compare_digest(sig, self._sign("xorb", h, spec, int(exp))):
+    spec, exp, grant, sig = q.get("r", ""), q.get("exp", ""), q.get("g", ""), q.get("sig", "")
+    if not exp.isdigit() or not hmac.compare_digest(sig, self._sign("xorb", h, spec, int(exp), grant)):
         raise HubError(403, f"this URL for xorb {h} is not signed by this LocalHub (ask for a reconstruction)")
     if int(exp) <= time.time(): raise HubError(403, f"this URL for xorb {h} has expired (ask for a reconstruction)")
+    typ, repo_id, repo, verified, file = _unb64(grant)
+    self._granted(typ, repo_id, repo, verified, "fetch URL", 403)  # the repo as it is now, not as it was
     allowed = [tuple(map(int, r.split("-"))) for r in spec.split(",")]
     m = re.fullmatch(r"bytes=(\d+)-(\d+)", (self.headers.get("Range") or "").strip())
     first, last = (int(m[1]), int(m[2])) if m else allowed[0] if len(allowed) == 1 else (-1, -1)
     if not any(a <= first <= last <= b for a, b in allowed):
         raise HubError(403, f"this URL for xorb {h} serves bytes {spec}, not {self.headers.get('Range')!r}")
-    pieces = self.server.store.xet.xorb_bytes(h, first, last + 1)
+    pieces = self.server.store.xet.xorb_bytes(h, first, last + 1, file=file)  # checked first: damaged, a 500
     self.send_response(206)
     for k, v in {"Content-Type": "application/octet-stream", "Content-Length": str(last + 1 - first),
                  "Content-Range": f"bytes {first}-{last}/*"}.items():

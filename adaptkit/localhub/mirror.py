@@ -327,15 +327,11 @@ def _download(self: MirrorStore, typ: str, repo_id: str, sha: str, tree: list) -
     held = {f.path: e for f in tree if f.lfs and (e := self._held(f)) is not None}
     todo, first = [f for f in tree if f.path not in held], {}
     unique = [f for f in todo if not f.lfs or first.setdefault(f.lfs.sha256, f) is f]  # one content: fetched once
-    new = []  # Xet files this fetch created: dropped again if it fails
-    try:
-        with tempfile.TemporaryDirectory(dir=self.tmp, ignore_cleanup_errors=True) as tmp:
-            pool = ThreadPoolExecutor(self.workers)
-            try: got = dict(pool.map(lambda f: self._download_file(typ, repo_id, sha, f, tmp, new), unique))
-            finally: pool.shutdown(cancel_futures=True)  # on a failure: no new downloads, the running ones end first
-    except BaseException:
-        if new: self.collect_xet(new)  # those no repo names (one another repo names stays)
-        raise
+    # on a failure, the Xet files stored for it stay, as a push's do: a client may build on them (`collect_xet`)
+    with tempfile.TemporaryDirectory(dir=self.tmp, ignore_cleanup_errors=True) as tmp:
+        pool = ThreadPoolExecutor(self.workers)
+        try: got = dict(pool.map(lambda f: self._download_file(typ, repo_id, sha, f, tmp), unique))
+        finally: pool.shutdown(cancel_futures=True)  # on a failure: no new downloads, the running ones end first
     return held | got | {f.path: got[first[f.lfs.sha256].path] for f in todo if f.path not in got}
 
 @patch
@@ -359,9 +355,9 @@ def _mismatch(self: MirrorStore, typ: str, repo_id: str, sha: str, f: RepoFile) 
                          f"than its tree lists ({want}, {f.size} bytes): nothing of that commit was mirrored")
 
 @patch
-def _download_file(self: MirrorStore, typ: str, repo_id: str, sha: str, f: RepoFile, tmp: str, new: list) -> tuple:
+def _download_file(self: MirrorStore, typ: str, repo_id: str, sha: str, f: RepoFile, tmp: str) -> tuple:
     "(path, tree entry) of one file of commit `sha`, stored; an `UpstreamError` if its bytes are not the tree's."
-    if f.lfs and f.size and self.use_xet: return f.path, self._ingest(typ, repo_id, sha, f, tmp, new)
+    if f.lfs and f.size and self.use_xet: return f.path, self._ingest(typ, repo_id, sha, f, tmp)
     local = self._get(typ, repo_id, sha, f, tmp)
     try:
         with open(local, "rb") as src:
@@ -380,7 +376,7 @@ def _digest(path: Path) -> tuple:
     return h.hexdigest(), path.stat().st_size
 
 @patch
-def _ingest(self: MirrorStore, typ: str, repo_id: str, sha: str, f: RepoFile, tmp: str, new: list) -> dict:
+def _ingest(self: MirrorStore, typ: str, repo_id: str, sha: str, f: RepoFile, tmp: str) -> dict:
     "The entry of LFS file `f` kept in the Xet store: from its held LFS blob, else downloaded and checked first."
     oid, src = f.lfs.sha256, None
     if self.blobs.size(oid) == f.size:
@@ -389,9 +385,7 @@ def _ingest(self: MirrorStore, typ: str, repo_id: str, sha: str, f: RepoFile, tm
     local = None if src else self._get(typ, repo_id, sha, f, tmp)
     try:
         if local and _digest(local) != (oid, f.size): raise self._mismatch(typ, repo_id, sha, f)  # nothing stored
-        known = self.xet.file_by_sha256(oid)
         rec = self.xet.put_file(src or local)  # streamed: chunks, xorbs of up to 64 MiB, a shard
-        if known is None: new.append(rec.hash)
     finally:
         if local: local.unlink(missing_ok=True)
     if rec.sha256 != oid or rec.size != f.size: raise self._mismatch(typ, repo_id, sha, f)

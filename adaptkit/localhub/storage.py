@@ -6,7 +6,7 @@
 __all__ = ['CHUNK', 'LFS_MIN_SIZE', 'LFS_SUFFIXES', 'USER', 'STALE_PARENT', 'REPO_NOT_FOUND', 'RESERVED_NAMESPACES',
            'GITATTRIBUTES', 'SERVED', 'HubError', 'check_repo_id', 'check_path', 'check_ref_name', 'pull_number',
            'YamlError', 'front_matter', 'disk_errors', 'git_blob_sha1', 'BlobWriter', 'BlobStore', 'check_tree',
-           'served_without_token', 'RootInUseError', 'RepoStore', 'check_title']
+           'served_without_token', 'RootInUseError', 'RepoStore', 'repo_uid', 'check_title']
 
 # %% ../../nbs/localhub/01_storage.ipynb #30e2d35c
 import errno
@@ -31,7 +31,7 @@ from pathlib import Path
 import yaml
 from fastcore.basics import patch
 
-from .xet import XetError, XetStore
+from .xet import XET_RETENTION, XetError, XetStore
 
 # %% ../../nbs/localhub/01_storage.ipynb #76247b74
 _log = logging.getLogger(__name__)
@@ -458,6 +458,12 @@ class RepoStore:
         return meta
 
 # %% ../../nbs/localhub/01_storage.ipynb #96a69e96
+def repo_uid(
+    meta: dict,  # a repo's record
+) -> str:
+    "What tells a repo from one made later under its name: its random creation id (records made before: creation time)."
+    return meta.get("uid") or meta["createdAt"]
+
 @patch
 def create(self: RepoStore, typ: str, repo_id: str, private: bool) -> dict:
     "Create a repo whose `main` holds the Hub's initial `.gitattributes` commit; `FileExistsError` if it exists."
@@ -471,7 +477,7 @@ def create(self: RepoStore, typ: str, repo_id: str, private: bool) -> dict:
             c = _new_commit([], {".gitattributes": {**attrs, "lfs": False}}, "initial commit", "")
             _write_json(tmp / "commits" / f"{c['id']}.json", c)
             meta = {"id": repo_id, "type": typ, "private": bool(private), "gated": False, "createdAt": c["date"],
-                    "refs": {"main": c["id"]}, "tags": {}}
+                    "uid": uuid.uuid4().hex, "refs": {"main": c["id"]}, "tags": {}}
             _write_json(tmp / "repo.json", meta)
             os.rename(tmp, final)
         except BaseException:
@@ -481,7 +487,7 @@ def create(self: RepoStore, typ: str, repo_id: str, private: bool) -> dict:
 
 @patch
 def delete(self: RepoStore, typ: str, repo_id: str) -> bool:
-    "Delete a repo, and the Xet files and xorbs no other repo names (LFS blobs stay); False if there was none."
+    "Delete a repo and its commits; False if there was none. Its Xet objects and LFS blobs stay (`collect_xet`)."
     with self.names:
         d = self.dir(typ, repo_id)
         if not d.exists(): return False
@@ -489,9 +495,7 @@ def delete(self: RepoStore, typ: str, repo_id: str) -> bool:
         trash.parent.mkdir(exist_ok=True)
         os.rename(d, trash)
         self._xet_refs.clear()
-    doomed = _xet_hashes(trash / "commits")
     shutil.rmtree(trash, ignore_errors=True)
-    if doomed: self.collect_xet(doomed)
     return True
 
 @patch
@@ -520,12 +524,17 @@ def update_settings(self: RepoStore, typ: str, repo_id: str, private: bool | Non
         return meta
 
 # %% ../../nbs/localhub/01_storage.ipynb #ba52b873
-def _xet_hashes(commits: Path) -> set:
+def _xet_hashes(
+    commits: Path,  # a repo's `commits` folder
+    strict: bool = False,  # a 500 naming a commit record that cannot be read (else: skipped, reported where read)
+) -> set:
     "The Xet hashes of the files the commit records in folder `commits` name."
     out = set()
     for p in commits.glob("*.json"):
         try: out.update(e["xet"] for e in json.loads(p.read_bytes())["files"].values() if e.get("xet"))
-        except (OSError, ValueError, KeyError, TypeError, AttributeError): continue  # damaged: reported where read
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+            if strict: raise HubError(500, f"the commit record {p} cannot be read ({str(e)[:100]}): it may name Xet "
+                                      "files, so none was collected; restore it from a backup") from None
     return out
 
 @patch
@@ -574,10 +583,11 @@ def read_entry(self: RepoStore, e: dict) -> bytes:
 
 @patch
 def entry_intact(self: RepoStore, e: dict) -> bool:
-    "Whether the store holds file entry `e`'s bytes (a blob: checked against its sha256; Xet: its record and xorbs)."
+    "Whether the store holds file entry `e`'s bytes (a blob: checked against its sha256; Xet: every chunk it names)."
     if e.get("xet"):
-        try: return all(self.xet.has_xorb(t[0]) for t in self.xet.file(e["xet"]).terms)
+        try: terms = self.xet.file(e["xet"]).terms
         except XetError: return False
+        return all(self.xet.intact(xorb, first, end) for xorb, first, end, _ in terms)  # a damaged one: moved aside
     try: self.blobs.verified_path(e["sha256"], e["size"])
     except HubError: return False  # missing or corrupted (the store logged it)
     return True
@@ -604,11 +614,12 @@ def xet_files(self: RepoStore,
 
 @patch
 def collect_xet(self: RepoStore,
-                doomed=(),  # Xet hashes of files a deleted repo named: removed now if no other repo names them
-                grace: float = 3600.0,  # seconds an object nothing names yet is kept (uploads between shard and commit)
+                older_than: float = XET_RETENTION,  # seconds since its last use before an object nothing names goes
                ) -> dict:
-    "Delete the Xet files no repo names, and the xorbs only they used; return what was removed."
-    return self.xet.collect_garbage(self.xet_files(), grace, doomed=doomed)
+    "Reclaim the Xet files no commit of any repo names, and the xorbs only they used, unused for `older_than` s."
+    with self.names:  # no repo is created, moved or deleted while their commits are read; each is read afresh
+        keep = set().union(*(_xet_hashes(c, strict=True) for c in (self.root / "repos").glob("*/*/*/commits")))
+    return self.xet.collect_garbage(keep, older_than)
 
 # %% ../../nbs/localhub/01_storage.ipynb #b4bb29d7
 @patch

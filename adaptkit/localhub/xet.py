@@ -5,16 +5,18 @@
 # %% auto #0
 __all__ = ['DATA_KEY', 'INTERNAL_NODE_KEY', 'VERIFICATION_KEY', 'ZERO_HASH', 'MIN_CHUNK_SIZE', 'MAX_CHUNK_SIZE', 'GEAR_TABLE',
            'XORB_MAX_BYTES', 'XORB_MAX_CHUNKS', 'CHUNK_HEADER_SIZE', 'XORB_MAX_SERIALIZED', 'COMPRESSION', 'SHARD_TAG',
-           'SHARD_FOOTER_SIZE', 'FILE_FLAG_VERIFICATION', 'FILE_FLAG_METADATA', 'XetError', 'hash_to_hex',
-           'hex_to_hash', 'chunk_hash', 'merkle_root', 'file_hash', 'verification_hash', 'keyed_hash',
-           'chunk_boundaries', 'iter_chunks', 'FileHashes', 'hash_file', 'decode_chunk', 'encode_chunk', 'XorbChunk',
-           'Xorb', 'xorb_footer', 'xorb_from_footer', 'parse_xorb', 'serialize_xorb', 'Term', 'ShardFile', 'ShardXorb',
-           'Shard', 'parse_shard', 'serialize_shard', 'XetFile', 'XetStore', 'parse_byte_range']
+           'SHARD_FOOTER_SIZE', 'FILE_FLAG_VERIFICATION', 'FILE_FLAG_METADATA', 'CHECKED_CACHE', 'XET_RETENTION',
+           'XetError', 'hash_to_hex', 'hex_to_hash', 'chunk_hash', 'merkle_root', 'file_hash', 'verification_hash',
+           'keyed_hash', 'chunk_boundaries', 'iter_chunks', 'FileHashes', 'hash_file', 'decode_chunk', 'encode_chunk',
+           'XorbChunk', 'Xorb', 'xorb_footer', 'xorb_from_footer', 'parse_xorb', 'serialize_xorb', 'Term', 'ShardFile',
+           'ShardXorb', 'Shard', 'parse_shard', 'serialize_shard', 'XetFile', 'XetStore', 'parse_byte_range']
 
 # %% ../../nbs/localhub/06_xet.ipynb #135b9e80
+import bisect
 import errno
 import hashlib
 import json
+import logging
 import os
 import re
 import secrets
@@ -593,7 +595,7 @@ class XetStore:
         for d in ("xorbs", "files", "sha256", "dedup", "tmp"): (self.root / d).mkdir(parents=True, exist_ok=True)
         for stale in (self.root / "tmp").iterdir():  # left by a killed writer
             if time.time() - stale.stat().st_mtime > 3600: stale.unlink(missing_ok=True)
-        self._xorbs, self._lock = OrderedDict(), threading.Lock()
+        self._xorbs, self._checked, self._lock = OrderedDict(), OrderedDict(), threading.Lock()
         self.id = self._identity()
 
     def _identity(self) -> str:
@@ -633,6 +635,16 @@ def _write(self: XetStore, path: Path, parts: Iterable[bytes]):
 
 # %% ../../nbs/localhub/06_xet.ipynb #6cc10baf
 @patch
+def _renew(self: XetStore,
+           path: Path,  # a stored object: a xorb, a file record, an index entry
+          ) -> bool:
+    "Mark an object used now (its time stamp), under the lock `collect_garbage` deletes under; False if it is gone."
+    with self._lock:
+        try: os.utime(path)
+        except FileNotFoundError: return False
+    return True
+
+@patch
 def has_xorb(self: XetStore, xorb: str) -> bool:
     "Whether the xorb with this hash (hex) is stored."
     return self._path("xorbs", xorb).is_file() if _HEX64.fullmatch(str(xorb)) else False
@@ -642,13 +654,13 @@ def put_xorb(self: XetStore,
              xorb: str,  # the hash it is uploaded under (hex, from the URL)
              data: bytes,  # the serialized xorb
             ) -> bool:
-    "Check a xorb completely and store it once; True if it was new (the API's `was_inserted`)."
+    "Check a xorb completely and store it once; True if it was new or replaced a damaged copy (`was_inserted`)."
     x = parse_xorb(data, xorb)
     path = self._path("xorbs", xorb)
-    if path.is_file():
-        os.utime(path)  # in use again: `collect_garbage`'s grace period starts over
-        return False
+    if path.is_file() and self.intact(xorb):  # held, and the copy still checks out (a damaged one is moved aside)
+        if self._renew(path): return False  # in use again from now (`collect_garbage`); reclaimed since: anew
     self._write(path, [memoryview(data)[:x.data_length], xorb_footer(x)])
+    self._remember(xorb, path, x, range(len(x.chunks)))  # every chunk was just checked by `parse_xorb`
     for c in x.chunks:
         if _eligible(c.hash): self._index_chunk(c.hash, xorb)
     return True
@@ -656,7 +668,7 @@ def put_xorb(self: XetStore,
 @patch
 def _index_chunk(self: XetStore, chunk: bytes, xorb: str):
     path = self._path("dedup", hash_to_hex(chunk))
-    if not path.is_file(): self._write(path, [xorb.encode()])
+    if not self._renew(path): self._write(path, [xorb.encode()])  # after the xorb: see `collect_garbage`
 
 @patch
 def xorb(self: XetStore,
@@ -686,11 +698,16 @@ def xorb_bytes(self: XetStore,
                start: int,  # first byte
                end: int,  # last byte + 1
                block_size: int = 1 << 20,  # bytes read at a time
+               file: str | None = None,  # the file they are read for, named in errors
+               verify: bool = True,  # first check the chunks they fall in (`check_xorb`): a damaged one is a 500
               ) -> Iterator[bytes]:
-    "Bytes `[start, end)` of a stored xorb's chunks, streamed (a 416 `XetError` if the range is not inside them)."
-    x = self.xorb(xorb)
+    "Bytes `[start, end)` of a stored xorb's chunks, streamed once their chunks check out (416: not inside them)."
+    x = self._table(xorb, file)
     if not 0 <= start < end <= x.data_length:
         raise XetError(f"xorb {xorb}: bytes [{start}, {end}) are not inside its {x.data_length} bytes of chunks", 416)
+    if verify:
+        ends = [c.end for c in x.chunks]
+        self.check_xorb(xorb, bisect.bisect_right(ends, start), bisect.bisect_left(ends, end) + 1, file)
     def read():
         with open(self._path("xorbs", xorb), "rb") as f:
             f.seek(start)
@@ -701,6 +718,141 @@ def xorb_bytes(self: XetStore,
                 left -= len(block)
                 yield block
     return read()
+
+# %% ../../nbs/localhub/06_xet.ipynb #3105318b
+_log = logging.getLogger(__name__)
+CHECKED_CACHE = 4096  # xorbs whose checked chunks a store remembers
+
+def _stamp(path: Path) -> tuple:
+    st = path.stat()
+    return st.st_size, st.st_ino, st.st_mtime_ns, st.st_ctime_ns
+
+def _of(file: str | None) -> str: return f" (of file {file})" if file else ""
+
+@patch
+def _remember(self: XetStore, xorb: str, path: Path, x: Xorb, checked: Iterable[int]) -> None:
+    "Note that chunks `checked` of the xorb at `path`, as it is on disk now, check out."
+    stamp = _stamp(path)
+    with self._lock:
+        seen = self._checked.get(xorb)
+        flags = seen[1] if seen is not None and seen[0] == stamp else bytearray(len(x.chunks))
+        for i in checked: flags[i] = 1
+        self._checked[xorb] = (stamp, flags)
+        self._checked.move_to_end(xorb)
+        while len(self._checked) > CHECKED_CACHE: self._checked.popitem(last=False)
+
+@patch
+def _damaged(self: XetStore,
+             xorb: str,  # the xorb found damaged (hex)
+             why: str,  # what failed
+             file: str | None = None,  # the file it was read for
+            ) -> XetError:
+    "Move a damaged xorb aside (to `damaged/`), take a new `id`, log it: the 500 `XetError` to raise."
+    aside = self.root / "damaged" / xorb
+    with self._lock:
+        self._xorbs.pop(xorb, None)
+        self._checked.pop(xorb, None)
+    aside.parent.mkdir(exist_ok=True)
+    try: os.replace(self._path("xorbs", xorb), aside)  # kept for a look, never served again
+    except FileNotFoundError: pass  # another reader moved it first
+    else: self._rename()
+    message = (f"stored xorb {xorb}{_of(file)} is damaged on disk: {why}; it was moved to {aside} and is not served: "
+               "a push of the file stores it anew")
+    _log.error("%s", message)
+    return XetError(message, 500)
+
+@patch
+def _gone(self: XetStore, xorb: str, file: str | None = None) -> XetError:
+    "The 404 `XetError` for a xorb that is not stored, saying so if it was moved aside as damaged."
+    aside = self.root / "damaged" / xorb
+    why = f": it was found damaged on disk and moved to {aside}; a push of the file stores it anew"
+    return XetError(f"xorb {xorb}{_of(file)} is not stored{why if aside.is_file() else ''}", 404)
+
+@patch
+def _table(self: XetStore, xorb: str, file: str | None = None) -> Xorb:
+    "`xorb`, with a 404 that says why for a missing xorb, and a footer that cannot be read taken as damage."
+    try: return self.xorb(xorb)
+    except XetError as e:
+        if e.status == 404: raise self._gone(xorb, file) from None
+        if not self.has_xorb(xorb): raise
+        why = str(e)
+    except (OSError, struct.error) as e: why = f"its footer cannot be read ({e})"
+    raise self._damaged(xorb, why, file)
+
+def _chunk_fault(f, c: XorbChunk, i: int) -> str | None:
+    "What is wrong with chunk `i` (`c`) in the open xorb file `f`; None if it checks out."
+    f.seek(c.start)
+    raw = f.read(c.end - c.start)
+    header = bytes([0]) + (len(raw) - CHUNK_HEADER_SIZE).to_bytes(3, "little"), c.size.to_bytes(3, "little")
+    if len(raw) != c.end - c.start or (raw[:4], raw[5:8]) != header:
+        return f"chunk {i}'s header or length no longer matches the footer"
+    try: plain = decode_chunk(raw[4], raw[CHUNK_HEADER_SIZE:], c.size, f"chunk {i}")
+    except XetError as e: return str(e)
+    return None if chunk_hash(plain) == c.hash else f"chunk {i} no longer matches its hash"
+
+@patch
+def check_xorb(self: XetStore,
+               xorb: str,  # the xorb's hash (hex)
+               first: int = 0,  # first chunk to check
+               end: int | None = None,  # last chunk + 1 (None: to its last)
+               file: str | None = None,  # the file it is read for, named in errors
+              ) -> Xorb:
+    "A stored xorb's chunk table once chunks `[first, end)` are re-read and re-hashed (once per version on disk)."
+    path, x = self._path("xorbs", xorb), self._table(xorb, file)
+    try: stamp = _stamp(path)
+    except FileNotFoundError: raise self._gone(xorb, file) from None
+    end = len(x.chunks) if end is None else min(end, len(x.chunks))
+    with self._lock: seen = self._checked.get(xorb)
+    done = seen[1] if seen is not None and seen[0] == stamp else None
+    name = hex_to_hash(xorb, "xorb hash")
+    if done is None and (x.hash != name or merkle_root((c.hash, c.size) for c in x.chunks) != name):
+        raise self._damaged(xorb, "its footer's chunk hashes do not hash to its name", file)
+    todo = [i for i in range(first, end) if done is None or not done[i]]
+    if todo:
+        with open(path, "rb") as f:
+            for i in todo:
+                if why := _chunk_fault(f, x.chunks[i], i): raise self._damaged(xorb, why, file)
+    self._remember(xorb, path, x, todo)
+    return x
+
+@patch
+def _held(self: XetStore, f: XetFile) -> XetFile:
+    "The file `f`, if every xorb it names is stored; else a 404 `XetError` naming the file and the xorb, and why."
+    for t in f.terms:
+        if not self.has_xorb(t[0]): raise self._gone(t[0], f.hash)
+    return f
+
+@patch
+def intact(self: XetStore,
+           xorb: str,  # the xorb's hash (hex)
+           first: int = 0,  # first chunk that must check out
+           end: int | None = None,  # last chunk + 1 (None: to its last)
+          ) -> bool:
+    "Whether the xorb is stored and chunks `[first, end)` check out (`check_xorb`: a damaged xorb is moved aside)."
+    try: self.check_xorb(xorb, first, end)
+    except XetError: return False
+    return True
+
+@patch
+def serves(self: XetStore,
+           cas: str,  # a store name from a CAS address
+          ) -> bool:
+    "Whether `cas` names this store: its `id`, or a name it had before a damaged xorb made it take a new one."
+    if cas == self.id: return True
+    try: return cas in (self.root / "former-ids").read_text().split()
+    except FileNotFoundError: return False
+
+@patch
+def _rename(self: XetStore) -> None:
+    "Take a new `id`, still answering to the old: clients key what they uploaded by it, so each starts afresh."
+    with self._lock:
+        with open(self.root / "former-ids", "a") as f:
+            f.write(self.id + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        new = secrets.token_hex(8)
+        self._write(self.root / "id", [new.encode()])
+        self.id = new
 
 # %% ../../nbs/localhub/06_xet.ipynb #cd7d42eb
 @patch
@@ -730,13 +882,26 @@ def _iter_terms(self: XetStore, terms, start: int, end: int, verify: bool = True
             for i in range(a, b):
                 c = x.chunks[i]
                 raw = f.read(c.end - c.start)
-                where = f"stored xorb {x.hex}: chunk {i}"
-                if len(raw) != c.end - c.start: raise XetError(f"{where} is truncated on disk", 500)
-                plain = decode_chunk(raw[4], raw[CHUNK_HEADER_SIZE:], c.size, where)
-                if verify and chunk_hash(plain) != c.hash: raise XetError(f"{where} no longer matches its hash", 500)
+                if len(raw) != c.end - c.start: raise self._damaged(x.hex, f"chunk {i} is truncated")
+                try: plain = decode_chunk(raw[4], raw[CHUNK_HEADER_SIZE:], c.size, f"chunk {i}")
+                except XetError as e: raise self._damaged(x.hex, str(e)) from None
+                if verify and chunk_hash(plain) != c.hash:
+                    raise self._damaged(x.hex, f"chunk {i} no longer matches its hash")
                 piece = plain[skip:skip + left]
                 skip, left = 0, left - len(piece)
                 if piece: yield piece
+
+def _missing_xorb(
+    where: str,  # what names it: "this shard", "shard file <hash>: term <k>"
+    xorb: str,  # the xorb's hash (hex)
+) -> XetError:
+    "The 400 for an upload naming a xorb the store does not hold, which a stale client cache explains; logged."
+    message = (f"{where} names xorb {xorb}, which is not stored: the client's Xet cache is likely stale (hf_xet keeps "
+               "what it uploaded for three weeks and builds on it without asking; this hub has reclaimed it since, "
+               "e.g. by `adaptkit hub gc`). Delete that cache (the folder $HF_XET_CACHE, by default "
+               "~/.cache/huggingface/xet) and push again from a new process")
+    _log.warning("refused an upload: %s", message)
+    return XetError(message)
 
 @patch
 def _check_shard_xorb(self: XetStore, sx: ShardXorb):
@@ -755,8 +920,8 @@ def _check_shard_file(self: XetStore, f: ShardFile, verify_sha256: bool) -> XetF
     chunks, terms = [], []
     for k, t in enumerate(f.terms):
         xhex = hash_to_hex(t.xorb)
-        try: x = self.xorb(xhex)
-        except XetError: raise XetError(f"{where}: term {k} names xorb {xhex}, which is not stored") from None
+        try: x = self.check_xorb(xhex, t.start, t.end)
+        except XetError: raise _missing_xorb(f"{where}: term {k}", xhex) from None
         if t.end > len(x.chunks):
             raise XetError(f"{where}: term {k} asks chunks [{t.start}, {t.end}) of xorb {xhex}, which has "
                            f"{len(x.chunks)}")
@@ -791,21 +956,23 @@ def put_shard(self: XetStore,
     checked = []
     for f in shard.files:
         known = self.file(f.hex) if self.has_file(f.hex) else None
-        if known is None: checked.append((self._check_shard_file(f, verify_sha256), True))
+        if known is None or not all(self.has_xorb(t[0]) for t in known.terms):
+            checked.append((self._check_shard_file(f, verify_sha256), True))
         elif known.sha256 != f.sha256:
             raise XetError(f"shard file {f.hex}: sha256 {f.sha256}, but the stored file with this hash has "
                            f"{known.sha256}")
         else: checked.append((known, False))
+    named = {hash_to_hex(sx.hash) for sx in shard.xorbs} | {t[0] for rec, _ in checked for t in rec.terms}
+    for xhex in sorted(named):  # in use from now: a collection running now keeps them, or one is gone (refused)
+        if not self._renew(self._path("xorbs", xhex)): raise _missing_xorb("this shard", xhex)
     for rec, new in checked:  # everything is checked: now write
-        if not new:  # known: keep it (and its xorbs) young for `collect_garbage`
-            for p in [self._path("xorbs", t[0]) for t in rec.terms] + [self._path("files", rec.hash, ".json")]:
-                os.utime(p)  # the record last: `collect_garbage(doomed=...)` takes a xorb touched after it as in use
-            continue
-        body = json.dumps({"hash": rec.hash, "size": rec.size, "sha256": rec.sha256, "terms": rec.terms})
-        self._write(self._path("files", rec.hash, ".json"), [body.encode()])
+        path = self._path("files", rec.hash, ".json")
+        if new or not self._renew(path):  # a known record is renewed; one reclaimed since it was read: written again
+            body = json.dumps({"hash": rec.hash, "size": rec.size, "sha256": rec.sha256, "terms": rec.terms})
+            self._write(path, [body.encode()])
         by_sha = self._path("sha256", rec.sha256)
-        if not by_sha.is_file(): self._write(by_sha, [rec.hash.encode()])
-        if rec.terms:  # a file's first chunk is always eligible for global dedup
+        if not self._renew(by_sha): self._write(by_sha, [rec.hash.encode()])  # after the record: see `collect_garbage`
+        if new and rec.terms:  # a file's first chunk is always eligible for global dedup
             xhex, start = rec.terms[0][:2]
             self._index_chunk(self.xorb(xhex).chunks[start].hash, xhex)
     return [rec for rec, _ in checked]
@@ -829,10 +996,14 @@ def file(self: XetStore,
 def file_by_sha256(self: XetStore,
                    sha256: str,  # a sha256 hex digest (an LFS oid)
                   ) -> XetFile | None:
-    "The recorded file with this sha256, None if there is none."
+    "The recorded file with this sha256, renewed (a commit may name it from now); None if there is none."
     if not isinstance(sha256, str) or not _SHA256.fullmatch(sha256): raise XetError(f"malformed sha256 {sha256!r:.80}")
-    path = self._path("sha256", sha256)
-    return self.file(path.read_text()) if path.is_file() else None
+    try: rec = self.file(self._path("sha256", sha256).read_text())
+    except FileNotFoundError: return None
+    except XetError as e:
+        if e.status != 404: raise
+        return None  # an index entry a cut collection left: the next one removes it
+    return rec if self._renew(self._path("files", rec.hash, ".json")) else None
 
 @patch
 def put_file(self: XetStore,
@@ -880,7 +1051,7 @@ def iter_file(self: XetStore,
               verify: bool = True,  # re-hash every chunk read from disk
              ) -> Iterator[bytes]:
     "The plain bytes `[start, end)` of a stored file, streamed chunk by chunk (never the whole file in memory)."
-    f = self.file(file)
+    f = self._held(self.file(file))
     if start < 0: raise ValueError(f"start {start} < 0")
     end = f.size if end is None else min(end, f.size)
     return self._iter_terms(f.terms, start, end, verify) if start < end else iter(())
@@ -894,7 +1065,7 @@ def reconstruction(self: XetStore,
                    version: int = 1,  # 1: /v1/reconstructions (terms + fetch_info); 2: /v2 (terms + xorbs)
                   ) -> dict:
     "The reconstruction a Xet client downloads a file (or the range asked) by: JSON-ready."
-    f = self.file(file)
+    f = self._held(self.file(file))
     start, end = parse_byte_range(range_header, f.size) if range_header is not None or f.size else (0, 0)
     skip, plan = self._plan(f.terms, start, end)
     runs = {}
@@ -929,8 +1100,13 @@ def dedup_shard(self: XetStore,
     path = self._path("dedup", hash_to_hex(hex_to_hash(chunk, "chunk hash")))
     try: xhex = path.read_text()
     except FileNotFoundError: raise XetError(f"chunk {chunk} is not in the global dedup index", 404) from None
-    x, key, now, offset, rows = self.xorb(xhex), secrets.token_bytes(32), int(time.time()), 0, []
-    os.utime(self._path("xorbs", xhex))  # a client may build on it now: renew its grace period
+    try: x = self.check_xorb(xhex)  # a client may reference any of its chunks: all of them must check out
+    except XetError:
+        raise XetError(f"chunk {chunk} is not in the global dedup index (its xorb {xhex} is not held intact)",
+                       404) from None
+    key, now, offset, rows = secrets.token_bytes(32), int(time.time()), 0, []
+    if not self._renew(self._path("xorbs", xhex)):  # a client may build on it from now: kept for the retention
+        raise XetError(f"chunk {chunk} is not in the global dedup index (its xorb {xhex} was reclaimed)", 404)
     for c in x.chunks:
         rows.append((keyed_hash(c.hash, key), offset, c.size))
         offset += c.size
@@ -938,34 +1114,62 @@ def dedup_shard(self: XetStore,
                                  expiry=now + self.dedup_expiry))
 
 # %% ../../nbs/localhub/06_xet.ipynb #9d93ef98
+XET_RETENTION = 22 * 24 * 3600  # seconds an object nothing names is kept after its last use: past hf_xet's 21 days
+
+@patch
+def _drop(self: XetStore,
+          path: Path,  # a stored xorb or file record
+          cutoff: float,  # a Unix time: only an object last used before it goes
+         ) -> int | None:
+    "Delete `path` if it was last used before `cutoff`, under the lock `_renew` takes: its size; None if kept or gone."
+    with self._lock:
+        try: st = path.stat()
+        except FileNotFoundError: return None
+        if st.st_mtime >= cutoff: return None
+        path.unlink()
+        self._xorbs.pop(path.name, None)
+    return st.st_size
+
+@patch
+def _records(self: XetStore) -> dict:
+    "{path: the xorbs its terms name} of every file record; a 500 naming a damaged one, before anything is freed."
+    out = {}
+    for p in sorted((self.root / "files").glob("*/*.json")):
+        try: out[p] = {t[0] for t in json.loads(p.read_text())["terms"]}
+        except FileNotFoundError: continue  # freed meanwhile
+        except (ValueError, KeyError, TypeError, IndexError) as e:
+            raise XetError(f"the Xet file record {p} is damaged ({str(e)[:100]}): nothing was collected; restore it "
+                           "from a backup, or delete it if no repo names that file", 500) from None
+    return out
+
+@patch
+def _sweep(self: XetStore) -> int:
+    "Remove the index entries whose object is gone, each checked and removed under the lock; how many."
+    n = 0
+    for kind, target, suffix in (("sha256", "files", ".json"), ("dedup", "xorbs", "")):
+        for p in sorted((self.root / kind).glob("*/*")):
+            with self._lock:
+                try: name = p.read_text().strip()
+                except FileNotFoundError: continue
+                if _HEX64.fullmatch(name) and self._path(target, name, suffix).is_file(): continue
+                p.unlink()
+                n += 1
+    return n
+
 @patch
 def collect_garbage(self: XetStore,
-                    keep: Iterable[str],  # Xet hashes (hex) of every file some repo still names
-                    grace: float = 3600.0,  # seconds during which a new or touched object is kept anyway
-                    doomed: Iterable[str] = (),  # files to remove now, young or not (a deleted repo's), unless kept
+                    keep: Iterable[str],  # Xet hashes (hex) of every file a commit names (any repo, ref or PR)
+                    older_than: float = XET_RETENTION,  # seconds: only what was last used longer ago than this goes
                    ) -> dict:
-    "Delete unreferenced files and xorbs (older than `grace`, or only `doomed` used); return files, xorbs, bytes."
-    keep, now, live, removed = set(keep), time.time(), set(), {"files": 0, "xorbs": 0, "bytes": 0}
-    doomed, freed = set(doomed) - keep, {}  # freed: xorb -> the newest time a doomed file that used it was stored
-    def young(p): return now - p.stat().st_mtime < grace
-    for p in (self.root / "files").glob("*/*.json"):
-        terms = json.loads(p.read_text())["terms"]
-        if p.stem in keep or (p.stem not in doomed and young(p)):
-            live.update(t[0] for t in terms)
-            continue
-        if p.stem in doomed:
-            for t in terms: freed[t[0]] = max(freed.get(t[0], 0.0), p.stat().st_mtime)
-        p.unlink()
-        removed["files"] += 1
-    for p in (self.root / "xorbs").glob("*/*"):
-        if p.name in live: continue
-        if young(p) and not p.stat().st_mtime <= freed.get(p.name, -1.0): continue  # touched since: in use
-        removed["bytes"] += p.stat().st_size
-        p.unlink()
-        removed["xorbs"] += 1
-        with self._lock: self._xorbs.pop(p.name, None)
-    for kind, target in (("dedup", "xorbs"), ("sha256", "files")):
-        for p in (self.root / kind).glob("*/*"):
-            name = p.read_text()
-            if not self._path(target, name, ".json" if target == "files" else "").is_file(): p.unlink()
-    return removed
+    "Free the file records `keep` lacks, then the xorbs no record left names, if unused for `older_than` s: what went."
+    if not older_than >= 0: raise ValueError(f"older_than {older_than!r}: a number of seconds, 0 or more")
+    keep, cutoff, live = set(keep), time.time() - older_than, set()
+    freed = {"files": 0, "xorbs": 0, "bytes": 0}
+    for p, xorbs in self._records().items():  # records first: one that stays never names a xorb that went
+        if p.stem in keep or (n := self._drop(p, cutoff)) is None: live |= xorbs  # named, or used since
+        else: freed["files"], freed["bytes"] = freed["files"] + 1, freed["bytes"] + n
+    for p in sorted((self.root / "xorbs").glob("*/*")):
+        if p.name not in live and (n := self._drop(p, cutoff)) is not None:
+            freed["xorbs"], freed["bytes"] = freed["xorbs"] + 1, freed["bytes"] + n
+    self._sweep()  # index entries last: a reader takes one that points at nothing as absent
+    return freed

@@ -465,15 +465,17 @@ def test_a_held_file_is_not_stored_again_and_its_xorbs_live_while_a_repo_names_t
         assert sorted(asked) == [".gitattributes", "b.bin"]  # model.safetensors is held: not downloaded
         now = _xet_state(root)
         assert set(xorbs) < set(now[0]) and len(now[1]) == 3  # b.bin's xorb is new; model.safetensors' are not
-        assert mirror.server.store.collect_xet(grace=0) == {"files": 0, "xorbs": 0, "bytes": 0}  # all named
-        api.delete_repo("team/x")  # model.safetensors is still named by team/y: kept
+        assert mirror.gc(older_than=0) == {"files": 0, "xorbs": 0, "bytes": 0}  # all named
+        api.delete_repo("team/x")  # frees nothing at once; model.safetensors is still named by team/y
+        assert len(_xet_state(root)[1]) == 3 and mirror.gc(older_than=0)["files"] == 1  # a.bin's
         assert _get(mirror, "model.safetensors", tmp_path / "c", "team/y") == XET_FILES["model.safetensors"]
         assert len(_xet_state(root)[1]) == 2
         api.delete_repo("team/y")
+        assert len(_xet_state(root)[1]) == 2 and mirror.gc(older_than=0)["files"] == 2
         assert _xet_state(root) == ([], [])  # nothing names them any more: reclaimed
 
 
-def test_tampered_upstream_bytes_leave_no_blob_and_no_xorb(xet_upstream, tmp_path, monkeypatch):
+def test_tampered_upstream_bytes_leave_no_blob_and_no_xorb_of_theirs(xet_upstream, tmp_path, monkeypatch):
     with _mirror(tmp_path, xet_upstream) as mirror:
         store = mirror.server.store
         store.workers, real, asked = 1, store.api.hf_hub_download, []  # a.bin is stored before the bad file comes
@@ -489,7 +491,9 @@ def test_tampered_upstream_bytes_leave_no_blob_and_no_xorb(xet_upstream, tmp_pat
             HfApi(endpoint=mirror.endpoint).model_info("team/x")
         assert e.value.response.status_code == 502 and asked.index("a.bin") < asked.index("model.safetensors")
         assert RepoStore.repo(store, "model", "team/x") is None and not list(store.tmp.iterdir())
-        assert _xet_state(mirror.root) == ([], [])  # a.bin's Xet file and xorbs are collected again
+        xorbs, files = _xet_state(mirror.root)
+        assert files == [xet_upstream.infos["a.bin"].xet_hash]  # only a.bin's: kept for a gc, as a push's would be
+        assert mirror.gc(older_than=0)["files"] == 1 and _xet_state(mirror.root) == ([], [])  # nothing names it
         for p in ("a.bin", "model.safetensors"): assert store.blobs.size(xet_upstream.infos[p].lfs.sha256) is None
         monkeypatch.setattr(store.api, "hf_hub_download", real)
         [info] = HfApi(endpoint=mirror.endpoint).get_paths_info("team/x", ["model.safetensors"])

@@ -242,7 +242,8 @@ def test_xet_tokens_are_checked_on_every_route(xhub, tmp_path):
     assert _http("GET", url.replace("&exp=", "&exp=1"), headers={"Range": f"bytes={first}-{last}"})[0] == 403
 
 
-def test_deleting_a_repo_collects_the_xet_objects_only_it_named(xhub):
+def test_a_gc_collects_the_xet_objects_only_a_deleted_repo_named(xhub):
+    "Deleting a repo frees nothing (tests/localhub/test_xet_gc.py says why); a gc frees what no repo names any more."
     api = HfApi(endpoint=xhub.endpoint, token=TOKEN)
     shared, own = _random(600_000, 5), _random(600_000, 6)
     api.create_repo("team/a")
@@ -251,12 +252,16 @@ def test_deleting_a_repo_collects_the_xet_objects_only_it_named(xhub):
     api.create_repo("team/b")
     api.upload_file(path_or_fileobj=shared, path_in_repo="shared.bin", repo_id="team/b")
     api.upload_file(path_or_fileobj=own, path_in_repo="own.bin", repo_id="team/b")
-    assert len(_xorbs(xhub)) > len(after_a) and store.file_by_sha256(hashlib.sha256(own).hexdigest())
+    held = _xorbs(xhub)
+    assert len(held) > len(after_a) and store.file_by_sha256(hashlib.sha256(own).hexdigest())
     api.delete_repo("team/b")
+    assert _xorbs(xhub) == held  # kept: the client may still build on them
+    assert xhub.gc(older_than=0)["files"] == 1  # a retention of 0: what no repo names goes
     assert _xorbs(xhub) == after_a and store.file_by_sha256(hashlib.sha256(own).hexdigest()) is None
     got = hf_hub_download("team/a", "shared.bin", endpoint=xhub.endpoint, token=TOKEN, force_download=True)
     assert Path(got).read_bytes() == shared  # what another repo names stays
     api.delete_repo("team/a")
+    assert xhub.gc(older_than=0)["files"] == 1
     assert _xorbs(xhub) == [] and list((xhub.root / "xet" / "files").glob("*/*")) == []
 
 
