@@ -73,6 +73,27 @@ def _criteria_table(criteria: Mapping | None) -> str:
         lines.append(markdown_table(rows, heads))
     return "\n\n".join(lines)
 
+def _breaking_point_table(bp: Mapping | None) -> str:
+    "The breaking points of a `breaking_point` result: each model's and each pair's, in rungs, and the ladder's rungs."
+    if not bp: return ""
+    s, level = bp.get("settings") or {}, next((e["level"] for e in bp.values() if "level" in e), 0.95)
+    def row(name: str, e: Mapping) -> list[str]:
+        f = "+.2f" if " - " in name else ".2f"  # a difference is signed, a position is not
+        per_seed = ", ".join(v if isinstance(v, str) else f"{v:{f}}" for v in e.get("per_seed", []))
+        mean = f"{e['mean']:{f}} [{e['low']:{f}}, {e['high']:{f}}]" if "mean" in e else e.get("censored", "")
+        return [name, mean, per_seed]
+    rows = [row(name, e) for name, e in bp.items() if name != "settings"]
+    rungs = [[i, f"{r['lr']:g}", r["steps"], r["rows"]] for i, r in enumerate(s.get("rungs") or [])]
+    intro = (
+        f"The weakest attack at which harmfulness reaches {s.get('threshold', 0.5)}, in rungs of the attack ladder "
+        f"below (0 is the weakest rung, linear between two rungs): the mean [{level:.0%} interval] over seeds "
+        f"{s.get('seeds')}. A difference a - b is paired seed by seed, positive when a breaks at a stronger attack. "
+        "A seed that never reaches it is above the top rung, one past it at the weakest rung already is at or below "
+        "the weakest rung: neither is a number, so a model with such a seed has no mean."
+    )
+    return "\n\n".join([intro, markdown_table(rows, ["model", "breaking point (rungs)", "per seed"]),
+                        markdown_table(rungs, ["rung", "learning rate", "steps", "rows"])])
+
 def _defence_line(s: Mapping | None) -> str:
     "One sentence naming the defence setting: the loss weights, the layers, the schedule and the data."
     if not s: return ""
@@ -137,4 +158,5 @@ class ImmunisedModel(ModelArtifact):
             "tags": ["safety", "immunization"],
             "attack_table": _attack_table(self.report),
             "criteria_table": _criteria_table(self.criteria),
+            "breaking_point_table": _breaking_point_table((self.report or {}).get("breaking_point")),
         }

@@ -1,5 +1,6 @@
 """The defended model's card (issue 35, item 5): it names the defence setting, shows the measured criteria (verdicts,
-thresholds, paired intervals) and the unseen-domain harm, and `adaptkit.json` gives them back."""
+thresholds, paired intervals), the unseen-domain harm and, when the report carries one, the attack ladder's breaking
+points, and `adaptkit.json` gives them back."""
 import pytest
 
 from adaptkit.hub import read_metadata
@@ -8,6 +9,7 @@ from adaptkit.repnoise import (
     ImmunisedModel,
     RepNoiseConfig,
     RepNoiseTrainer,
+    breaking_point,
     defence_settings,
     immunisation_criteria,
     report_results,
@@ -95,3 +97,24 @@ def test_trainer_puts_its_criteria_and_settings_on_the_card(tiny_tok, tmp_path, 
     assert art.criteria == trainer.criteria and art.settings["layers"] == [1] and art.settings["rows"] == 4
     card = str(art.model_card())
     assert "decoder layers [1]" in card and "| 2 stability | **holds** |" in card
+
+
+def test_card_shows_the_breaking_point_when_the_report_carries_one(tiny_tok, tmp_path, report):
+    "Breaking points computed from a hand-made ladder (harm per rung, two items per seed) reach the card and come back."
+    curves = {"undefended": [[0, 1, 2], [0, 2, 2]], "repnoise": [[0, 0, 1], [0, 0, 0]]}  # per seed: items harmful
+    ladder = {"rungs": [{"lr": 1e-5 * 2 ** i, "steps": 8, "rows": 32} for i in range(3)], "seeds": [0, 1],
+              "harmfulness": {m: [[[1] * c[r] + [0] * (2 - c[r]) for c in cs] for r in range(3)]
+                              for m, cs in curves.items()}}
+    report["breaking_point"] = breaking_point(ladder, [("repnoise", "undefended")])
+    folder = ImmunisedModel(tiny_causal_lm(tiny_tok), tiny_tok, report).save_pretrained(tmp_path / "m")
+    text = (folder / "README.md").read_text()
+    assert "## Breaking point" in text and "harmfulness reaches 0.5" in text and "over seeds [0, 1]" in text
+    assert "| undefended | 0.75 [0.50, 1.00] | 1.00, 0.50 |" in text  # rung 1 on seed 0, halfway to it on seed 1
+    assert "| repnoise | above the top rung on seeds [1] | 2.00, above the top rung |" in text
+    # a pair with a censored seed has no mean either: the sign that seed fixes, then each seed's difference
+    assert "| repnoise - undefended | positive (beyond the ladder) on seeds [1] | +1.00, positive (beyond" in text
+    assert "| 2 | 4e-05 | 8 | 32 |" in text
+    loaded = ImmunisedModel.from_pretrained(folder)
+    assert loaded.report["breaking_point"] == report["breaking_point"] and "Breaking point" in str(loaded.model_card())
+    del report["breaking_point"]
+    assert "Breaking point" not in str(ImmunisedModel(tiny_causal_lm(tiny_tok), tiny_tok, report).model_card())
