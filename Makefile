@@ -53,8 +53,10 @@ check-nbs: $(STAMP)
 	if [ "$$before" != "$$after" ]; then diff <(echo "$$before") <(echo "$$after"); \
 	  echo "nbs/ was not clean: nbdev_clean above fixed it; review and commit"; exit 1; fi
 
+# Two notebook processes on the 2 cores, one torch thread each (a second thread each only makes them wait on each other);
+# the notebooks write only to their own temp folders and serve LocalHub on free ports, so they may run side by side.
 nbtest: $(STAMP)
-	$(BIN)/nbdev_test --n_workers 0
+	OMP_NUM_THREADS=1 $(BIN)/nbdev_test --n_workers 2
 
 $(OLAH): requirements-olah.txt
 	@test -x .venv-olah/bin/python || $(PYTHON) -m venv .venv-olah
@@ -74,8 +76,11 @@ $(CHROMEDRIVER):
 docs: $(STAMP) $(CHROMEDRIVER)
 	$(BIN)/python docs/build.py
 
+# Two xdist workers, one per core, one torch thread each (tests/conftest.py), each with its own HF and adaptkit caches.
+# --dist loadfile keeps a test file on one worker: its module fixtures (a two-rank DDP launch, mergekit's merges, the
+# docs site and Chromium, tiny models) are built once, not once per worker.
 pytest: $(STAMP) $(OLAH) $(MERGEKIT) $(CHROMEDRIVER)
-	$(BIN)/python -m pytest tests/
+	$(BIN)/python -m pytest -n 2 --dist loadfile tests/
 
 readme: $(STAMP)
 	$(BIN)/python docs/make_readme.py

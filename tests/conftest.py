@@ -3,16 +3,28 @@ import ipaddress
 import os
 import shutil
 import socket
+import sys
 import tempfile
 from pathlib import Path
 
+import pytest
+
 # Read by huggingface_hub at import time, so set before any test imports it.
 os.environ["HF_HUB_DISABLE_TELEMETRY"] = "1"
-os.environ.setdefault("HF_HOME", tempfile.mkdtemp(prefix="adaptkit-test-hf-"))
+# Each test process has an HF cache and an adaptkit cache of its own unless the caller set them. An xdist worker
+# (`pytest -n 2`) inherits the environment of the controller, where this file ran first: the caches made there (the
+# controller's pid in ADAPTKIT_TEST_CACHE_OF) are replaced, so two workers never share a cache one writes or lists.
+if os.environ.get("ADAPTKIT_TEST_CACHE_OF", str(os.getpid())) != str(os.getpid()):
+    for _name in os.environ.pop("ADAPTKIT_TEST_CACHE_MADE", "").split(): os.environ.pop(_name, None)
+_made = [n for n in ("HF_HOME", "ADAPTKIT_CACHE") if n not in os.environ]
+if "HF_HOME" not in os.environ: os.environ["HF_HOME"] = tempfile.mkdtemp(prefix="adaptkit-test-hf-")
 os.environ.setdefault("ADAPTKIT_CACHE", os.path.join(os.environ["HF_HOME"], "adaptkit"))
+if _made: os.environ.update(ADAPTKIT_TEST_CACHE_OF=str(os.getpid()), ADAPTKIT_TEST_CACHE_MADE=" ".join(_made))
 os.environ["TOKENIZERS_PARALLELISM"] = "false"
-
-import pytest
+# Under `pytest -n 2` (the Makefile's) two workers share the 2 cores: each computes with one torch thread, and so do the
+# processes its tests start (read by torch at import); a second thread each would only make them wait on each other.
+WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+if WORKERS > 1: os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 _real_connect = socket.socket.connect
 
@@ -32,6 +44,15 @@ def offline(monkeypatch):
             raise OSError(f"test tried to reach {address[0]}: tests stay on 127.0.0.1")
         return _real_connect(sock, address)
     monkeypatch.setattr(socket.socket, "connect", connect)
+
+
+@pytest.fixture(autouse=True)
+def one_torch_thread_per_worker():
+    """Under `pytest -n 2` each test starts with the worker's one torch thread: a test module that sets its own count
+    at import (for the serial run) sets it for the whole worker, since every worker imports every module."""
+    torch = sys.modules.get("torch")
+    threads = int(os.environ["OMP_NUM_THREADS"]) if os.environ.get("OMP_NUM_THREADS", "").isdigit() else 1
+    if WORKERS > 1 and torch is not None and torch.get_num_threads() != threads: torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="session")
