@@ -70,6 +70,8 @@ _PUBLIC = {
         "ImmunisedModel",
         "immunisation_report",
         "immunisation_criteria",
+        "attack_ladder",
+        "breaking_point",
         "answer_scores",
         "not_refused",
         "harmful_finetune_attack",

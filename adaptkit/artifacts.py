@@ -34,7 +34,7 @@ from adaptkit.hub import (
 )
 from .hub.client import base_provenance, on_hub
 from .models import _plain_name, check_base, fingerprint, load_base
-from .tensorfiles import check_shard_size
+from .tensorfiles import size_in_bytes
 
 if TYPE_CHECKING:  # hub.render_card imports it: huggingface_hub's repocard loads the HTTP client
     from huggingface_hub import ModelCard
@@ -222,15 +222,15 @@ class ModelArtifact(Artifact):
     ) -> Path:
         "Write the model with its card to `save_directory`, in shards when large; return the folder."
         if max_shard_size is not None:
-            check_shard_size(self.model.state_dict(), max_shard_size)  # before a temporary folder is made
+            size_in_bytes(max_shard_size)  # an invalid size refused before a temporary folder is made
             self.max_shard_size = max_shard_size
         return self._save(Path(save_directory))
 
     def _write(self, folder: Path) -> None:
         from adaptkit.models import merged
-        check_shard_size(self.model.state_dict(), self.max_shard_size)  # before a PEFT model is copied and merged
+        limit = size_in_bytes(self.max_shard_size)  # before a PEFT model is copied and merged
         model = merged(copy.deepcopy(self.model)) if hasattr(self.model, "merge_and_unload") else self.model
-        model.save_pretrained(folder, max_shard_size=self.max_shard_size); self.tokenizer.save_pretrained(folder)
+        model.save_pretrained(folder, max_shard_size=limit); self.tokenizer.save_pretrained(folder)
 
     @classmethod
     def _read(cls, folder: Path, record: dict, *, endpoint=None, token=None, **load_kwargs):
@@ -391,7 +391,7 @@ def _saving_in_shards(
 ):
     "`model.save_pretrained` writing shards of at most `max_shard_size` while the block runs; as it was after."
     own = vars(model).get("save_pretrained")  # the instance's own attribute, if anything set one: put back after
-    model.save_pretrained = functools.partial(model.save_pretrained, max_shard_size=max_shard_size)
+    model.save_pretrained = functools.partial(model.save_pretrained, max_shard_size=size_in_bytes(max_shard_size))
     try: yield model
     finally:
         if own is None: del model.save_pretrained
@@ -425,17 +425,10 @@ class ArtifactTrainerMixin:
         return super().train(*args, **kwargs)
 
     def _check_save_settings(self) -> None:
-        """Refuse a `save_max_shard_size` below the largest tensor of the full model this trainer saves, naming the
-        tensor, before training rather than at the final save; an adapter (PEFT writes one file) is not checked."""
+        "Refuse an invalid `save_max_shard_size` before training rather than at the first save."
         args = getattr(self, "args", None)  # none on a bare mixin, which has nothing to save
         if (size := getattr(args, "save_max_shard_size", None)) is None: return
-        modes = [(m, m.training) for m in self.model.modules()]
-        try: art = self.artifact()
-        except NotImplementedError: return  # no artifact defined yet (a class growing cell by cell): nothing to check
-        finally:
-            for m, training in modes: m.training = training  # an artifact may put its model in eval mode (an Aligner)
-        if not isinstance(art, ModelArtifact): return
-        try: check_shard_size(art.model.state_dict(), size)
+        try: size_in_bytes(size)
         except ValueError as e: raise ValueError(f"save_max_shard_size: {e}") from None
 
     def _load_base(self, model, base_model=None, base_revision=None, endpoint=None, token=None):

@@ -18,9 +18,9 @@ from typing import Callable
 # %% auto #0
 __all__ = ['COMMANDS', 'HELP_COLUMNS', 'HELP_PACKAGES', 'HubArguments', 'PushArguments', 'Command', 'command', 'ModelArguments',
            'run_pissa', 'run_aligner', 'run_repnoise', 'TransLoRAArguments', 'run_translora', 'EMRArguments', 'run_emr',
-           'MergeArguments', 'run_merge', 'ServeArguments', 'ExportArguments', 'ImportArguments', 'TransferArguments',
-           'run_serve', 'run_push', 'run_pull', 'run_export', 'run_import', 'parser_for', 'help_text', 'help_key',
-           'write_help_texts', 'stored_help', 'command_help', 'main']
+           'MergeArguments', 'run_merge', 'ServeArguments', 'ExportArguments', 'ImportArguments', 'GcArguments',
+           'TransferArguments', 'run_serve', 'run_push', 'run_pull', 'run_export', 'run_import', 'run_gc', 'parser_for',
+           'help_text', 'help_key', 'write_help_texts', 'stored_help', 'command_help', 'main']
 
 # %% ../nbs/20_cli.ipynb #0f5214e0
 @dataclass
@@ -342,8 +342,10 @@ class MergeArguments:
     )
     seed: int = field(default=0, metadata={"help": "DARE's seed (mergekit-yaml's --random-seed)."})
     max_shard_size: str = field(
-        default="5GB", metadata={"help": "Largest safetensors shard written (transformers' format, e.g. '500MB'); each "
-                                         "merged tensor goes to its shard as it is computed."}
+        default="5GB", metadata={"help": "Largest safetensors shard written (transformers' format, e.g. '500MB', "
+                                         "'2GiB', or bytes: 32768); a larger tensor gets a shard of its own, as "
+                                         "save_pretrained writes it; each merged tensor goes to its shard as it is "
+                                         "computed."}
     )
     dry_run: bool = field(
         default=False, metadata={"help": "Print the plan (models, tensors, shards, bytes to read and write) as JSON "
@@ -447,6 +449,18 @@ class ImportArguments:
     )
 
 @dataclass
+class GcArguments:
+    "What `adaptkit hub gc` reclaims."
+    root: str = field(
+        default=None, metadata={"help": "The hub's root folder (stop its server first: gc takes the root's lock)."}
+    )
+    older_than: str = field(
+        default="22d",
+        metadata={"help": "Reclaim only Xet objects that no commit names and nothing used for this long: seconds, or a "
+                          "number with s, m, h, d or w. Keep it past the clients' Xet cache (hf_xet's: 21 days)."},
+    )
+
+@dataclass
 class TransferArguments(HubArguments):
     "What `adaptkit hub push|pull` moves."
     repo_id: str = field(default=None, metadata={"help": "The repo (namespace/name)."})
@@ -529,6 +543,17 @@ def run_import(
     _need(args, "file", "root")
     from adaptkit.localhub.mirror import import_repos
     return _report(None, **import_repos(Path(args.file), Path(args.root), drop_privacy=args.drop_privacy))
+
+@command("hub gc", lambda: [GcArguments],
+         "reclaim the Xet objects no repo names and nothing used for --older_than; print what was freed")
+def run_gc(
+    args: GcArguments,  # the hub's root and how long an unused object is kept
+) -> dict:
+    "Reclaim the Xet objects of the hub at `--root` that no commit names and nothing used for `--older_than`."
+    _need(args, "root")
+    from adaptkit.localhub.server import LocalHub
+    freed = LocalHub(Path(args.root)).gc(older_than=args.older_than)
+    return _report(None, **freed, root=args.root, older_than=args.older_than)
 
 # %% ../nbs/20_cli.ipynb #3e401fdd
 def parser_for(

@@ -26,9 +26,9 @@ class MethodConfig:
     save_max_shard_size: str = field(
         default="5GB", metadata={"help": "Largest safetensors shard of the full model the trainer saves (the Aligner, "
                                          "RepNoise's immunised model, the DPO policy of dpo_rounds) and of its "
-                                         "checkpoints, in transformers' max_shard_size format: '500MB', '2GiB'; past "
-                                         "it the model is saved in shards with an index; below its largest tensor it "
-                                         "is refused before training. An adapter (PiSSA, Trans-LoRA) is one file, as "
+                                         "checkpoints, in transformers' max_shard_size format: '500MB', '2GiB', or "
+                                         "bytes; past it the model is saved in shards with an index, a larger tensor "
+                                         "in a shard of its own. An adapter (PiSSA, Trans-LoRA) is one file, as "
                                          "PEFT writes it."}
     )
 

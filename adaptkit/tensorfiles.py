@@ -9,6 +9,7 @@ import hashlib
 import json
 import math
 import os
+import re
 import struct
 from pathlib import Path
 
@@ -17,7 +18,7 @@ from huggingface_hub import split_state_dict_into_shards_factory
 from safetensors import safe_open
 
 # %% auto #0
-__all__ = ['DTYPES', 'DTYPE_NAMES', 'nbytes', 'StreamWriter', 'size_in_bytes', 'check_shard_size', 'ShardWriter',
+__all__ = ['DTYPES', 'DTYPE_NAMES', 'nbytes', 'StreamWriter', 'size_in_bytes', 'shard_split', 'ShardWriter',
            'SafetensorsHeaderError', 'read_header', 'TensorFiles']
 
 # %% ../nbs/05_tensorfiles.ipynb #54f035e5
@@ -81,35 +82,35 @@ class StreamWriter:
         "The hex sha256 of the bytes written so far (the whole file once every tensor is written)."
         return self.hash.hexdigest()
 
-_SIZE_UNITS = {"GIB": 2**30, "MIB": 2**20, "KIB": 2**10, "GB": 10**9, "MB": 10**6, "KB": 10**3}  # in this order
+_SIZE = re.compile(r"\s*([0-9]+)\s*(GiB|MiB|KiB|GB|MB|KB)?\s*", re.IGNORECASE)  # digits, then a unit or none
+_SIZE_UNITS = {"GIB": 2**30, "MIB": 2**20, "KIB": 2**10, "GB": 10**9, "MB": 10**6, "KB": 10**3}
 _DECIMAL_UNITS = {"GB", "MB", "KB"}  # written with a lowercase b, these count bits
 
 def size_in_bytes(
-    size: int | str,  # bytes, or a string such as "5GB", "500MB", "2GiB" (transformers' `max_shard_size` format)
+    size: int | str,  # bytes (an int, or digits as a command line gives them), or "5GB", "500MB", "2GiB"
 ) -> int:
-    "Bytes from a shard size as `save_pretrained(max_shard_size=...)` takes it (transformers' rule)."
-    if isinstance(size, int): return size
-    try:
-        unit = next(u for u in _SIZE_UNITS if size.upper().endswith(u))
-        n = int(size[:-len(unit)]) * _SIZE_UNITS[unit]
-        return n // 8 if unit in _DECIMAL_UNITS and size.endswith("b") else n  # "5Gb": gigabits
-    except (StopIteration, ValueError, AttributeError) as e:
-        raise ValueError(f"max_shard_size {size!r}: expected bytes as an int or a string like '5GB' or '2GiB'") from e
+    "Bytes from a shard size as `save_pretrained(max_shard_size=...)` takes it (transformers' rule); positive."
+    n, m = 0, _SIZE.fullmatch(size) if isinstance(size, str) else None
+    if type(size) is int: n = size
+    elif m and not m[2]: n = int(m[1])  # "32768": bytes
+    elif m:
+        n = int(m[1]) * _SIZE_UNITS[m[2].upper()]
+        if m[2].upper() in _DECIMAL_UNITS and m[2].endswith("b"): n //= 8  # "5Gb": gigabits
+    if n <= 0:
+        raise ValueError(f"max_shard_size {size!r} is invalid: expected a positive number of bytes, as an int or "
+                         "digits ('32768'), or digits and a unit ('5GB', '500MB', '2GiB'; '5Gb' counts gigabits)")
+    return n
 
-def check_shard_size(
-    tensors: dict,  # tensor name -> tensor, or -> (safetensors dtype name, shape) for one not computed yet
-    max_shard_size: int | str,  # bytes, or "5GB" / "500MB" as transformers takes it
-) -> int:
-    "`max_shard_size` in bytes, refused naming the largest tensor when that is larger (never split across shards)."
-    limit = size_in_bytes(max_shard_size)
-    def size(t): return t.nbytes if isinstance(t, torch.Tensor) else nbytes(t)
-    name = max(tensors, key=lambda n: size(tensors[n]), default=None)
-    if name is None or (big := size(tensors[name])) <= limit: return limit
-    t = tensors[name]
-    dtype, shape = (DTYPE_NAMES.get(t.dtype, str(t.dtype)), t.shape) if isinstance(t, torch.Tensor) else t
-    raise ValueError(f"max_shard_size {max_shard_size!r} ({limit:,} bytes) is below tensor {name!r} ({big:,} bytes, "
-                     f"{dtype} {list(shape)}): a tensor is never split across shards; give at least "
-                     f"'{math.ceil(big / 1e6)}MB'")
+_SHARD_NAME = "model{suffix}.safetensors"  # transformers' SAFE_WEIGHTS_NAME with its shard suffix
+
+def shard_split(
+    specs: dict,  # tensor name -> (safetensors dtype name, shape), in the order they will be written
+    max_shard_size: int | str,  # largest shard, in bytes or as "5GB"; a larger tensor gets a shard of its own
+):
+    """Which file each tensor goes to, as `save_pretrained` cuts a state dict of these sizes in this order:
+    huggingface_hub's `StateDictSplit` (`filename_to_tensors`, `tensor_to_filename`, `is_sharded`, `metadata`)."""
+    return split_state_dict_into_shards_factory(specs, get_storage_size=nbytes, filename_pattern=_SHARD_NAME,
+                                                max_shard_size=size_in_bytes(max_shard_size))
 
 class ShardWriter:
     """Tensors written in order into shards of at most `max_shard_size`, plus the index.
@@ -121,19 +122,15 @@ class ShardWriter:
         specs: dict,  # tensor name -> (safetensors dtype name, shape), in the order they will be written
         max_shard_size: int | str,  # largest shard, in bytes or as "5GB"; a larger tensor gets a shard of its own
     ):
-        split = split_state_dict_into_shards_factory(
-            specs,
-            get_storage_size=nbytes,
-            max_shard_size=size_in_bytes(max_shard_size),
-            filename_pattern="model{suffix}.safetensors",
-        )
+        split = shard_split(specs, max_shard_size)
         self.writers = {f: StreamWriter(folder / f, {n: specs[n] for n in names})
                         for f, names in split.filename_to_tensors.items()}
         self.where = {name: self.writers[f] for name, f in split.tensor_to_filename.items()}
         self.index = None
-        if split.is_sharded:
-            index = {"metadata": split.metadata, "weight_map": split.tensor_to_filename}
-            self.index = (json.dumps(index, indent=2) + "\n").encode()
+        if split.is_sharded:  # as transformers writes it: the parameters, the bytes, the map, keys sorted
+            metadata = {"total_parameters": sum(math.prod(shape) for _, shape in specs.values()), **split.metadata}
+            index = {"metadata": metadata, "weight_map": split.tensor_to_filename}
+            self.index = (json.dumps(index, indent=2, sort_keys=True) + "\n").encode()
             (folder / "model.safetensors.index.json").write_bytes(self.index)
 
     def write(self, name: str, tensor: torch.Tensor):

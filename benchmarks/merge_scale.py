@@ -237,11 +237,8 @@ def main():
     mergekit_methods = methods_of_mergekit()
     both = [m for m in MERGE_METHODS if mergekit_methods is None or m in mergekit_methods]
     methods = args.methods or both
-    for s in args.sizes:  # refused now, not after the models are built (adaptkit merge would refuse the same)
-        largest = 2 * max(math.prod(shape) for shape in layout(*SIZES[s]).values())
-        if largest > size_in_bytes(args.max_shard_size):
-            ap.error(f"--max_shard_size {args.max_shard_size} is below the largest tensor at size {s} ({largest:,} "
-                     f"bytes): a tensor is never split across shards")
+    try: size_in_bytes(args.max_shard_size)  # refused now, not after the models are built
+    except ValueError as e: ap.error(str(e))
     start = quiet_start()
     work = Path(args.work or tempfile.mkdtemp(prefix="merge-scale-"))
     try:

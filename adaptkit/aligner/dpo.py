@@ -19,7 +19,7 @@ from .artifact import AlignedPolicy, Aligner, chat_answers, conversation
 from .config import AlignerDPOConfig
 from ..artifacts import checkpoint_shards
 from ..data import Schema, validate_rows
-from ..tensorfiles import check_shard_size
+from ..tensorfiles import size_in_bytes
 
 _logger = logging.getLogger(__name__)
 PROMPTS = Schema("prompts", {"prompt": (str, list)})  # a question or a conversation, per row
@@ -78,7 +78,7 @@ def dpo_rounds(
     validate_rows([{"prompt": p} for p in prompts], PROMPTS, "prompts")  # by row, before any work
     questions = [conversation(p)[-1]["content"] for p in prompts]
     args = args or AlignerDPOConfig("aligner-dpo")
-    shard_size = _policy_shard_size(policy, args)  # a size below its largest tensor: refused before any generation
+    shard_size = _policy_shard_size(args)  # an invalid size: refused before any generation
     metrics = []
     for r in range(1, rounds + 1):
         pairs = _round_pairs(policy, tokenizer, aligner, prompts, questions, **generate_kwargs)
@@ -117,14 +117,14 @@ def _round_pairs(policy, tokenizer, aligner: Aligner, prompts: Sequence, questio
     done = gather_object(list(zip(answers, corrections)))  # every process's, in process order: the prompts' order
     return preference_pairs(prompts, [a for a, _ in done], [c for _, c in done])
 
-def _policy_shard_size(policy, args) -> int | str:
+def _policy_shard_size(args) -> int | str:
     """The largest shard each round's policy is saved and pushed in: `args.save_max_shard_size`, or `AlignedPolicy`'s
-    default for a plain `DPOConfig`, which has none; refused, naming the tensor, below the policy's largest tensor."""
+    default for a plain `DPOConfig`, which has none; an invalid size refused, naming the option."""
     size = getattr(args, "save_max_shard_size", None)
     what = "save_max_shard_size" if size is not None else ("AlignedPolicy.max_shard_size (a plain DPOConfig has no "
                                                            "save_max_shard_size: use AlignerDPOConfig)")
     size = AlignedPolicy.max_shard_size if size is None else size
-    try: check_shard_size(policy.state_dict(), size)
+    try: size_in_bytes(size)
     except ValueError as e: raise ValueError(f"{what}: {e}") from None
     return size
 

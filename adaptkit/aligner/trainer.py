@@ -101,7 +101,7 @@ class AlignerTrainer(ArtifactTrainerMixin, SFTTrainer):
     def train(self, *args, **kwargs):
         """Identity warm-up on `identity_warmup_ratio` of the rows (one epoch), then the configured SFT on corrections;
         the save settings (`args` may have changed since `__init__`) are checked before the warm-up."""
-        self._check_save_settings()  # a too small `save_max_shard_size`: refused before the warm-up's steps
+        self._check_save_settings()  # an invalid `save_max_shard_size`: refused before the warm-up's steps
         if len(self.warmup):
             _logger.info("aligner identity warm-up on %d of %d rows", len(self.warmup), len(self.qac))
             warm = SFTTrainer(model=self.model, args=self._warmup_args(), train_dataset=self.warmup,

@@ -18,7 +18,7 @@ from ..artifacts import Artifact
 from .inputs import _build_model, _check_task_name
 from .methods import MERGE_METHODS
 from ..hub import METADATA_FILE, write_metadata
-from ..tensorfiles import DTYPE_NAMES, ShardWriter, StreamWriter, TensorFiles, check_shard_size
+from ..tensorfiles import DTYPE_NAMES, ShardWriter, StreamWriter, TensorFiles, size_in_bytes
 
 
 # %% auto #0
@@ -127,8 +127,8 @@ class MergedModel(Artifact):
         max_shard_size: int | str | None = None,  # largest shard, e.g. "2GB" (None: the model's, default "5GB")
     ) -> Path:
         "Write the merged model, a transformers checkpoint with its card, to `save_directory`; return the folder."
+        size_in_bytes(self.max_shard_size if max_shard_size is None else max_shard_size)  # refused before any folder
         if max_shard_size is not None: self.max_shard_size = max_shard_size
-        check_shard_size(_specs(self.state_dict), self.max_shard_size)
         return self._save(Path(save_directory))
 
     def _write(self, folder: Path) -> None:

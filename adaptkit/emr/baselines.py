@@ -14,10 +14,10 @@ from tqdm.auto import tqdm
 
 from .artifact import _BESIDE, MergedModel, _check_output, _items, _TensorStream
 from .format import _published_base
-from .inputs import _check_finite, _open_inputs, _plan_merge
+from .inputs import _check_complete, _check_finite, _open_inputs, _plan_merge
 from .methods import MERGE_METHODS, _TensorMerger, tensor_generator, tensor_parameters
 from .stream import _chunk_numel, _ChunkReader, _merge_row_chunks
-from ..tensorfiles import DTYPE_NAMES, DTYPES, check_shard_size, nbytes, size_in_bytes
+from ..tensorfiles import DTYPE_NAMES, DTYPES, nbytes, size_in_bytes
 
 
 # %% auto #0
@@ -130,10 +130,10 @@ def _merge_into_one(pretrained, finetuned, exclude, endpoint, token, mergers_for
     size_in_bytes(max_shard_size)
     base, tasks = _open_inputs(pretrained, finetuned, endpoint, token)
     plan = _plan_merge(base, tasks, exclude)
+    _check_complete(base, plan, exclude)
     merger_for = mergers_for(plan.merged)
     specs = {n: (_out_dtype(base.specs[n][0], dtype), base.specs[n][1]) for n in plan.merged}
     own = {t: {n: (_out_dtype(m.specs[n][0], dtype), m.specs[n][1]) for n in plan.own[t]} for t, m in tasks.items()}
-    check_shard_size(specs, max_shard_size)
     bar = tqdm(total=len(plan.merged), desc=desc, unit="tensor", disable=not progress)
     merged = _TensorStream(specs, _merged_tensors(plan, base, tasks, merger_for, dtype, desc, bar))
     heads = {t: _TensorStream(own[t], _own_tensors(m, plan.own[t], base, dtype)) for t, m in tasks.items()}

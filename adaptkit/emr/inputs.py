@@ -8,6 +8,7 @@ from __future__ import annotations
 import fnmatch
 import json
 import math
+import os
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -15,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-from ..hub import pull, source_of
+from ..hub import check_pull, pull, source_of
 from ..tensorfiles import DTYPE_NAMES, SafetensorsHeaderError, TensorFiles, read_header
 
 # %% auto #0
@@ -251,20 +252,38 @@ def _check_dtypes(base: _ModelSource, tasks: dict, exclude):
                     f"Convert that checkpoint to float, or keep the tensor per task with exclude={[name]!r}")
 
 _SIZE_KEYS = ("model_type", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
-              "num_key_value_heads", "head_dim", "vocab_size", "id2label")
+              "num_key_value_heads", "head_dim", "vocab_size", "max_position_embeddings", "type_vocab_size", "id2label")
+
+def _shape_error(t: str, m: _ModelSource, base: _ModelSource, names: list, differ: list) -> ValueError:
+    """The error for task `t`'s tensors `names` in other shapes than the base's (the first one described),
+    `differ` the config sizes that differ."""
+    (_, got), (_, shape), keep = m.specs[names[0]], base.specs[names[0]], f"exclude={names[:5]!r}"
+    more = f" (and {len(names) - 1} more: {names[1:4]})" if len(names) > 1 else ""
+    where = (f"task {t!r}: tensor {names[0]!r} has shape {list(got)} in {m.where(names[0])}, the base "
+             f"{list(shape)} in {base.where(names[0])}{more}")
+    if not differ:
+        return ValueError(f"{where}, though their configs agree on every size: a damaged or mismatched checkpoint? "
+                          f"({keep} keeps it per task)")
+    sizes = ", ".join(f"{k} {m.config.get(k)!r} (the base: {base.config.get(k)!r})" for k in differ if k != "id2label")
+    fix = (f"Resize the base and every fine-tuned model to one vocabulary (transformers' "
+           f"`model.resize_token_embeddings({m.config['vocab_size']})`, then save) and merge those"
+           if "vocab_size" in differ else "Merge models of one architecture")
+    return ValueError(f"{where}: their configs differ in {sizes}, so it is no head with other labels, and no merge "
+                      f"combines tensors of two shapes; nothing was written. {fix}; or keep it unmerged with {keep} "
+                      f"(each task's own: EMR's task models take theirs, a merged model's root checkpoint goes without "
+                      f"it)")
 
 def _check_shapes(base: _ModelSource, tasks: dict, exclude):
-    """Raise when a task holds a base tensor in another shape though both configs agree on every size (vocabulary and
-    labels included): a damaged or mismatched checkpoint, not a new head. Without both configs, it stays per task."""
-    for name, (_, shape) in base.specs.items():
-        if _is_excluded(name, exclude): continue
-        for t, m in tasks.items():
-            got = m.specs.get(name)
-            if got is None or got[1] == shape or name in m.own or not (base.config and m.config): continue
-            if all(base.config.get(k) == m.config.get(k) for k in _SIZE_KEYS):
-                raise ValueError(f"task {t!r}: tensor {name!r} has shape {list(got[1])} in {m.where(name)}, the base "
-                                 f"{list(shape)} in {base.where(name)}, though their configs agree on every size: a "
-                                 f"damaged or mismatched checkpoint? (exclude={[name]!r} keeps it per task)")
+    """Raise when a task holds a base tensor in another shape, unless both configs say it is a head of other labels
+    (they differ in `id2label` and in no other size): configs that agree on every size mean a damaged or mismatched
+    checkpoint, configs that differ in another size (a resized vocabulary) a tensor no merge can combine. Without
+    both configs, it stays per task."""
+    for t, m in tasks.items():
+        if not (base.config and m.config): continue
+        names = [n for n, (_, shape) in base.specs.items()
+                 if n in m.specs and m.specs[n][1] != shape and n not in m.own and not _is_excluded(n, exclude)]
+        differ = [k for k in _SIZE_KEYS if base.config.get(k) != m.config.get(k)]
+        if names and differ != ["id2label"]: raise _shape_error(t, m, base, names, differ)
 
 def _plan_merge(base: _ModelSource, tasks: dict, exclude) -> _MergePlan:
     "Decide from metadata only which tensors merge and which stay each task's own; raise on tensors the base lacks."
@@ -294,6 +313,20 @@ def _plan_merge(base: _ModelSource, tasks: dict, exclude) -> _MergePlan:
         raise ValueError("no tensor is in the base and every fine-tuned model with one shape: nothing to merge")
     return _MergePlan(merged, own)
 
+def _check_complete(base: _ModelSource, plan: _MergePlan, exclude):
+    """Raise when one merged model that keeps no task's own tensor (a checkpoint loaded alone, with the base's config)
+    would lack a float tensor of the base that no fine-tuned model has, unless `exclude` names it."""
+    if any(plan.own.values()): return
+    kept = set(plan.merged)
+    lost = [n for n, (dtype, _) in base.specs.items()
+            if n not in kept and dtype in _MERGEABLE and not _is_excluded(n, exclude)]
+    if lost:
+        raise ValueError(f"tensor {lost[0]!r} of the base ({base.where(lost[0])}) is in no fine-tuned model"
+                         + (f" (nor {len(lost) - 1} more: {lost[1:4]})" if len(lost) > 1 else "")
+                         + ": the merged checkpoint would lack it, and transformers would initialise it afresh when "
+                         "loading it. Were the fine-tuned models saved with another config (tied embeddings)? Nothing "
+                         f"was written; exclude={lost[:5]!r} leaves it out knowingly")
+
 # %% ../../nbs/emr/02_inputs.ipynb #31db8f82
 _ARCHITECTURE_KEYS = ("model_type", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")
 
@@ -314,11 +347,25 @@ def _base_prefix(base: _ModelSource, tasks: dict) -> str:
     best = max(sorted({n.split(".", 1)[0] + "." for n in shared if "." in n}), key=hits, default="")
     return best if best and hits(best) > max(hits(""), len(base.specs) // 2) else ""
 
+def _check_named_inputs(pretrained, finetuned: Mapping, endpoint, token):
+    """Raise, before any input is opened or downloaded, for one given by name (a path or a repo id) that `pull` could
+    not fetch: a missing folder, a name that is neither a folder nor a repo on the Hub (both named), a refused token."""
+    for what, src in [("the base model", pretrained), *((f"task {t!r}", m) for t, m in finetuned.items())]:
+        if not isinstance(src, (str, os.PathLike)): continue
+        try: check_pull(src, endpoint=endpoint, token=token)
+        except FileNotFoundError as e: raise FileNotFoundError(f"{what}: {e}") from None
+        except Exception as e:
+            from huggingface_hub.errors import BadRequestError, RepositoryNotFoundError
+            if isinstance(e, (RepositoryNotFoundError, BadRequestError)):  # no repo of that name: a missing input
+                raise FileNotFoundError(f"{what}: {e}") from None
+            raise ValueError(f"{what}: cannot read {str(src)!r}: {e}") from e
+
 def _open_inputs(pretrained, finetuned, endpoint, token) -> tuple[_ModelSource, dict]:
     "The base and task models, checked: task names, at least two tasks, one architecture; the base's names aligned."
     if not isinstance(finetuned, Mapping) or len(finetuned) < 2:
         raise ValueError("finetuned must map at least two task names to models (a merge of one model is that model)")
     names = [_check_task_name(t) for t in finetuned]
+    _check_named_inputs(pretrained, finetuned, endpoint, token)  # every one, before any is downloaded
     base = _open_source(pretrained, base=None, what="the base model", endpoint=endpoint, token=token)
     tasks = {
         t: _open_source(finetuned[t], base=base, what=f"task {t!r}", endpoint=endpoint, token=token) for t in names

@@ -20,7 +20,7 @@ from .baselines import _merge_models, _origin_name, _out_dtype
 from .bundle import EMRBundle, _replace_folder
 from .elect import _elect_in_place, _RescalerSums
 from .format import _base_reference, _new_record, _write_record, pack_mask
-from .inputs import _check_finite, _MergePlan, _ModelSource, _open_inputs, _plan_merge
+from .inputs import _check_complete, _check_finite, _MergePlan, _ModelSource, _open_inputs, _plan_merge
 from adaptkit.emr.methods import (
     EMR,
     MERGE_METHODS,
@@ -38,7 +38,7 @@ from adaptkit.emr.stream import (
     _row_chunks,
 )
 from ..hub import METADATA_FILE, is_repo_id, looks_like_path
-from ..tensorfiles import DTYPES, ShardWriter, StreamWriter, check_shard_size, nbytes, size_in_bytes
+from ..tensorfiles import DTYPES, ShardWriter, StreamWriter, nbytes, shard_split, size_in_bytes
 
 # %% auto #0
 __all__ = ['emr_merge', 'merge_from_config', 'plan_merge_config']
@@ -161,7 +161,6 @@ def emr_merge(
                       marker="emr.json")
     base, tasks = _open_inputs(pretrained, finetuned, endpoint, token)
     plan, reference = _plan_merge(base, tasks, exclude), _base_reference(base)
-    check_shard_size({n: base.specs[n] for n in plan.merged}, max_bytes)
     temporary = out_dir is None
     out = Path(tempfile.mkdtemp(prefix="adaptkit-emr-")) / "bundle" if temporary else Path(out_dir)
     def write(tmp):
@@ -212,6 +211,7 @@ def merge_from_config(
 ) -> MergedModel | EMRBundle:
     """Run a mergekit-style merge configuration on the streaming engine: a `MergedModel` (with `out_dir`, a
     transformers checkpoint streamed there tensor by tensor), or an `EMRBundle` for emr."""
+    size_in_bytes(max_shard_size)  # an invalid size refused first
     cfg = read_merge_config(config)  # the whole configuration checked before any model is opened
     _check_local_models(cfg)
     _check_config_output(cfg, out_dir)
@@ -229,13 +229,6 @@ def merge_from_config(
 
 
 # %% ../../nbs/emr/08_merge.ipynb #2df88430
-def _shard_count(specs: dict, max_bytes: int) -> int:
-    "How many shards `ShardWriter` writes for `specs`."
-    from huggingface_hub import split_state_dict_into_shards_factory
-    split = split_state_dict_into_shards_factory(specs, get_storage_size=nbytes, max_shard_size=max_bytes,
-                                                 filename_pattern="model{suffix}.safetensors")
-    return len(split.filename_to_tensors)
-
 def _times_read(cfg: MergeConfig, base: _ModelSource, tasks: dict, names: list) -> dict:
     """Tensor name -> how many times the merge reads each chunk of it: once, or for a tensor that a magnitude pruning
     (TIES, breadcrumbs) prunes and that streams in chunks, once per pass of the radix selection of its threshold, then
@@ -281,16 +274,16 @@ def plan_merge_config(
     """What `merge_from_config` would do, from the configuration and the models' headers only: the method, the models,
     the tensors merged and kept per task, the bytes it reads (every pass: TIES and breadcrumbs read a large tensor
     three times) and writes, the shards. Nothing is written."""
+    max_bytes = size_in_bytes(max_shard_size)
     cfg = read_merge_config(config)
     _check_local_models(cfg)
     _check_config_output(cfg, out_dir)
-    max_bytes = size_in_bytes(max_shard_size)
     base, tasks = _open_inputs(cfg.base, cfg.models, endpoint, token)
     plan = _plan_merge(base, tasks, exclude)
     emr, dtype = cfg.method == EMR.name, cfg.dtype and getattr(torch, cfg.dtype)
+    if not emr: _check_complete(base, plan, exclude)
     merged = {n: (base.specs[n][0] if emr else _out_dtype(base.specs[n][0], dtype), base.specs[n][1])
               for n in plan.merged}
-    check_shard_size(merged, max_bytes)
     own = {t: {n: (_out_dtype(m.specs[n][0], None if emr else dtype), m.specs[n][1]) for n in plan.own[t]}
            for t, m in tasks.items()}
     times = _times_read(cfg, base, tasks, plan.merged)
@@ -298,13 +291,14 @@ def plan_merge_config(
     read, once = _bytes_read(plan, base, tasks, times, chunks), _bytes_read(plan, base, tasks, dict.fromkeys(times, 1),
                                                                             lambda shape: [None])
     written = sum(map(nbytes, merged.values())) + sum(nbytes(s) for h in own.values() for s in h.values())
+    shards = len(shard_split(merged, max_bytes).filename_to_tensors)  # as the writer cuts them
     if emr:  # a 1-bit mask per task, and the base copied unless it is a pulled Hub snapshot
         written += len(tasks) * sum(math.ceil(math.prod(s) / 8) for _, s in merged.values())
         written += sum(map(nbytes, merged.values())) if _base_reference(base) is None else 0
     return {"method": cfg.method, "base": _origin_name(base), "models": {t: _origin_name(m) for t, m in tasks.items()},
             "output": None if out_dir is None else str(out_dir), "merged_tensors": len(plan.merged),
             "merged_parameters": sum(math.prod(s) for _, s in merged.values()),
-            "own_tensors": {t: len(v) for t, v in plan.own.items()}, "shards": _shard_count(merged, max_bytes),
+            "own_tensors": {t: len(v) for t, v in plan.own.items()}, "shards": shards,
             "bytes_to_read": read, "bytes_to_write": written, "bytes_of_inputs": once,
             "tensors_by_reads": {k: sum(v == k for v in times.values()) for k in sorted(set(times.values()))},
             "reads": _reads_note(cfg.method, times, read, once)}

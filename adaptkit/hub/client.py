@@ -26,8 +26,8 @@ _log = logging.getLogger(__name__)
 
 # %% auto #0
 __all__ = ['METADATA_FILE', 'is_repo_id', 'looks_like_path', 'read_metadata', 'write_json', 'write_metadata', 'sha256_file',
-           'file_checksums', 'verify_checksums', 'leftover_folders', 'write_folder', 'pull', 'source_of', 'on_hub',
-           'base_provenance', 'PushConflictError', 'push_folder']
+           'file_checksums', 'verify_checksums', 'leftover_folders', 'write_folder', 'check_pull', 'pull', 'source_of',
+           'on_hub', 'base_provenance', 'PushConflictError', 'push_folder']
 
 # %% ../../nbs/hub/01_client.ipynb #6d2b5f6a
 _PATH_SUFFIXES = (".jsonl", ".json", ".csv", ".tsv", ".txt", ".parquet", ".arrow", ".safetensors", ".gguf", ".bin",
@@ -202,14 +202,50 @@ def _local_path(repo_id_or_path: str | Path) -> Path | None:
                                 "nor a Hub repo id ('namespace/name' or 'name')")
     return None
 
-def _check_access(api: HfApi, repo_id: str, repo_type: str, revision: str | None):
-    "Raise the client's 4xx error when the Hub refuses `repo_id`@`revision`; an unreachable Hub leaves it to the cache."
+def _not_here(name: str | Path, why: str) -> str:
+    "The words for a name found neither as a local folder nor on the Hub: both places looked in."
+    return f"{str(name)!r}: no such local folder ({Path(name).expanduser().absolute()}), and {why}"
+
+def _check_access(api: HfApi, repo_id: str, repo_type: str, revision: str | None) -> bool:
+    """Raise the client's 4xx error when the Hub refuses `repo_id`@`revision` (a repo it does not know named as a
+    missing local folder too); whether the Hub answered (an unreachable Hub leaves it to the cache)."""
     import httpx2
-    from huggingface_hub.errors import HfHubHTTPError, OfflineModeIsEnabled
+    from huggingface_hub.errors import BadRequestError, HfHubHTTPError, OfflineModeIsEnabled, RepositoryNotFoundError
     try: api.repo_info(repo_id, repo_type=repo_type, revision=revision)
-    except (httpx2.TransportError, OfflineModeIsEnabled): return
+    except (httpx2.TransportError, OfflineModeIsEnabled): return False
+    except (RepositoryNotFoundError, BadRequestError) as e:  # no such repo, or a name the Hub refuses as a repo id
+        if isinstance(e, BadRequestError) and revision is not None: raise  # the revision may be what it refuses
+        where = f"no {repo_type} repo of that name on {_public_endpoint(api.endpoint)} (a private one needs its token)"
+        e.args = (f"{_not_here(repo_id, where)}. The Hub answered: {e.args[0]}", *e.args[1:])
+        raise
     except HfHubHTTPError as e:
         if e.response is None or e.response.status_code < 500: raise
+    return True
+
+def _unreachable(repo_id: str, endpoint: str | None) -> str:
+    "The words for a repo id that is no local folder, on a Hub that cannot be reached, with no copy in the cache."
+    where = _public_endpoint(endpoint or constants.ENDPOINT)
+    return _not_here(repo_id, f"{where} could not be reached to look for a repo of that name, nor is one cached "
+                              "(offline, or the Hub down?)")
+
+def check_pull(
+    repo_id_or_path: str | Path,  # a local folder or file, or a Hub repo id
+    *,
+    revision: str | None = None,  # branch, tag or commit id; default: the repo's main branch
+    token: str | None = None,  # token for private repos; never logged
+    endpoint: str | None = None,  # Hub endpoint; default huggingface.co (or `HF_ENDPOINT`)
+    repo_type: str = "model",  # "model" or "dataset"
+) -> None:
+    """Raise what `pull` would raise before it downloads anything, downloading nothing: a missing local path, a name
+    that is neither a local folder nor a repo on the Hub (or, the Hub unreachable, in its cache), a refused token."""
+    if _local_path(repo_id_or_path) is not None: return
+    from huggingface_hub import HfApi, snapshot_download
+    from huggingface_hub.errors import LocalEntryNotFoundError
+    if _check_access(HfApi(endpoint=endpoint, token=token), repo_id_or_path, repo_type, revision): return
+    try: snapshot_download(repo_id_or_path, repo_type=repo_type, revision=revision, local_files_only=True,
+                           cache_dir=_cache_dir(endpoint))
+    except LocalEntryNotFoundError:
+        raise LocalEntryNotFoundError(_unreachable(repo_id_or_path, endpoint)) from None
 
 def pull(
     repo_id_or_path: str | Path,  # a local folder or file (returned as is) or a Hub repo id
@@ -223,9 +259,13 @@ def pull(
     "A local folder holding `repo_id_or_path`: a local path passes through, a repo id is downloaded."
     if (path := _local_path(repo_id_or_path)) is not None: return path
     from huggingface_hub import HfApi, snapshot_download
-    _check_access(HfApi(endpoint=endpoint, token=token), repo_id_or_path, repo_type, revision)
-    folder = snapshot_download(repo_id_or_path, repo_type=repo_type, revision=revision, token=token,
-                               endpoint=endpoint, allow_patterns=allow_patterns, cache_dir=_cache_dir(endpoint))
+    from huggingface_hub.errors import LocalEntryNotFoundError
+    reached = _check_access(HfApi(endpoint=endpoint, token=token), repo_id_or_path, repo_type, revision)
+    try: folder = snapshot_download(repo_id_or_path, repo_type=repo_type, revision=revision, token=token,
+                                    endpoint=endpoint, allow_patterns=allow_patterns, cache_dir=_cache_dir(endpoint))
+    except LocalEntryNotFoundError:  # "check your internet connection": say it could be a missing folder too
+        if reached: raise
+        raise LocalEntryNotFoundError(_unreachable(repo_id_or_path, endpoint)) from None
     return Path(folder)
 
 # %% ../../nbs/hub/01_client.ipynb #b7d9a0c1

@@ -1,7 +1,8 @@
-"""The Aligner's full models in shards of `save_max_shard_size` (issue 37, item 1): `AlignerTrainer` refuses a size
-below the largest tensor before its identity warm-up; `dpo_rounds` saves, pushes and checkpoints each round's policy
-at `AlignerDPOConfig.save_max_shard_size`, refuses a size below the policy's largest tensor before generating anything,
-and still takes a plain TRL `DPOConfig`."""
+"""The Aligner's full models in shards of `save_max_shard_size` (issue 37, item 1): `AlignerTrainer` refuses an invalid
+size before its identity warm-up; `dpo_rounds` saves, pushes and checkpoints each round's policy at
+`AlignerDPOConfig.save_max_shard_size`, refuses an invalid size before generating anything, and still takes a plain
+TRL `DPOConfig`. A size below the largest tensor gives that tensor a shard of its own
+(tests/core/test_trainer_shards)."""
 import json
 import re
 
@@ -17,7 +18,7 @@ ROWS = [{"question": f"What is {i} plus {i}?", "answer": f"It is {2 * i + 1}.",
          "correction": f"{i} plus {i} is {2 * i}."} for i in range(8)]
 PROMPTS = ["What is 1 + 1?", "What is 2 + 2?", "Name a colour."]
 SMALL = "70KB"  # the tiny model's largest tensors (embeddings, LM head) are 65,536 bytes each: several shards
-TOO_SMALL = "1KB"
+INVALID = "-1GB"
 
 
 def _equal(a: torch.nn.Module, b: torch.nn.Module) -> bool:
@@ -39,8 +40,8 @@ def test_aligner_trainer_refuses_a_shard_size_changed_after_init_before_the_warm
     trainer = AlignerTrainer(tiny_causal_lm(tiny_tok), args, ROWS, processing_class=tiny_tok)
     assert len(trainer.warmup) == 2
     before = {k: v.clone() for k, v in trainer.model.state_dict().items()}
-    trainer.args.save_max_shard_size = TOO_SMALL
-    with pytest.raises(ValueError, match=r"save_max_shard_size: max_shard_size '1KB' .* below tensor '[\w.]+weight'"):
+    trainer.args.save_max_shard_size = INVALID  # set after the config checked it
+    with pytest.raises(ValueError, match=r"save_max_shard_size: max_shard_size '-1GB' is invalid"):
         trainer.train()
     assert not hasattr(trainer, "warmup_log")  # the warm-up did not run
     assert all(torch.equal(before[k], v) for k, v in trainer.model.state_dict().items())  # nor changed a weight
@@ -67,16 +68,18 @@ def test_dpo_rounds_saves_pushes_and_checkpoints_the_policy_in_shards(hub, tiny_
     assert _sharded(saved.iterdir()) and _equal(AlignedPolicy.from_pretrained(saved).model, trained.model)
 
 
-def test_dpo_rounds_refuses_a_too_small_shard_size_before_generating(tiny_tok, tmp_path, monkeypatch):
-    "A size below the policy's largest tensor: refused naming the tensor and the option, before anything generates."
+def test_dpo_rounds_refuses_an_invalid_shard_size_before_generating(tiny_tok, tmp_path, monkeypatch):
+    "An invalid size set after the config checked it: refused naming the option, before anything generates."
     policy = tiny_causal_lm(tiny_tok)
     def generate(*args, **kwargs): raise AssertionError("the policy generated before the shard size was checked")
     monkeypatch.setattr(policy, "generate", generate)
     class NoAligner(Aligner):
         def correct(self, *args, **kwargs): raise AssertionError("the aligner ran before the shard size was checked")
-    args = AlignerDPOConfig(str(tmp_path / "dpo"), max_steps=1, use_cpu=True, save_max_shard_size=TOO_SMALL)
-    with pytest.raises(ValueError, match=r"save_max_shard_size: max_shard_size '1KB' .* below tensor "
-                                         r"'(model\.embed_tokens|lm_head)\.weight' \(65,536 bytes"):
+    with pytest.raises(ValueError, match=r"save_max_shard_size: max_shard_size '-1GB' is invalid"):
+        AlignerDPOConfig(str(tmp_path / "dpo"), max_steps=1, use_cpu=True, save_max_shard_size=INVALID)
+    args = AlignerDPOConfig(str(tmp_path / "dpo"), max_steps=1, use_cpu=True)
+    args.save_max_shard_size = INVALID
+    with pytest.raises(ValueError, match=r"save_max_shard_size: max_shard_size '-1GB' is invalid"):
         dpo_rounds(policy, tiny_tok, NoAligner(tiny_causal_lm(tiny_tok), tiny_tok), PROMPTS, rounds=1, args=args)
 
 

@@ -52,14 +52,27 @@ def test_a_tampered_shard_is_refused_naming_the_file(tiny_tok, tmp_path):
         Model.from_pretrained(tmp_path / "m")
 
 
-def test_a_shard_size_below_the_largest_tensor_is_refused_before_writing(tiny_tok, tmp_path):
+def test_a_shard_size_below_the_largest_tensor_writes_what_save_pretrained_writes(tiny_tok, tmp_path):
+    """Below the largest tensor (issue 48): each tensor over the limit in a shard of its own, the files and index of
+    transformers' `save_pretrained` at that size; "1KiB", which transformers' own parser refuses, is 1,024 bytes."""
     model = tiny_causal_lm(tiny_tok)
-    name, big = max(model.state_dict().items(), key=lambda kv: kv[1].nbytes)
-    with pytest.raises(ValueError, match=rf"below tensor '{name}' \({big.nbytes:,} bytes"):
-        Model(model, tiny_tok).save_pretrained(tmp_path / "m", max_shard_size=big.nbytes - 1)
+    big = max(t.nbytes for t in model.state_dict().values())
+    for size, limit in [(big - 1, big - 1), ("1KiB", 1024)]:
+        shards = sharded(Model(model, tiny_tok), tmp_path / "m", max_shard_size=size)
+        model.save_pretrained(tmp_path / "stock", max_shard_size=limit)
+        assert shards == sorted(p.name for p in (tmp_path / "stock").glob("model-*.safetensors"))
+        index = "model.safetensors.index.json"
+        assert (tmp_path / "m" / index).read_text() == (tmp_path / "stock" / index).read_text()
+    with pytest.raises(ValueError, match="IB"):  # what the artifact spares its user
+        model.save_pretrained(tmp_path / "refused", max_shard_size="1KiB")
+
+
+def test_an_invalid_shard_size_is_refused_before_writing(tiny_tok, tmp_path):
+    model = tiny_causal_lm(tiny_tok)
+    for size in ("big", "-1GB", 0):
+        with pytest.raises(ValueError, match=f"max_shard_size {size!r} is invalid"):
+            Model(model, tiny_tok).save_pretrained(tmp_path / "m", max_shard_size=size)
     assert not list(tmp_path.iterdir())  # no folder, no temporary folder
-    with pytest.raises(ValueError, match="max_shard_size 'big'"):
-        Model(model, tiny_tok).save_pretrained(tmp_path / "m", max_shard_size="big")
 
 
 def test_push_to_hub_uploads_the_shards_at_the_artifacts_max_shard_size(hub, tiny_tok, tmp_path):

@@ -1,22 +1,22 @@
 """Issue 37: every method config has `save_max_shard_size` (on the shared base, `MethodConfig`), checked when the config
 is made; a trainer's final save of a full model honours it: shards and an index as transformers writes them, loadable
 by the artifact's class and by stock transformers. Its checkpoints are sharded at the same size and resume; a size
-below the largest tensor of the full model it writes is refused before training, naming the tensor; an adapter's
-trainer (PEFT writes one file) is neither sharded nor checked."""
+below the largest tensor gives that tensor a shard of its own, as transformers' `save_pretrained` does (issue 48); an
+invalid size is refused before training; an adapter's trainer (PEFT writes one file) is not sharded."""
+import json
 import math
-import re
 
 import pytest
 import torch
 from transformers import AutoModelForCausalLM, HfArgumentParser
 
-from adaptkit.aligner import Aligner, AlignerConfig, AlignerTrainer
+from adaptkit.aligner import Aligner, AlignerConfig, AlignerDPOConfig, AlignerTrainer
 from adaptkit.models import tiny_causal_lm
 from adaptkit.pissa import PiSSAConfig
 from adaptkit.repnoise import ImmunisedModel, RepNoiseConfig, RepNoiseTrainer
 from adaptkit.translora import DiscriminatorConfig, DistillationConfig
 
-CONFIGS = [AlignerConfig, PiSSAConfig, RepNoiseConfig, DiscriminatorConfig, DistillationConfig]
+CONFIGS = [AlignerConfig, AlignerDPOConfig, PiSSAConfig, RepNoiseConfig, DiscriminatorConfig, DistillationConfig]
 
 
 @pytest.mark.parametrize("cls", CONFIGS, ids=lambda c: c.__name__)
@@ -25,8 +25,10 @@ def test_every_method_config_takes_save_max_shard_size_checked_when_made(cls):
     parsed, = HfArgumentParser(cls).parse_args_into_dataclasses(
         ["--output_dir", "x", "--use_cpu", "--save_max_shard_size", "200MB"], return_remaining_strings=False)
     assert parsed.save_max_shard_size == "200MB"  # the CLI's flag
-    with pytest.raises(ValueError, match="save_max_shard_size: max_shard_size '5 gigs': expected bytes"):
-        cls("x", use_cpu=True, save_max_shard_size="5 gigs")  # before any model is loaded or trained
+    for bad in ("5 gigs", "-1GB", "0", "", "abc"):  # before any model is loaded or trained
+        with pytest.raises(ValueError, match=f"save_max_shard_size: max_shard_size '{bad}' is invalid"):
+            cls("x", use_cpu=True, save_max_shard_size=bad)
+    assert cls("x", use_cpu=True, save_max_shard_size="32768").save_max_shard_size == "32768"  # bytes
 
 
 def _aligner(tiny_model_dir, tiny_tok, out, shard, **settings):
@@ -121,34 +123,43 @@ def _biggest(tiny_tok) -> tuple[str, int]:
 
 
 @pytest.mark.parametrize("make", [_aligner, _repnoise], ids=["aligner", "repnoise"])
-def test_a_shard_size_below_the_largest_tensor_is_refused_before_training(tiny_model_dir, tiny_tok, tmp_path, make):
-    """The full model a trainer saves never splits a tensor across shards: a `save_max_shard_size` below its largest
-    tensor is refused when the trainer is made, naming the option and the tensor, not at the final save."""
-    name, size = _biggest(tiny_tok)
-    below, fits = f"{size // 1000}KB", f"{math.ceil(size / 1000)}KB"
-    assert size // 1000 * 1000 < size
-    with pytest.raises(ValueError, match=rf"save_max_shard_size: max_shard_size '{below}'.* {re.escape(repr(name))}"):
-        make(tiny_model_dir, tiny_tok, tmp_path / "run", below)
-    make(tiny_model_dir, tiny_tok, tmp_path / "fits", fits)  # the largest tensor fits: accepted
+def test_a_size_below_the_largest_tensor_gives_it_a_shard_as_save_pretrained_does(tiny_model_dir, tiny_tok, tmp_path,
+                                                                                  make):
+    """A `save_max_shard_size` below the largest tensor (issue 48): accepted, and the final save and the checkpoints
+    are the files and index transformers' `save_pretrained` writes at that size, the largest tensors in shards of
+    their own; `"20KiB"`, which transformers' own parser refuses, means 20,480 bytes to both."""
+    _, size = _biggest(tiny_tok)
+    assert size > 20 * 1024
+    steps = dict(max_steps=1, save_strategy="steps", save_steps=1)
+    trainer, _ = make(tiny_model_dir, tiny_tok, tmp_path / "run", "20KiB", **steps)
+    trainer.train()
+    trainer.save_model()
+    trainer.model.save_pretrained(tmp_path / "stock", max_shard_size=20 * 1024)
+    index = "model.safetensors.index.json"
+    want = (tmp_path / "stock" / index).read_text()
+    assert len(set(json.loads(want)["weight_map"].values())) > 3
+    for folder in (tmp_path / "run", tmp_path / "run" / "checkpoint-1"):
+        assert (folder / index).read_text() == want, folder
+        assert sorted(p.name for p in folder.glob("model-*")) == sorted(p.name for p in (tmp_path / "stock").glob(
+            "model-*"))
 
 
 @pytest.mark.parametrize("make", [_aligner, _repnoise], ids=["aligner", "repnoise"])
 def test_a_shard_size_changed_after_init_is_refused_when_train_starts(tiny_model_dir, tiny_tok, tmp_path, make):
-    "`args` changed between the trainer's `__init__` and `train()`: refused before the first step, nothing written."
-    name, size = _biggest(tiny_tok)
+    "`args` changed between the trainer's `__init__` and `train()` to an invalid size: refused before the first step."
     trainer, _ = make(tiny_model_dir, tiny_tok, tmp_path / "run", "5GB", save_strategy="steps", save_steps=1)
     before = _state(trainer.model)
-    trainer.args.save_max_shard_size = "1KB"
-    with pytest.raises(ValueError, match=rf"save_max_shard_size: .* tensor {re.escape(repr(name))}"):
+    trainer.args.save_max_shard_size = "-1GB"
+    with pytest.raises(ValueError, match=r"save_max_shard_size: max_shard_size '-1GB' is invalid"):
         trainer.train()
     assert trainer.state.global_step == 0 and not list((tmp_path / "run").glob("checkpoint-*"))
     assert all(torch.equal(v, before[k]) for k, v in trainer.model.state_dict().items())
 
 
 @pytest.mark.filterwarnings("ignore:PiSSA changes the base weights", "ignore:init_pissa replaced")
-def test_an_adapters_trainer_is_neither_checked_nor_sharded(tiny_model_dir, tiny_tok, tmp_path):
-    """PiSSA writes a PEFT adapter (one file): a shard size below the base's largest tensor is not refused, and its
-    checkpoint is PEFT's `adapter_model.safetensors`, unsharded, as before."""
+def test_an_adapters_trainer_is_not_sharded(tiny_model_dir, tiny_tok, tmp_path):
+    """PiSSA writes a PEFT adapter (one file): with a shard size below the base's largest tensor, its checkpoint is
+    PEFT's `adapter_model.safetensors`, unsharded, as before."""
     import datasets
 
     from adaptkit.pissa import PiSSATrainer

@@ -592,8 +592,9 @@ def test_rescale_mode_and_shard_size_are_checked():
     ft = {t: {"w": torch.ones(2)} for t in "ab"}
     with pytest.raises(ValueError, match=r"rescale must be 'tensor_mean' or 'global', got 'mean'"):
         emr_merge({"w": torch.zeros(2)}, ft, rescale="mean")
-    with pytest.raises(ValueError, match=r"max_shard_size '5 parsecs': expected bytes"):
-        emr_merge({"w": torch.zeros(2)}, ft, max_shard_size="5 parsecs")
+    for bad in ("5 parsecs", "-1GB", "0"):
+        with pytest.raises(ValueError, match=f"max_shard_size '{bad}' is invalid"):
+            emr_merge({"w": torch.zeros(2)}, ft, max_shard_size=bad)
 
 
 def test_chunked_merge_writes_the_same_bytes_as_a_whole_tensor_merge(monkeypatch):

@@ -1,8 +1,9 @@
 """Merges that stream to shards (issue 37, items 1, 4, 5) and the integrity checks around them (issue 38, items 9, 11).
 
 A merged model written with `out_dir` is a transformers checkpoint whose tensors equal the in-memory merge bit for bit;
-the bad inputs of item 5 (a shard size below a tensor, a disk that fills, shards that disagree) each get an error
-naming the file or tensor and leave no folder behind."""
+the bad inputs of item 5 (an invalid shard size, a disk that fills, shards that disagree) each get an error naming the
+file or tensor and leave no folder behind. A shard size below a tensor gives it a shard of its own: the files and index
+transformers' `save_pretrained` writes (issue 48), and the dry run counts the shards the writer cuts."""
 import errno
 import json
 import subprocess
@@ -17,8 +18,9 @@ import adaptkit.emr.inputs as inputs
 import adaptkit.emr.stream as stream
 from adaptkit.emr import MergedModel, emr_merge, merge_from_config, merge_models
 from adaptkit.emr.artifact import _LazyTensors
+from adaptkit.emr.merge import plan_merge_config
 from adaptkit.models import tiny_causal_lm, tiny_tokenizer
-from adaptkit.tensorfiles import StreamWriter
+from adaptkit.tensorfiles import StreamWriter, size_in_bytes
 
 
 @pytest.fixture(scope="module")
@@ -146,17 +148,114 @@ def test_a_missing_local_folder_is_named_as_such(models, monkeypatch):
         merge_models(models / "base", {"a": models / "ft0", "b": models / "nothing-here"}, progress=False)
 
 
+@pytest.mark.parametrize("name", ["ft_c", "models/ft_c", "team/absent"])
+def test_a_name_that_is_neither_a_folder_nor_a_repo_names_both_before_any_download(models, hub, tmp_path,
+                                                                                   monkeypatch, name):
+    """Issue 48, item 3: a bare name, a relative path and a repo id, none a local folder nor a repo on the Hub: refused
+    naming the task, the folder looked for and the Hub asked, before the base (a repo on that Hub) is downloaded; the
+    Hub unreachable, the same words say it could not be asked (not "check your internet connection")."""
+    import shutil
+
+    import huggingface_hub
+
+    from adaptkit.hub import push_folder
+    push_folder(shutil.copytree(models / "base", tmp_path / "pushed"), "team/base", endpoint=hub.endpoint)  # a record
+    cached = huggingface_hub.snapshot_download
+    def no_download(*args, **kwargs):
+        if not kwargs.get("local_files_only"): pytest.fail("a model was downloaded before the missing one was named")
+        return cached(*args, **kwargs)
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", no_download)
+    monkeypatch.chdir(tmp_path)
+    task = name.rsplit("/", 1)[-1]
+    cfg = {"merge_method": "linear", "base_model": "team/base",
+           "models": [{"model": str(models / "ft0"), "parameters": {"weight": 1.0}},
+                      {"model": name, "parameters": {"weight": 1.0}}]}
+    both = (rf"task '{task}': '{name}': no such local folder \({tmp_path / name}\), and no model repo of that name on "
+            rf"{hub.endpoint} ")
+    with pytest.raises(FileNotFoundError, match=both):
+        merge_from_config(cfg, tmp_path / "out", endpoint=hub.endpoint, progress=False)
+    with pytest.raises(FileNotFoundError, match=both):
+        plan_merge_config(cfg, endpoint=hub.endpoint)  # the CLI's --dry-run
+    with pytest.raises(FileNotFoundError, match=both.replace(f"task '{task}'", "task 'c'")):
+        merge_models("team/base", {"a": models / "ft0", "c": name}, endpoint=hub.endpoint, progress=False)
+    unreachable = (rf"task 'c': '{name}': no such local folder \({tmp_path / name}\), and http://127.0.0.1:9 could "
+                   rf"not be reached to look for a repo of that name, nor is one cached")
+    with pytest.raises(FileNotFoundError, match=unreachable):
+        merge_models(models / "base", {"a": models / "ft0", "c": name}, endpoint="http://127.0.0.1:9", progress=False)
+    assert not (tmp_path / "out").exists()
+
+
 # ---- item 5: bad input ----
 
-def test_a_shard_size_below_the_largest_tensor_is_refused_before_any_tensor_is_read(models, tmp_path):
-    with pytest.raises(ValueError, match=r"max_shard_size '10KB' \(10,000 bytes\) is below tensor "
-                                         r"'(lm_head|model.embed_tokens).weight' \(65,536 bytes, F32 \[512, 32\]\)"
-                                         r".*'1MB'"):
-        merge_models(models / "base", tasks_of(models), out_dir=tmp_path / "out", max_shard_size="10KB",
-                     progress=False)
-    with pytest.raises(ValueError, match="is below tensor '(lm_head|model.embed_tokens).weight'"):
-        emr_merge(models / "base", tasks_of(models), out_dir=tmp_path / "emr", max_shard_size="10KB", progress=False)
-    assert not (tmp_path / "out").exists() and not (tmp_path / "emr").exists()
+def test_an_invalid_shard_size_is_refused_before_any_model_is_read(models, tmp_path, monkeypatch):
+    no_model_may_open(monkeypatch)
+    cfg = {"merge_method": "linear", "models": [{"model": str(p), "parameters": {"weight": 1.0}}
+                                                for p in tasks_of(models).values()]}
+    for merge in (lambda size: merge_models(models / "base", tasks_of(models), out_dir=tmp_path / "out",
+                                            max_shard_size=size, progress=False),
+                  lambda size: emr_merge(models / "base", tasks_of(models), max_shard_size=size, progress=False),
+                  lambda size: merge_from_config(cfg, tmp_path / "out", max_shard_size=size, progress=False),
+                  lambda size: plan_merge_config(cfg, tmp_path / "out", max_shard_size=size)):
+        for size in ("-5GB", "0", "abc"):
+            with pytest.raises(ValueError, match=f"max_shard_size '{size}' is invalid"):
+                merge(size)
+    assert not (tmp_path / "out").exists()
+
+
+# ---- issue 48, item 1: shards cut as transformers cuts them ----
+
+def model_objects(models):
+    "The base and fine-tuned models of `models` as transformers models: their state dicts in module order."
+    from transformers import AutoModelForCausalLM
+    return (AutoModelForCausalLM.from_pretrained(models / "base"),
+            {t: AutoModelForCausalLM.from_pretrained(p) for t, p in tasks_of(models).items()})
+
+
+@pytest.mark.parametrize("limit", ["10KB", 30_000, "64KiB"])
+def test_a_merge_below_its_largest_tensor_writes_the_shards_save_pretrained_writes(models, tmp_path, limit):
+    """`max_shard_size` at or below the largest tensors (the embeddings and the head, 65,536 bytes each): accepted, and
+    the merged model's files and index are those transformers' `save_pretrained` writes for its state dict, in the
+    merge's order (the base's), at that size (the index byte for byte), a tensor over the limit in a shard of its own;
+    EMR's unified model is cut as huggingface_hub, which `save_pretrained` calls, cuts the base's state dict.
+    (transformers 5 sorts the tensors of a model that `from_pretrained` loaded before it saves them: a model built
+    from its config keeps its module order, the order of the state dicts merged here.)"""
+    from huggingface_hub import split_torch_state_dict_into_shards
+    base, tasks = model_objects(models)
+    merged = merge_models(base, tasks, method="ties", density=0.5, out_dir=tmp_path / "out", max_shard_size=limit,
+                          progress=False)
+    stock, model = tmp_path / "stock", tiny_causal_lm(num_layers=2)
+    model.load_state_dict(dict(merged.state_dict))
+    assert list(model.state_dict()) == list(base.state_dict())  # the order the merge wrote
+    model.save_pretrained(stock, max_shard_size=size_in_bytes(limit))
+    index = "model.safetensors.index.json"
+    assert (tmp_path / "out" / index).read_text() == (stock / index).read_text()
+    shards = sorted(p.name for p in stock.glob("model-*.safetensors"))
+    assert shards == sorted(p.name for p in (tmp_path / "out").glob("model-*.safetensors")) and len(shards) > 3
+    weight_map = json.loads((stock / index).read_text())["weight_map"]
+    for name in ("model.embed_tokens.weight", "lm_head.weight"):  # 65,536 bytes: over 10KB and 30,000, alone
+        assert list(weight_map.values()).count(weight_map[name]) == 1, (name, limit)
+    bundle = emr_merge(base, tasks, out_dir=tmp_path / "emr", max_shard_size=limit, progress=False)
+    want = split_torch_state_dict_into_shards(base.state_dict(), filename_pattern="model{suffix}.safetensors",
+                                              max_shard_size=size_in_bytes(limit))
+    unified = json.loads((bundle.folder / "unified" / index).read_text())
+    assert (unified["weight_map"], unified["metadata"]["total_size"]) == (want.tensor_to_filename,
+                                                                          want.metadata["total_size"])
+
+
+def test_the_dry_run_counts_the_shards_the_writer_cuts(tmp_path):
+    """The plan's `shards` are the files the merge writes, not its bytes over the limit: three 600-byte tensors and one
+    of 2,500 at 1,000 bytes a shard are 4 files (each 600 shares with no other, the 2,500 alone), not ceil(4,300 /
+    1,000) = 5; the same for EMR's unified model."""
+    folders = bf16_models(tmp_path / "in", {"a": (300,), "b": (300,), "big": (1250,), "c": (300,)}, n=2)
+    models = [{"model": str(folders[t]), "parameters": {"weight": 1.0}} for t in ("ft0", "ft1")]
+    for cfg, folder in [({"merge_method": "task_arithmetic", "base_model": str(folders["base"]), "models": models},
+                         tmp_path / "merged"),
+                        ({"merge_method": "emr", "base_model": str(folders["base"]),
+                          "models": [m["model"] for m in models]}, tmp_path / "emr" / "unified")]:
+        plan = plan_merge_config(cfg, folder.parent if cfg["merge_method"] == "emr" else folder, max_shard_size=1000)
+        merge_from_config(cfg, folder.parent if cfg["merge_method"] == "emr" else folder, max_shard_size=1000,
+                          progress=False)
+        assert plan["shards"] == len(list(folder.glob("model*.safetensors"))) == 4, cfg["merge_method"]
 
 
 def full_disk_after(monkeypatch, n: int):

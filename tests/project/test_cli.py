@@ -580,6 +580,20 @@ def test_cli_merge_dry_run_prints_the_plan_and_writes_nothing(merge_inputs, tmp_
     assert not (tmp_path / "out").exists()
 
 
+def test_cli_merge_reads_a_plain_number_as_bytes_and_refuses_an_invalid_size(merge_inputs, tmp_path, capsys):
+    """Issue 48: `--max_shard_size 32768` is bytes (below the 65,536-byte embeddings: a shard each, as transformers
+    cuts them); issue 49: `--max_shard_size=-5GB` is invalid, said before anything is read."""
+    from adaptkit.emr.merge import plan_merge_config
+    res = run(["merge", merge_inputs, "--output_dir", tmp_path / "out", "--dry-run", "--max_shard_size", "32768"],
+              capsys)
+    assert res["shards"] == plan_merge_config(merge_inputs, max_shard_size=32768)["shards"] > 3
+    run(["merge", merge_inputs, "--output_dir", tmp_path / "out", "--max_shard_size", "32768"], capsys)
+    assert len(list((tmp_path / "out").glob("model-*.safetensors"))) == res["shards"]
+    assert main(["merge", str(merge_inputs), "--output_dir", str(tmp_path / "bad"), "--max_shard_size=-5GB"]) == 2
+    err = capsys.readouterr().err
+    assert "max_shard_size '-5GB' is invalid" in err and "below tensor" not in err and not (tmp_path / "bad").exists()
+
+
 def test_cli_merge_dry_run_counts_the_passes_ties_makes_over_a_large_tensor(merge_inputs, tmp_path, capsys,
                                                                               monkeypatch):
     "Issue 37: TIES reads a tensor that streams in chunks 3 times (2 radix-selection passes, then the merge)."
