@@ -301,7 +301,7 @@ def _translora(args: DemoArguments, hub: dict, smol: tuple, gemma: tuple, pissa:
                threshold: float | None = None):
     "Train and push a discriminator, transfer the pushed PiSSA adapter to Gemma, push, pull, score Gemma before/after."
     from adaptkit import translora as tl
-    from adaptkit.models import generate_batched, load_causal_lm, load_tokenizer
+    from adaptkit.models import generate_batched, load_adapter, load_causal_lm, load_tokenizer
     from adaptkit.tasks import arithmetic_prompts, first_number_accuracy
     source_tok, target_tok = (
         load_tokenizer(smol[0], revision=smol[1], **hub),
@@ -347,9 +347,12 @@ def _translora(args: DemoArguments, hub: dict, smol: tuple, gemma: tuple, pissa:
     commit = adapter.push_to_hub(repo, **hub)
     pulled = tl.TransferredAdapter.from_pretrained(repo, revision=commit, **hub)
     prompts = arithmetic_prompts(source_tok, test)
-    score = lambda m: first_number_accuracy(
-        generate_batched(m, target_tok, prompts, batch_size=32, max_new_tokens=6, progress=False), test
+    score = lambda m, tok=target_tok: first_number_accuracy(
+        generate_batched(m, tok, prompts, batch_size=32, max_new_tokens=6, progress=False), test
     )
+    teacher = load_adapter(load_causal_lm(smol[0], revision=smol[1], **hub), pissa[0], revision=pissa[1], **hub)
+    log.add("translora", "source: SmolLM2 + the PiSSA LoRA it moves (the teacher)", *pissa,
+            accuracy=score(teacher, source_tok))
     log.add(
         "translora", "Gemma-3-270M alone", *gemma, accuracy=score(load_causal_lm(gemma[0], revision=gemma[1], **hub))
     )

@@ -153,7 +153,7 @@ def synthesize_kept(
     batch_size: int | None = None,  # default `config.generation_batch_size`
     progress: bool = True,  # show a progress bar
 ) -> Filtered:
-    "Distinct prompts written by `model` until `n` pass `discriminator`: the first `n` kept, and every prompt scored."
+    "Distinct prompts `model` writes until `n` pass `discriminator`: those kept, and every prompt scored until then."
     config = stage_config(config, SynthesisConfig)
     seeds = load_seeds(seeds, config.min_seeds)
     n, batch_size = n or config.num_synthetic, batch_size or config.generation_batch_size
@@ -163,9 +163,11 @@ def synthesize_kept(
     rounds = _synthesis_rounds(model, tokenizer, seeds, config, batch_size, budget)
     with closing(rounds), tqdm(total=n, desc="kept synthetic prompts", disable=not progress) as bar:
         for new, tries in rounds:
-            judged = discriminator.score(new) if new else []
-            written, scores = written + new, scores + judged
-            kept += [p for p, s in zip(new, judged) if s >= threshold][: n - len(kept)]
+            for p, s in zip(new, discriminator.score(new) if new else []):  # written: up to the n-th kept
+                written.append(p)
+                scores.append(s)
+                if s >= threshold: kept.append(p)
+                if len(kept) == n: break
             bar.update(len(kept) - bar.n)
             bar.set_postfix(written=len(written), generations=tries)
             if len(kept) >= n: break

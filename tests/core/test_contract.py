@@ -89,7 +89,9 @@ def test_every_trainer_takes_model_args_rows_then_the_base_by_keyword():
     "The trainers are called alike: (model, args, train_dataset), then base_model/base_revision/hub_endpoint/hub_token."
     from adaptkit.artifacts import ArtifactTrainerMixin
     artifact_classes()  # every module imported
-    trainers = _subclasses(ArtifactTrainerMixin)
+    # the public trainers: a class built inside a function (translora's GKD trainer, made on first logit-level use with
+    # GKD's own signature) is internal, and exists here only when a test that ran earlier in this process made it
+    trainers = [c for c in _subclasses(ArtifactTrainerMixin) if "<locals>" not in c.__qualname__]
     assert {"PiSSATrainer", "AlignerTrainer", "RepNoiseTrainer", "TransLoRATrainer"} <= {c.__name__ for c in trainers}
     for cls in trainers:
         params = inspect.signature(cls.__init__).parameters

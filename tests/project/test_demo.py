@@ -52,7 +52,7 @@ def test_the_demo_runs_every_step_through_the_hub(tiny_bases, tmp_path, monkeypa
     results = json.loads((tmp_path / "cache" / "demo" / "results.json").read_text())
     rows = results["rows"]
     assert [r["step"] for r in rows] == (["base"] * 3 + ["pissa"] * 2 + ["aligner"] * 2 + ["repnoise"] * 2
-                                         + ["translora"] * 3 + ["emr"] * 2 * len(EMR_TASKS))
+                                         + ["translora"] * 4 + ["emr"] * 2 * len(EMR_TASKS))
     assert [r["what"] for r in rows[:3]] == ["SmolLM2-135M-Instruct", "Gemma-3-270M", "all-MiniLM-L6-v2"]
     pushed = {r["repo_id"]: r["commit"] for r in rows if r["repo_id"]}
     assert set(pushed) == {
@@ -84,7 +84,7 @@ def test_the_demo_runs_every_step_through_the_hub(tiny_bases, tmp_path, monkeypa
         )
         assert "SmolLM2-135M-Instruct stand-in: the checkpoint in `tiny-smol`." in card.read()  # not the real summary
     scored = {r["what"]: r["accuracy"] for r in rows if "accuracy" in r}
-    assert len(scored) == 2 + 2 + 2 + 2 * len(EMR_TASKS)
+    assert len(scored) == 2 + 2 + 3 + 2 * len(EMR_TASKS)  # Trans-LoRA: the source, the target alone, the transfer
     for what in [w for w in scored if not w.startswith(("task model", "`"))]:  # the arithmetic rows: 8 held-out sums
         assert scored[what] * 8 == round(scored[what] * 8), (what, scored[what])
     losses = [r[k] for r in rows if r["step"] == "repnoise" for k in ("harmful_loss", "benign_loss")]
