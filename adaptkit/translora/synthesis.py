@@ -110,6 +110,7 @@ def _synthesis_rounds(
             yield [prefix + core + suffix for core in _new_inputs(texts, config.stop, seen)], tries
 
 def _no_prompt(tries: int) -> EmptyGenerationError:
+    "The error for a model that wrote no usable prompt in `tries` generations."
     return EmptyGenerationError(f"the model wrote no usable prompt in {tries} generations (all empty, or copies "
                                 "of seeds); check synthesis_template/stop, or raise prompt_max_new_tokens")
 
