@@ -84,3 +84,19 @@ def test_hub_import_refuses_a_private_repo_into_a_token_less_hub(tmp_path):
 def test_hub_serve_has_the_drop_privacy_option():
     from adaptkit.cli import command_help
     assert "--drop_privacy" in command_help("hub serve") and "--drop_privacy" in command_help("hub import")
+
+
+@pytest.mark.parametrize("repo_type", ["model", "dataset", "space"])
+def test_a_private_repo_of_any_type_stops_a_token_less_start(tmp_path, repo_type):
+    "Issue 49: a private space is as private as a model or a dataset; without a token the start is refused."
+    with LocalHub(tmp_path / "hub", token=TOKEN) as hub:
+        api = HfApi(endpoint=hub.endpoint, token=TOKEN)
+        extra = {"space_sdk": "static"} if repo_type == "space" else {}
+        api.create_repo("team/secret", repo_type=repo_type, private=True, **extra)
+        api.upload_file(path_or_fileobj=b"weights", path_in_repo="w.bin", repo_id="team/secret", repo_type=repo_type)
+    with pytest.raises(ValueError, match=rf"private repos \({repo_type} team/secret\).*no token.*drop_privacy"):
+        LocalHub(tmp_path / "hub").start()
+    prefix = {"model": "", "dataset": "/datasets", "space": "/spaces"}[repo_type]
+    with LocalHub(tmp_path / "hub", token=TOKEN) as hub:  # still private, served with its token
+        assert _get(hub, f"{prefix}/team/secret/resolve/main/w.bin")[0] in (401, 404)
+        assert _get(hub, f"{prefix}/team/secret/resolve/main/w.bin", TOKEN) == (200, b"weights")

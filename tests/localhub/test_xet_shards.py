@@ -1,0 +1,90 @@
+"""What `XetStore` accepts from an uploaded shard, and the global dedup answers it hands out (issue 49, Also).
+
+A shard is the client's word for a file: each term's verification hash and the file's sha256 must match the bytes
+the store holds, or the shard is refused and nothing is recorded. A dedup answer is a shard whose footer carries an
+expiry: an absolute time (seconds since the epoch), `dedup_expiry` seconds from when it was made."""
+import hashlib
+import time
+
+import numpy as np
+import pytest
+
+from adaptkit.localhub.xet import (
+    Shard,
+    ShardFile,
+    Term,
+    XetError,
+    XetStore,
+    chunk_hash,
+    file_hash,
+    hash_to_hex,
+    iter_chunks,
+    parse_shard,
+    serialize_shard,
+    serialize_xorb,
+    verification_hash,
+)
+
+
+def _random(n, seed=0) -> bytes: return np.random.default_rng(seed).integers(0, 256, n, dtype=np.uint8).tobytes()
+
+
+def _upload(store: XetStore, data: bytes) -> tuple:
+    "Store `data`'s xorb as a client would; its chunks, the xorb's table and the term's right verification hash."
+    chunks = list(iter_chunks(data))
+    assert len(chunks) > 1
+    xhex, blob = serialize_xorb(chunks)
+    store.put_xorb(xhex, blob)
+    x = store.xorb(xhex)
+    return chunks, x, verification_hash(c.hash for c in x.chunks)
+
+
+def _shard(x, chunks, verification: bytes, sha256: str) -> tuple[str, bytes]:
+    "A shard of one file, one term over all of `x`: the file's hash (hex) and the shard's bytes, as uploaded."
+    term = Term(x.hash, 0, len(x.chunks), x.size, verification)
+    f = ShardFile(file_hash((chunk_hash(c), len(c)) for c in chunks), (term,), sha256)
+    return f.hex, serialize_shard(Shard(files=(f,)), footer=False)
+
+
+def test_a_shard_whose_verification_hash_does_not_match_its_term_is_refused(tmp_path):
+    store, data = XetStore(tmp_path / "xet"), _random(300_000)
+    chunks, x, right = _upload(store, data)
+    sha = hashlib.sha256(data).hexdigest()
+    wrong = [bytes(32), verification_hash(c.hash for c in reversed(x.chunks)),
+             verification_hash(c.hash for c in x.chunks[1:])]  # wrong order, a chunk short
+    for bad in wrong:
+        assert bad != right
+        fhex, blob = _shard(x, chunks, bad, sha)
+        with pytest.raises(XetError, match=r"term 0's verification hash does not match chunks \[0, \d+\)"):
+            store.put_shard(blob)
+        assert not store.has_file(fhex) and store.file_by_sha256(sha) is None  # nothing recorded
+    fhex, blob = _shard(x, chunks, right, sha)  # the same shard with the right hash: taken
+    assert [r.hash for r in store.put_shard(blob)] == [fhex]
+    assert store.file_by_sha256(sha).hash == fhex
+
+
+def test_a_shard_whose_sha256_does_not_match_the_bytes_is_refused_by_default(tmp_path):
+    store, data = XetStore(tmp_path / "xet"), _random(300_000, seed=1)
+    chunks, x, verification = _upload(store, data)
+    lie = hashlib.sha256(b"other bytes").hexdigest()
+    fhex, blob = _shard(x, chunks, verification, lie)
+    with pytest.raises(XetError, match=f"its bytes have sha256 {hashlib.sha256(data).hexdigest()}, not the {lie}"):
+        store.put_shard(blob)  # no verify_sha256 given: checked
+    assert not store.has_file(fhex) and store.file_by_sha256(lie) is None
+    _, blob = _shard(x, chunks, verification, hashlib.sha256(data).hexdigest())
+    assert store.put_shard(blob)[0].sha256 == hashlib.sha256(data).hexdigest()
+
+
+def test_a_dedup_answer_expires_at_a_time_dedup_expiry_seconds_from_now(tmp_path):
+    for duration in (3600, 7 * 24 * 3600):
+        store = XetStore(tmp_path / f"xet{duration}", dedup_expiry=duration)
+        data = _random(300_000, seed=duration)
+        rec = store.put_file(data)
+        first = next(iter(iter_chunks(data)))
+        before = int(time.time())
+        answer = parse_shard(store.dedup_shard(hash_to_hex(chunk_hash(first))))
+        after = int(time.time())
+        assert [hash_to_hex(sx.hash) for sx in answer.xorbs] == [rec.terms[0][0]]
+        assert before <= answer.created <= after
+        assert answer.expiry > after  # a time in the future, not a duration (that would be long past)
+        assert before + duration <= answer.expiry <= after + duration
