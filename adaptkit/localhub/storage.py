@@ -411,7 +411,8 @@ class RepoStore:
         self.root = Path(root)
         self.root.mkdir(parents=True, exist_ok=True)
         self._lockfile = _lock_root(self.root)
-        self.blobs, self.xet = BlobStore(self.root / "blobs"), XetStore(self.root / "xet")
+        # the root is ours alone now: whatever a writer left in xet/tmp was left by one that was killed
+        self.blobs, self.xet = BlobStore(self.root / "blobs"), XetStore(self.root / "xet", stale_after=0)
         (self.root / "repos").mkdir(exist_ok=True)
         self.names, self._locks, self._xet_refs = threading.Lock(), {}, {}
 

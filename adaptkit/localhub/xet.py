@@ -590,11 +590,12 @@ class XetStore:
     def __init__(self,
                  root: Path | str,  # the folder that holds the CAS (created if missing)
                  dedup_expiry: int = 7 * 24 * 3600,  # seconds a client may use a global dedup answer
-                 cache_size: int = 64):  # xorb chunk tables kept in memory
+                 cache_size: int = 64,  # xorb chunk tables kept in memory
+                 stale_after: float = 3600.0):  # seconds after which a tmp/ file was left by a killed writer (0: any)
         self.root, self.dedup_expiry, self.cache_size = Path(root), dedup_expiry, cache_size
         for d in ("xorbs", "files", "sha256", "dedup", "tmp"): (self.root / d).mkdir(parents=True, exist_ok=True)
         for stale in (self.root / "tmp").iterdir():  # left by a killed writer
-            if time.time() - stale.stat().st_mtime > 3600: stale.unlink(missing_ok=True)
+            if time.time() - stale.stat().st_mtime >= stale_after: stale.unlink(missing_ok=True)
         self._xorbs, self._checked, self._lock = OrderedDict(), OrderedDict(), threading.Lock()
         self.id = self._identity()
 

@@ -1,9 +1,11 @@
-"""What `XetStore` accepts from an uploaded shard, and the global dedup answers it hands out (issue 49, Also).
+"""What `XetStore` accepts from an uploaded shard, the dedup answers it hands out, and what a killed writer leaves.
 
 A shard is the client's word for a file: each term's verification hash and the file's sha256 must match the bytes
 the store holds, or the shard is refused and nothing is recorded. A dedup answer is a shard whose footer carries an
-expiry: an absolute time (seconds since the epoch), `dedup_expiry` seconds from when it was made."""
+expiry: an absolute time (seconds since the epoch), `dedup_expiry` seconds from when it was made. A write goes
+through xet/tmp; what a killed writer left there is removed."""
 import hashlib
+import os
 import time
 
 import numpy as np
@@ -88,3 +90,19 @@ def test_a_dedup_answer_expires_at_a_time_dedup_expiry_seconds_from_now(tmp_path
         assert before <= answer.created <= after
         assert answer.expiry > after  # a time in the future, not a duration (that would be long past)
         assert before + duration <= answer.expiry <= after + duration
+
+
+def test_a_partial_write_left_in_tmp_is_removed_when_a_hub_takes_the_root(tmp_path):
+    """A kill -9 mid-write leaves a file in xet/tmp. A LocalHub holds the root's lock, so no writer of that root can be
+    alive: it removes the file when it starts; a store opened without the lock keeps a young one (a writer may be)."""
+    from adaptkit.localhub import LocalHub
+    XetStore(tmp_path / "hub" / "xet")
+    partial = tmp_path / "hub" / "xet" / "tmp" / "tmpk1ll3d"
+    partial.write_bytes(b"half a xorb")
+    XetStore(tmp_path / "hub" / "xet")
+    assert partial.exists()
+    os.utime(partial, (time.time() - 7200, time.time() - 7200))
+    XetStore(tmp_path / "hub" / "xet")  # two hours old: left by a killed writer, even without the lock
+    assert not partial.exists()
+    partial.write_bytes(b"half a xorb")
+    with LocalHub(tmp_path / "hub"): assert not partial.exists()
