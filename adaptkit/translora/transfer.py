@@ -180,25 +180,25 @@ def _open_discriminator(discriminator, discriminator_base, revision, hub: dict) 
     warn_if_near_chance(disc.settings.get("heldout"))
     return disc, ref
 
-def _synthesis_stage(generator, tokenizer, seeds, synthesis, disc, threshold, timings) -> tuple[list[str], list[str]]:
-    "`(every prompt written, the prompts distilled)`: `num_synthetic` of them, kept by `disc` when there is one."
+def _synthesis_stage(generator, tokenizer, seeds, synthesis, disc, threshold, timings) -> tuple:
+    "`(every prompt written, the prompts distilled, the threshold applied)`: kept by `disc` when there is one."
     if disc is None:
         with _timed_stage(timings, "synthesize"): synthetic = synthesize_prompts(generator, tokenizer, seeds, synthesis)
-        return synthetic, synthetic
+        return synthetic, synthetic, None
     with _timed_stage(timings, "synthesize + filter"):
         filtered = synthesize_kept(generator, tokenizer, seeds, disc, synthesis, threshold=threshold)
-    return filtered.prompts, filtered.kept
+    return filtered.prompts, filtered.kept, filtered.threshold
 
 def _record_synthesis(
-    adapter: TransferredAdapter, synthesis: SynthesisConfig, disc: Discriminator | None, threshold, timings: dict
+    adapter: TransferredAdapter, synthesis: SynthesisConfig, disc: Discriminator | None, applied, timings: dict
 ) -> None:
-    "Add the synthesis settings, the filter (threshold, held-out check) and the stage timings to the adapter's record."
+    "Add the synthesis settings, the filter (threshold applied, held-out check) and the stage timings to the record."
     adapter.timings = timings
     adapter.settings.update(
         shots=synthesis.shots,
         num_synthetic=synthesis.num_synthetic,
         synthesis_seed=synthesis.synthesis_seed,
-        threshold=None if disc is None else disc.threshold if threshold is None else threshold,
+        threshold=applied,
         teacher_keep=synthesis.teacher_keep,
         backend=synthesis.backend,
     )
@@ -253,7 +253,8 @@ def transfer_lora(
         disc, provenance["discriminator"] = _open_discriminator(discriminator, discriminator_base,
                                                                 revisions.get("discriminator"), hub)
     generator = vllm_generator(folders["target_base"]) if synthesis.backend == "vllm" else target
-    synthetic, kept = _synthesis_stage(generator, target_tok, seed_prompts, synthesis, disc, threshold, timings)
+    synthetic, kept, applied = _synthesis_stage(generator, target_tok, seed_prompts, synthesis, disc, threshold,
+                                                timings)
     with _timed_stage(timings, "teacher"):
         teacher = load_adapter_checked(source_model, folders["source_adapter"])
         rows = teacher_completions(teacher, source_tok, kept, synthesis)
@@ -284,6 +285,6 @@ def transfer_lora(
         "distilled": len(rows),
     }
     adapter.answers = answers
-    _record_synthesis(adapter, synthesis, disc, threshold, timings)
+    _record_synthesis(adapter, synthesis, disc, applied, timings)
     adapter.results = list(evaluate(adapter.model, target_tok)) if evaluate else []
     return _deliver(adapter, output_dir, name)
