@@ -76,6 +76,8 @@ _PUBLIC = {
         "not_refused",
         "harmful_finetune_attack",
         "RefusalClassifier",
+        "RefusalKeywords",
+        "representation_readouts",
         "disjoint_splits",
     ],
     "translora": [
