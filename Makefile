@@ -77,10 +77,11 @@ docs: $(STAMP) $(CHROMEDRIVER)
 	$(BIN)/python docs/build.py
 
 # Two xdist workers, one per core, one torch thread each (tests/conftest.py), each with its own HF and adaptkit caches.
-# --dist loadfile keeps a test file on one worker: its module fixtures (a two-rank DDP launch, mergekit's merges, the
+# --durations=15 prints the 15 slowest tests at the end. --dist loadfile keeps a test file on one worker: its module
+# fixtures (a two-rank DDP launch, mergekit's merges, the
 # docs site and Chromium, tiny models) are built once, not once per worker.
 pytest: $(STAMP) $(OLAH) $(MERGEKIT) $(CHROMEDRIVER)
-	$(BIN)/python -m pytest -n 2 --dist loadfile tests/
+	$(BIN)/python -m pytest -n 2 --dist loadfile --durations=15 tests/
 
 readme: $(STAMP)
 	$(BIN)/python docs/make_readme.py
