@@ -78,8 +78,8 @@ docs: $(STAMP) $(CHROMEDRIVER)
 
 # Two xdist workers, one per core, one torch thread each (tests/conftest.py), each with its own HF and adaptkit caches.
 # --durations=15 prints the 15 slowest tests at the end. --dist loadfile keeps a test file on one worker: its module
-# fixtures (a two-rank DDP launch, mergekit's merges, the
-# docs site and Chromium, tiny models) are built once, not once per worker.
+# fixtures (a two-rank DDP launch, mergekit's merges, the docs site and Chromium, tiny models) are built once, not
+# once per worker.
 pytest: $(STAMP) $(OLAH) $(MERGEKIT) $(CHROMEDRIVER)
 	$(BIN)/python -m pytest -n 2 --dist loadfile --durations=15 tests/
 
