@@ -1,5 +1,6 @@
 """The GPU check: every adaptkit trainer, PiSSA's init, QPiSSA in 4 bits, batched Aligner generation and a merge, on
-one CUDA GPU in bf16, each timed, in one run that should take well under 8 minutes on an H100/H200.
+one CUDA GPU in bf16, each timed, in one run sized to take under 8 minutes on an H200 (not yet run on one: no GPU
+was lent while it was written; `--budget-s` starts no check after 390 s).
 
 Every model is built offline from a config with random weights (nothing downloads): the trainers and the generation
 use Qwen2.5-0.5B's layers (24 x 896, MLP 4864, 14 query / 2 key-value heads; 358M parameters) with adaptkit's tiny
@@ -17,9 +18,13 @@ earlier GPU result stays: `make bench` runs this on the CPU box too), and exits 
 
 Run on a GPU machine, from the repository root, with a CUDA torch already installed (pip keeps it):
     pip install -e . bitsandbytes && python benchmarks/gpu_check.py
-(without bitsandbytes the QPiSSA check is skipped, saying so). A lent machine that reaches no package index needs
-adaptkit's missing requirements carried as wheels and put on PYTHONPATH (see the device tool's notes), then
+(without bitsandbytes the QPiSSA check is skipped, saying so). The lent H200 reaches no package index and its image
+lacks some of adaptkit's requirements (trl, datasets, fastcore, gguf, ...; its transformers, huggingface_hub and
+tokenizers are older than settings.ini allows): carry the lock's pins of those as wheels (about 22 MB; the device
+tool's notes say how), install them with `--target /tmp/site`, then run
     ADAPTKIT_COMMIT=<sha> PYTHONPATH=$PWD:/tmp/site python3 benchmarks/gpu_check.py
+bitsandbytes' wheel is 41 MiB more, over the 64 MiB one call carries with the tree: install it into /tmp/site in an
+earlier call on the same warm machine, or let the QPiSSA check skip.
 `--dry-run` runs every check's code on the CPU with tiny fp32 models (seconds each; writes nothing unless `--out`):
 tests/project/test_gpu_check.py runs it. `--only a,b` runs some checks (a partial run is written only to `--out`)."""
 import argparse
@@ -221,15 +226,16 @@ def aligner_dpo(setup, tok, tmp):
     """The Aligner DPO path (`dpo_rounds`, one round): the policy answers, the aligner corrects (both batched
     generation), then one DPO step with a reference copy of the policy."""
     policy, aligner = causal_lm(setup, setup.body, tok, seed=1), Aligner(causal_lm(setup, setup.body, tok, seed=2), tok)
+    args = AlignerDPOConfig(**train_args(setup, tmp, max_steps=1))
     t = synced(setup)
-    out = dpo_rounds(policy, tok, aligner, [f"What is {i} + {i}?" for i in range(setup.rows)], rounds=1,
-                     args=AlignerDPOConfig(**train_args(setup, tmp, max_steps=1)), max_new_tokens=setup.new_tokens // 2)
+    out = dpo_rounds(policy, tok, aligner, [f"What is {i} + {i}?" for i in range(setup.rows)], rounds=1, args=args,
+                     max_new_tokens=setup.new_tokens // 2)
     seconds, m = synced(setup) - t, out.rounds[0]
     ensure(m["pairs"] > 0 and m.get("train_runtime") is not None, f"no DPO step ran: {m}")
     device = next(out.model.parameters()).device.type
-    ensure(device == setup.device, f"the policy is on {device}")
+    ensure(device == setup.device and args.bf16 == (device == "cuda"), f"the policy is on {device}, bf16 {args.bf16}")
     return {"round_s": seconds, "pairs": m["pairs"], "dpo_s": m["train_runtime"], "train_loss": m.get("train_loss"),
-            "trained_on": device}
+            "bf16": args.bf16, "trained_on": device}
 
 
 @check
@@ -500,7 +506,8 @@ def main(argv=None) -> int:
     ap.add_argument("--dry-run", action="store_true", help="run every check on the CPU with tiny fp32 models")
     ap.add_argument("--only", default=None, help="comma-separated checks to run (default: all): " + ",".join(CHECKS))
     ap.add_argument("--out", default=None, help="write the JSON here (default on a GPU: benchmarks/results/gpu.json)")
-    ap.add_argument("--budget-s", type=float, default=420.0, help="start no check after this many seconds")
+    ap.add_argument("--budget-s", type=float, default=None,
+                    help="start no check after this many seconds (default: 390 on a GPU, no limit in a dry run)")
     args = ap.parse_args(argv)
     names = list(CHECKS) if args.only is None else args.only.split(",")
     if unknown := [n for n in names if n not in CHECKS]: ap.error(f"no such check {unknown}; checks: {list(CHECKS)}")
@@ -509,11 +516,14 @@ def main(argv=None) -> int:
               "written; --dry-run runs the checks' code on the CPU")
         return 0
     setup = DRY if args.dry_run else GPU
-    if not args.dry_run: ensure(torch.cuda.is_bf16_supported(), f"{torch.cuda.get_device_name()} has no bf16")
+    if not args.dry_run and not torch.cuda.is_bf16_supported():
+        print(f"{torch.cuda.get_device_name()} does not support bf16: the checks are for a GPU that does")
+        return 1
     datasets.disable_progress_bars()
     start = quiet_start(float(os.environ.get("ADAPTKIT_BENCH_WAIT", 60))) if not args.dry_run else None
     t = time.perf_counter()
-    checks = run_checks(setup, names, args.budget_s)
+    budget = args.budget_s if args.budget_s is not None else math.inf if args.dry_run else 390.0
+    checks = run_checks(setup, names, budget)
     failed = [n for n, r in checks.items() if r["status"] in ("failed", "not run")]
     result = {"dry_run": args.dry_run, **code_commit(), **versions(),
               "device_name": torch.cuda.get_device_name() if setup.device == "cuda" else "cpu",
@@ -521,7 +531,7 @@ def main(argv=None) -> int:
     print(f"{len(checks) - len(failed)} of {len(checks)} checks ok or skipped in {result['total_s']:.0f} s"
           + (f"; failed: {', '.join(failed)}" if failed else ""))
     if args.out:
-        Path(args.out).write_text(json.dumps({**result, "device": setup.device}, indent=1) + "\n")
+        Path(args.out).write_text(json.dumps({**result, **(start or {}), "device": setup.device}, indent=1) + "\n")
     elif not args.dry_run and args.only is None:
         write_result("gpu", result, start, device_suffix=False)
     return 1 if failed else 0
