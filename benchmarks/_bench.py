@@ -5,13 +5,15 @@ end: every result records the load average and torch's thread count at its start
 loaded machine (1-minute load average above 0.75 per core, i.e. 1.5 on the 2-core box) `quiet_start` waits up to
 `ADAPTKIT_BENCH_WAIT` seconds (default 600) for the load to fall; if it does not, the benchmark refuses to run, unless
 `ADAPTKIT_BENCH_ALLOW_LOADED=1`, in which case the results are written to `<name>.loaded.json`, marked
-`"loaded": true`, and never replace the quiet `<name>.json`. Results from a GPU machine go to `<name>.<device>.json`.
+`"loaded": true`, and never replace the quiet `<name>.json`. Results from a GPU machine go to `<name>.<device>.json`
+(unless the benchmark is for a GPU alone: `device_suffix=False`). Every result records the commit it measured.
 """
 import datetime
 import json
 import os
 import platform
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -53,25 +55,38 @@ def threads_at_start() -> dict:
             "omp_num_threads": os.environ.get("OMP_NUM_THREADS"), "cpus_allowed": len(os.sched_getaffinity(0))}
 
 
+def code_commit() -> dict:
+    """The commit measured: `git rev-parse HEAD` of this checkout (`$ADAPTKIT_COMMIT` where there is no git, e.g. a copy
+    of the tree on a lent GPU machine), and whether adaptkit/ or benchmarks/ differed from it (None: unknown)."""
+    root = Path(__file__).parent.parent
+    git = lambda *a: subprocess.run(["git", "-C", str(root), *a], capture_output=True, text=True, timeout=30)
+    try: head, status = git("rev-parse", "HEAD"), git("status", "--porcelain", "--", "adaptkit", "benchmarks")
+    except (OSError, subprocess.SubprocessError): head = status = None
+    if head is not None and head.returncode == 0 and status.returncode == 0:
+        return {"commit": head.stdout.strip(), "uncommitted_changes": bool(status.stdout.strip())}
+    return {"commit": os.environ.get("ADAPTKIT_COMMIT"), "uncommitted_changes": None}
+
+
 def median(xs) -> float:
     "Median of a non-empty sequence of numbers."
     return statistics.median(xs)
 
 
-def result_path(name: str, start: dict) -> Path:
-    "Where `write_result(name, ..., start)` writes: results/<name>[.<device>][.loaded].json."
-    dev = device()
+def result_path(name: str, start: dict, device_suffix: bool = True) -> Path:
+    """Where `write_result(name, ..., start)` writes: results/<name>[.<device>][.loaded].json (the device's name only
+    on a GPU, and only with `device_suffix`: a benchmark of a GPU alone has no CPU result to keep apart)."""
+    dev = device() if device_suffix else "cpu"
     return RESULTS / f"{name}{'' if dev == 'cpu' else f'.{dev}'}{'.loaded' if start['loaded'] else ''}.json"
 
 
-def write_result(name: str, result: dict, start: dict) -> Path:
-    "Write `result` with the start record, machine and device to results/<name>[.<device>][.loaded].json."
+def write_result(name: str, result: dict, start: dict, device_suffix: bool = True) -> Path:
+    "Write `result` with the start record, commit, machine and device to results/<name>[.<device>][.loaded].json."
     dev = device()
-    record = {**result, **start, "load_average_at_end": [round(x, 2) for x in os.getloadavg()], "device": dev,
-              "machine": platform.machine(), "cpus": os.cpu_count(), "python": platform.python_version()}
+    record = {**code_commit(), **result, **start, "load_average_at_end": [round(x, 2) for x in os.getloadavg()],
+              "device": dev, "machine": platform.machine(), "cpus": os.cpu_count(), "python": platform.python_version()}
     import torch
     record["torch"], record["torch_threads"] = torch.__version__, torch.get_num_threads()
-    out = result_path(name, start)
+    out = result_path(name, start, device_suffix)
     RESULTS.mkdir(exist_ok=True)
     tmp = out.with_suffix(".json.tmp")
     tmp.write_text(json.dumps(record, indent=1) + "\n")
