@@ -40,7 +40,8 @@ if TYPE_CHECKING:  # hub.render_card imports it: huggingface_hub's repocard load
     from huggingface_hub import ModelCard
 
 # %% auto #0
-__all__ = ['Artifact', 'ModelArtifact', 'AdapterArtifact', 'checkpoint_shards', 'ArtifactTrainerMixin']
+__all__ = ['Artifact', 'ModelArtifact', 'recorded_base', 'AdapterArtifact', 'checkpoint_shards', 'ArtifactTrainerMixin',
+           'training_setup']
 
 # %% ../nbs/06_artifacts.ipynb #1f3f8503
 class Artifact:
@@ -274,7 +275,7 @@ def _named_base(model) -> dict:
         return {"base_path": str(Path(name).resolve())}
     return {"base_model": name} if is_repo_id(name) else {}
 
-def _recorded_base(
+def recorded_base(
     model,  # the base as loaded (`load_base`'s model)
     source: dict,  # `load_base`'s source: where a folder or repo id was read from; {} for a model object
     endpoint: str | None = None,  # the Hub repo ids are read on here (None: the default)
@@ -440,7 +441,7 @@ class ArtifactTrainerMixin:
             raise NotImplementedError("a model sharded at load time (`from_pretrained(distributed_config=...)`) is not "
                                       "trained by adaptkit's trainers: load it whole and launch with accelerate's FSDP "
                                       "or DeepSpeed, which gather the full weights for the final save")
-        recorded = _recorded_base(model, source, endpoint, base_model, base_revision)
+        recorded = recorded_base(model, source, endpoint, base_model, base_revision)
         self.base_model, self.base_revision = recorded["base_model"], recorded["base_revision"]
         self.base_path, self.base_fingerprint = recorded["base_path"], fingerprint(model)
         return model
@@ -457,8 +458,10 @@ class ArtifactTrainerMixin:
         raise NotImplementedError
 
     def _described(self) -> Artifact:
-        "`self.artifact()` as its card names it: by TRL's hooks `_name`, `_paper` and `_tag_names` of this trainer."
+        """`self.artifact()` as its card names it: by TRL's hooks `_name`, `_paper` and `_tag_names` of this trainer,
+        its settings followed by how it was trained (`training_setup`)."""
         art = self.artifact()
+        art.settings = {**(art.settings or {}), **training_setup(self.args, self.model)}
         if art.method is not None: art.method = dataclasses.replace(art.method, name=self._name, paper=self._paper)
         art.tags = [*(art.tags or []), *self._tag_names]
         return art
@@ -521,3 +524,21 @@ class ArtifactTrainerMixin:
         "Whether FSDP runs with a sharded (or local) state dict, whose final save transformers' `save_model` skips."
         if not getattr(self, "is_fsdp_enabled", False): return False
         return "FULL_STATE_DICT" not in str(self.accelerator.state.fsdp_plugin.state_dict_type)
+
+# %% ../nbs/06_artifacts.ipynb #7e72fd86
+_PRECISIONS = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}  # accelerate's names
+
+def training_setup(
+    args,  # the trainer's `TrainingArguments` (a TRL config, a method's config)
+    model=None,  # the model it trains: without mixed precision, its trained parameters' dtype is the precision
+) -> dict:
+    """How a trainer with `args` trains, as its artifact's settings record it: processes, batch per device and in all
+    (per device x processes x gradient accumulation), gradient accumulation and precision."""
+    precision = args.mixed_precision  # as transformers resolved it: bf16/fp16, else ACCELERATE_MIXED_PRECISION
+    if precision == "no":
+        trained = [p.dtype for p in (model.parameters() if model is not None else ()) if p.requires_grad]
+        precision = _PRECISIONS.get(trained[0], str(trained[0]).removeprefix("torch.")) if trained else "fp32"
+    return {"num_processes": args.world_size, "per_device_train_batch_size": args.per_device_train_batch_size,
+            "gradient_accumulation_steps": args.gradient_accumulation_steps,
+            "total_train_batch_size": args.train_batch_size * args.world_size * args.gradient_accumulation_steps,
+            "precision": precision}

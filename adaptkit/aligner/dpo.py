@@ -17,7 +17,7 @@ from trl import DPOConfig, DPOTrainer
 
 from .artifact import AlignedPolicy, Aligner, chat_answers, conversation
 from .config import AlignerDPOConfig
-from ..artifacts import checkpoint_shards
+from ..artifacts import checkpoint_shards, recorded_base, training_setup
 from ..data import Schema, validate_rows
 from ..tensorfiles import size_in_bytes
 
@@ -69,7 +69,7 @@ def dpo_rounds(
     push_to: str | None = None,  # repo id: push each round's policy to it, tagged `round-N`
     hub_endpoint: str | None = None,  # Hub endpoint for pushing
     hub_token: str | None = None,  # Hub token for pushing
-    base_model: str | None = None,  # the policy's Hub repo id, for the cards
+    base_model: str | None = None,  # the policy's Hub repo id for the cards (default: the repo it was loaded from)
     **generate_kwargs,  # for answering and correcting (default greedy)
 ) -> AlignedPolicy:
     "Multi-round Aligner-guided DPO of `policy`: the trained policy, with each round's metrics in `.rounds`."
@@ -79,7 +79,8 @@ def dpo_rounds(
     questions = [conversation(p)[-1]["content"] for p in prompts]
     args = args or AlignerDPOConfig("aligner-dpo")
     shard_size = _policy_shard_size(args)  # an invalid size: refused before any generation
-    metrics = []
+    base = recorded_base(policy, {}, hub_endpoint, base_model)  # the starting policy, as a trainer records its base
+    metrics, setup = [], {}
     for r in range(1, rounds + 1):
         pairs = _round_pairs(policy, tokenizer, aligner, prompts, questions, **generate_kwargs)
         m = {"round": r, "pairs": len(pairs), "dropped": len(prompts) - len(pairs)}
@@ -96,14 +97,15 @@ def dpo_rounds(
             peft_config=peft_config,
         )
         with checkpoint_shards(trainer): m.update(trainer.train().metrics)
+        setup = training_setup(trainer.args, trainer.model)  # processes, global batch, precision
         m.update({k: v for h in trainer.state.log_history for k, v in h.items() if k.startswith("rewards/")})
         policy = trainer.model.merge_and_unload() if peft_config is not None else trainer.model
         if push_to:  # one process pushes (under `accelerate launch` too); every process gets the commit id
-            art = _policy(policy, tokenizer, m, args, base_model, shard_size)
+            art = _policy(policy, tokenizer, m, args, base, setup, shard_size)
             commit = _push_round(art, push_to, r, hub_endpoint, hub_token) if trainer.is_world_process_zero() else None
             m["commit"] = broadcast_object_list([commit])[0]
         metrics.append(m)
-    trained = _policy(policy, tokenizer, metrics[-1], args, base_model, shard_size)
+    trained = _policy(policy, tokenizer, metrics[-1], args, base, setup, shard_size)
     trained.rounds = metrics
     return trained
 
@@ -128,13 +130,14 @@ def _policy_shard_size(args) -> int | str:
     except ValueError as e: raise ValueError(f"{what}: {e}") from None
     return size
 
-def _policy(policy, tok, m: dict, args, base_model, max_shard_size) -> AlignedPolicy:
-    "The policy after round `m['round']` as an artifact saved in shards of `max_shard_size`, with the round's settings."
+def _policy(policy, tok, m: dict, args, base: dict, setup: dict, max_shard_size) -> AlignedPolicy:
+    """The policy after round `m['round']` as an artifact saved in shards of `max_shard_size`: made on `base`
+    (`recorded_base`), with the round's settings and how it was trained (`training_setup`)."""
     art = AlignedPolicy(policy, tok)
     art.max_shard_size = max_shard_size
-    art.base_model, art.settings = base_model, {"round": m["round"], "beta": args.beta,
-                                                "learning_rate": args.learning_rate, "pairs": m["pairs"],
-                                                "dropped": m["dropped"]}
+    art.base_model, art.base_revision, art.base_path = base["base_model"], base["base_revision"], base["base_path"]
+    art.settings = {"round": m["round"], "beta": args.beta, "learning_rate": args.learning_rate, "pairs": m["pairs"],
+                    "dropped": m["dropped"], **setup}
     return art
 
 def _push_round(art: AlignedPolicy, repo_id, round_, endpoint, token) -> str:

@@ -12,7 +12,7 @@ from peft import PeftModel
 from ..artifacts import AdapterArtifact, _named_base
 from ..hub import markdown_table, read_metadata, write_metadata
 from .config import METHOD
-from .principal import _check_init_dir, _check_rank, _write_plain_lora
+from .principal import _check_init_dir, _check_rank, _save_adapter, _write_plain_lora
 
 # %% auto #0
 __all__ = ['PiSSAAdapter', 'save_pissa_as_lora']
@@ -62,15 +62,16 @@ class PiSSAAdapter(AdapterArtifact):
                  model: PeftModel,  # a PiSSA model from `init_pissa` (converted on save), or a loaded plain LoRA
                  tokenizer=None,  # its tokenizer
                  init_dir: str | Path | None = None,  # the initial adapter of a PiSSA model (None: already plain)
-                 rank: str | int = "exact"):  # the conversion: "exact" (2r, lossless) or k (truncated SVD)
+                 rank: str | int = "exact",  # the conversion: "exact" (2r, lossless) or k (truncated SVD)
+                 adapter_name: str = "default"):  # the model's adapter it is (PEFT's name; the others are not saved)
         super().__init__(model, tokenizer)
         self.init_dir = None if init_dir is None else Path(init_dir)
-        self.rank = rank
+        self.rank, self.adapter_name = rank, adapter_name
         self.conversion: dict | None = None  # the conversion record (`pissa` in adaptkit.json), once written or read
 
     def _write(self, folder: Path) -> None:
         if self.init_dir is not None:
-            self.conversion = _write_plain_lora(self.model, folder, self.init_dir, self.rank)
+            self.conversion = _write_plain_lora(self.model, folder, self.init_dir, self.rank, self.adapter_name)
             src = read_metadata(folder).get("source") or {}  # the untouched base, as the initial adapter recorded it
             if not (self.base_model or self.base_path):  # what the caller stamped comes first; else the name the
                 named = _named_base(self.model)  # base was loaded by: a snapshot's repo@commit, a folder, a repo id
@@ -79,7 +80,7 @@ class PiSSAAdapter(AdapterArtifact):
                 self.base_path = None if self.base_model else named.get("base_path")
             self.base_fingerprint = self.base_fingerprint or src.get("fingerprint")  # never the residual model's
         else:
-            self.model.save_pretrained(folder)
+            _save_adapter(self.model, folder, self.adapter_name)
             if self.conversion: write_metadata(folder, pissa=self.conversion)
         self.settings = {**_conversion_settings(self.conversion), **(self.settings or {})}
         if self.tokenizer is not None: self.tokenizer.save_pretrained(folder)
@@ -123,8 +124,9 @@ def save_pissa_as_lora(
     *,
     init_dir: str | Path,  # the initial adapter saved by `init_pissa`
     rank: str | int = "exact",  # "exact": rank 2r, alpha doubled, lossless; k: truncated SVD, error measured
+    adapter_name: str = "default",  # the PiSSA adapter to convert (PEFT's name); the model's others are not saved
 ) -> Path:
     "Save `peft_model`'s PiSSA adapter as a plain LoRA for the untouched base (exact, or truncated to `rank`), carded."
-    _check_init_dir(peft_model, Path(init_dir))  # before anything is written
-    _check_rank(peft_model, rank)
-    return PiSSAAdapter(peft_model, init_dir=init_dir, rank=rank).save_pretrained(out_dir)
+    _check_init_dir(peft_model, Path(init_dir), adapter_name)  # before anything is written
+    _check_rank(peft_model, rank, adapter_name)
+    return PiSSAAdapter(peft_model, init_dir=init_dir, rank=rank, adapter_name=adapter_name).save_pretrained(out_dir)

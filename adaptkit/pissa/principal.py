@@ -96,17 +96,30 @@ def _is_quantized(model) -> bool:
     if getattr(model, "is_quantized", False) or getattr(model, "hf_quantizer", None) is not None: return True
     return any(p.dtype not in (torch.float32, torch.float16, torch.bfloat16, torch.float64) for p in model.parameters())
 
-def _residual_weights(peft_model: PeftModel, n: int = 4) -> dict[str, dict]:
-    "`models.fingerprint` of the first `n` adapted weights: the residuals after init, which differ from the base's."
+def _residual_weights(peft_model: PeftModel, adapter_name: str, n: int = 4) -> dict[str, dict]:
+    "`models.fingerprint` of the first `n` weights `adapter_name` adapts: the residuals after init, not the base's."
     modules = peft_model.base_model.model.named_modules()
-    names = [f"{name}.weight" for name, mod in modules if isinstance(mod, LoraLayer)]
+    names = [f"{name}.weight" for name, mod in modules if isinstance(mod, LoraLayer) and adapter_name in mod.r]
     return fingerprint(peft_model, names=names[:n])
 
-def _save_as_plain_lora_init(peft_model: PeftModel, folder: str | Path):
-    "Save `peft_model`'s adapter marked as a plain LoRA (loading it must not decompose the weights again)."
-    cfg = peft_model.peft_config["default"]
+def _save_adapter(peft_model: PeftModel, folder: str | Path, adapter_name: str, **kwargs) -> None:
+    """peft's `save_pretrained` of the one adapter `adapter_name` (`kwargs` passed on), its files at the top of `folder`
+    whatever its name, as "default"'s are (peft writes any other adapter into a subfolder named after it)."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix="_peft-save-", dir=folder))
+    try:
+        peft_model.save_pretrained(tmp, selected_adapters=[adapter_name], **kwargs)
+        inner = tmp / adapter_name if adapter_name != "default" else tmp
+        for f in [*inner.iterdir(), *tmp.glob("*.md")]:  # the adapter's files, and peft's card beside them
+            if f.is_file(): f.replace(folder / f.name)
+    finally: shutil.rmtree(tmp, ignore_errors=True)
+
+def _save_as_plain_lora_init(peft_model: PeftModel, folder: str | Path, adapter_name: str):
+    "Save the adapter `adapter_name` marked as a plain LoRA (loading it must not decompose the weights again)."
+    cfg = peft_model.peft_config[adapter_name]
     init, cfg.init_lora_weights = cfg.init_lora_weights, True
-    try: peft_model.save_pretrained(folder)
+    try: _save_adapter(peft_model, folder, adapter_name)
     finally: cfg.init_lora_weights = init
 
 def _base_name(peft_model: PeftModel) -> str:
@@ -121,10 +134,10 @@ def _fingerprint_matches(saved: dict, current: dict, rtol: float = 1e-4) -> bool
 _CHUNK_ELEMENTS = 2**26  # weights decomposed in one batched call (256 MB in float32)
 _KRYLOV_NITER = 10  # block Krylov iterations of adaptkit's default init
 
-def _matrix_layers(peft_model: PeftModel) -> dict[str, LoraLayer]:
-    "The default adapter's LoRA layers whose base weight is one matrix (linear, GPT-2's Conv1D), by name in the model."
+def _matrix_layers(peft_model: PeftModel, adapter_name: str) -> dict[str, LoraLayer]:
+    "The LoRA layers of `adapter_name` whose base weight is one matrix (linear, GPT-2's Conv1D), by name in the model."
     return {n: m for n, m in peft_model.base_model.model.named_modules() if isinstance(m, LoraLayer)
-            and "default" in m.lora_A and isinstance(m.lora_A["default"], torch.nn.Linear)
+            and adapter_name in m.lora_A and isinstance(m.lora_A[adapter_name], torch.nn.Linear)
             and m.get_base_layer().weight.dim() == 2}
 
 def _rel(diff: torch.Tensor, ref: torch.Tensor) -> float:
@@ -143,28 +156,29 @@ def bf16_residual_error(
     part = scaling * B.detach().float() @ A.detach().float()
     return _rel(w - ((w - part).to(torch.bfloat16).float() + part), w)
 
-def _init_errors(layer: LoraLayer, w: torch.Tensor) -> tuple[float, float]:
+def _init_errors(layer: LoraLayer, adapter_name: str, w: torch.Tensor) -> tuple[float, float]:
     "Relative errors of `W_res + scaling B A` against the original `w`: as initialised, and with a bf16 residual."
-    s, B, A = layer.scaling["default"], layer.lora_B["default"].weight, layer.lora_A["default"].weight
+    s, B, A = layer.scaling[adapter_name], layer.lora_B[adapter_name].weight, layer.lora_A[adapter_name].weight
     res = transpose(layer.get_base_layer().weight.detach(), layer.fan_in_fan_out).float()
     return _rel(w - (res + s * B.detach().float() @ A.detach().float()), w), bf16_residual_error(w, B, A, s)
 
-def _set_principal(layer: LoraLayer, w: torch.Tensor, U: torch.Tensor, S: torch.Tensor, Vh: torch.Tensor) -> None:
-    "Put the principal part in `layer`'s adapter, the residual `W - scaling B A` in its base, like peft's pissa_init."
-    scale, base = layer.scaling["default"], layer.get_base_layer()
+def _set_principal(layer: LoraLayer, adapter_name: str, w: torch.Tensor, parts: tuple) -> None:
+    """Put the principal part `parts` (`U, S, Vh`) in `layer`'s adapter `adapter_name`, the residual `W - scaling B A`
+    in its base, like peft's pissa_init."""
+    (U, S, Vh), scale, base = parts, layer.scaling[adapter_name], layer.get_base_layer()
     root = (S / scale).sqrt()
-    lora_A, lora_B = layer.lora_A["default"].weight, layer.lora_B["default"].weight
+    lora_A, lora_B = layer.lora_A[adapter_name].weight, layer.lora_B[adapter_name].weight
     lora_A.data = (root[:, None] * Vh).to(lora_A.dtype).contiguous()  # Vh may be a transposed view
     lora_B.data = (U * root).to(lora_B.dtype).contiguous()
     residual = w - scale * lora_B.float() @ lora_A.float()  # from the adapter as stored: W_res + scaling B A = W
     base.weight.data = transpose(residual.to(base.weight.dtype), layer.fan_in_fan_out)
 
-def _init_principal(peft_model: PeftModel, seed: int, niter: int | None = _KRYLOV_NITER) -> dict:
-    "Initialise every adapted matrix from its principal part (same-shape weights together); name -> errors."
+def _init_principal(peft_model: PeftModel, adapter_name: str, seed: int, niter: int | None = _KRYLOV_NITER) -> dict:
+    "Initialise each matrix `adapter_name` adapts from its principal part (same shapes together); name -> errors."
     groups: dict = {}
-    for name, layer in _matrix_layers(peft_model).items():
+    for name, layer in _matrix_layers(peft_model, adapter_name).items():
         w = transpose(layer.get_base_layer().weight.detach(), layer.fan_in_fan_out)
-        groups.setdefault((tuple(w.shape), w.device, layer.r["default"]), []).append((name, layer))
+        groups.setdefault((tuple(w.shape), w.device, layer.r[adapter_name]), []).append((name, layer))
     generator, errors = {}, {}
     for (shape, device, r), layers in groups.items():
         gen = generator.setdefault(device, torch.Generator(device).manual_seed(seed))
@@ -174,23 +188,23 @@ def _init_principal(peft_model: PeftModel, seed: int, niter: int | None = _KRYLO
             w = torch.stack([transpose(m.get_base_layer().weight.detach(), m.fan_in_fan_out).float() for _, m in chunk])
             U, S, Vh = principal_parts(w, r, niter=niter, generator=gen)
             for k, (name, layer) in enumerate(chunk):
-                _set_principal(layer, w[k], U[k], S[k], Vh[k])
-                errors[name] = _init_errors(layer, w[k])
+                _set_principal(layer, adapter_name, w[k], (U[k], S[k], Vh[k]))
+                errors[name] = _init_errors(layer, adapter_name, w[k])
     return errors
 
-def _init_randomised(peft_model: PeftModel, init: str, seed: int) -> dict:
+def _init_randomised(peft_model: PeftModel, adapter_name: str, init: str, seed: int) -> dict:
     "peft's own `pissa_niter_N` init (`LoraLayer.pissa_init`), layer by layer after seeding; name -> errors."
     torch.manual_seed(seed)
     errors = {}
-    for name, layer in _matrix_layers(peft_model).items():
+    for name, layer in _matrix_layers(peft_model, adapter_name).items():
         w = transpose(layer.get_base_layer().weight.detach(), layer.fan_in_fan_out).float().clone()
-        layer.pissa_init("default", init)
-        errors[name] = _init_errors(layer, w)
+        layer.pissa_init(adapter_name, init)
+        errors[name] = _init_errors(layer, adapter_name, w)
     return errors
 
-def _init_record(peft_model: PeftModel, init: str, seed: int, errors: dict) -> dict:
+def _init_record(peft_model: PeftModel, adapter_name: str, init: str, seed: int, errors: dict) -> dict:
     "How the adapter was initialised: method, seed, iterations, dtypes and the measured residual errors."
-    layers = _matrix_layers(peft_model).values()
+    layers = _matrix_layers(peft_model, adapter_name).values()
     niter = _KRYLOV_NITER if init == "pissa" else int(init.rsplit("_", 1)[-1])
     method = (f"adaptkit principal_parts (seeded block Krylov, {niter} iterations; exact SVD when the smaller side is "
               f"under 2 niter (r + max(r // 2, 4)))" if init == "pissa" else
@@ -199,13 +213,28 @@ def _init_record(peft_model: PeftModel, init: str, seed: int, errors: dict) -> d
     worst = max(errors, key=lambda n: errors[n][1], default=None)
     return {"init_method": method, "niter": niter, "seed": seed,
             "dtype": dtypes(m.get_base_layer().weight for m in layers),
-            "adapter_dtype": dtypes(m.lora_A["default"].weight for m in layers),
+            "adapter_dtype": dtypes(m.lora_A[adapter_name].weight for m in layers),
             "residual_error_max": max((e[0] for e in errors.values()), default=0.0),
             "bf16_residual_error_max": errors[worst][1] if worst else 0.0, "bf16_residual_error_layer": worst,
             "bf16_residual_error": {n: e[1] for n, e in errors.items()}}
 
 _INIT_FIELDS = ("init_lora_weights", "init_method", "niter", "seed", "dtype", "adapter_dtype", "residual_error_max",
                 "bf16_residual_error_max", "bf16_residual_error_layer")  # copied onto the shared LoRA's record
+_BASE_CHANGING_INITS = ("pissa", "olora", "corda", "loftq", "lora_ga")  # peft inits that rewrite the base's weights
+
+def _with_adapter(model, config: LoraConfig, adapter_name: str) -> PeftModel:
+    """`model` with the new LoRA adapter `adapter_name` of `config`, active: a plain model wrapped (`get_peft_model`),
+    a PEFT model given one more (`add_adapter`, then `set_adapter`), unless one of its adapters rewrote the base."""
+    if not isinstance(model, PeftModel): return get_peft_model(model, config, adapter_name=adapter_name)
+    inits = {n: c.init_lora_weights for n, c in model.peft_config.items()}
+    if (changed := [n for n, i in inits.items() if str(i).lower().startswith(_BASE_CHANGING_INITS)]):
+        raise ValueError(f"the model's adapter {changed[0]!r} (init_lora_weights={inits[changed[0]]!r}) already "
+                         "replaced the base weights it adapts: a PiSSA adapter beside it would record those, not the "
+                         "untouched base, as the base of its shared LoRA; init PiSSA on the untouched base (beside "
+                         "plain LoRA adapters only)")
+    model.add_adapter(adapter_name, config)  # peft refuses a name already taken
+    model.set_adapter(adapter_name)  # the residual is only the model it was with the new adapter on
+    return model
 
 def init_pissa(
     model,  # a full-precision transformers model (float32/bf16/fp16); its target weights become residuals
@@ -213,6 +242,7 @@ def init_pissa(
     *,
     init_dir: str | Path,  # where the initial adapter is saved (needed by `save_pissa_as_lora`)
     seed: int = 0,  # seeds the randomised SVD (both inits): the same seed gives the same adapter
+    adapter_name: str = "default",  # the new adapter's name (PEFT's); a PEFT model `model` gets it beside its own
 ) -> PeftModel:
     "Wrap `model` with a PiSSA adapter and save the initial adapter, with how it was made, to `init_dir`."
     init = config.init_lora_weights
@@ -230,17 +260,19 @@ def init_pissa(
     with torch.random.fork_rng():  # the caller's random state stays as it was too
         torch.manual_seed(seed)
         config.init_lora_weights = True  # cheap placeholder weights, replaced layer by layer below
-        peft_model = get_peft_model(model, config)
-        peft_model.peft_config["default"].init_lora_weights = init
-        errors = _init_principal(peft_model, seed) if init == "pissa" else _init_randomised(peft_model, init, seed)
-    _save_as_plain_lora_init(peft_model, init_dir)
-    residual = _residual_weights(peft_model)
+        peft_model = _with_adapter(model, config, adapter_name)
+        peft_model.peft_config[adapter_name].init_lora_weights = init
+        errors = (_init_principal(peft_model, adapter_name, seed) if init == "pissa" else
+                  _init_randomised(peft_model, adapter_name, init, seed))
+    _save_as_plain_lora_init(peft_model, init_dir, adapter_name)
+    residual = _residual_weights(peft_model, adapter_name)
     write_metadata(
         init_dir,
         pissa={
             "role": "initial adapter",
             "init_lora_weights": init,
-            **_init_record(peft_model, init, seed, errors),
+            "adapter_name": adapter_name,
+            **_init_record(peft_model, adapter_name, init, seed, errors),
             "base": _base_name(peft_model),
             "residual_fingerprint": residual,
             "base_fingerprint": base_fingerprint,
@@ -273,12 +305,18 @@ def _checked_record(model, folder: Path, ignore_base_mismatch: bool = False) -> 
                    ignore_base_mismatch)
     return record
 
-def _check_init_dir(peft_model: PeftModel, init_dir: Path) -> dict:
-    "The initial adapter's record, after checking it is the one `peft_model` started from, with its files intact."
+def _check_init_dir(peft_model: PeftModel, init_dir: Path, adapter_name: str) -> dict:
+    """The initial adapter's record, after checking it is the one `peft_model`'s adapter `adapter_name` started from,
+    with its files intact."""
     meta = read_metadata(init_dir).get("pissa", {})
     if not (init_dir / "adapter_config.json").is_file() or meta.get("role") != "initial adapter":
         raise FileNotFoundError(f"{init_dir}: no initial PiSSA adapter here; conversion needs the folder that "
                                 "init_pissa(..., init_dir=...) wrote before training")
+    if (named := meta.get("adapter_name", "default")) != adapter_name:  # a record before adapter names: "default"
+        raise ValueError(f"{init_dir} is the initial adapter of the adapter {named!r}, not of {adapter_name!r}: pass "
+                         f"adapter_name={named!r}, or the init_dir init_pissa wrote for {adapter_name!r}")
+    if adapter_name not in peft_model.peft_config:
+        raise ValueError(f"the model has no adapter {adapter_name!r} (it has {sorted(peft_model.peft_config)})")
     try: _checked_record(peft_model, init_dir)
     except BaseMismatchError as e:
         raise ValueError(f"{init_dir} is the initial adapter of {meta.get('base', 'another model')}, not of this model "
@@ -289,13 +327,15 @@ def _check_init_dir(peft_model: PeftModel, init_dir: Path) -> dict:
 def _check_rank(
     peft_model: PeftModel,  # a PiSSA model from `init_pissa`
     rank: str | int,  # "exact" (2r, lossless) or the rank k of a truncated SVD of each layer's trained change
+    adapter_name: str = "default",  # the PiSSA adapter to convert
 ) -> None:
     "Refuse a conversion `rank` that is neither 'exact' nor an integer from 1 to every layer's 2r and smaller side."
     if rank == "exact": return
     if isinstance(rank, bool) or not isinstance(rank, int) or rank < 1:
         raise ValueError(f"rank must be 'exact' or a positive integer, got {rank!r}")
-    for name, layer in _matrix_layers(peft_model).items():
-        r, (out, inp) = layer.r["default"], (layer.lora_B["default"].out_features, layer.lora_A["default"].in_features)
+    for name, layer in _matrix_layers(peft_model, adapter_name).items():
+        r = layer.r[adapter_name]
+        out, inp = layer.lora_B[adapter_name].out_features, layer.lora_A[adapter_name].in_features
         if rank > min(2 * r, out, inp):
             raise ValueError(f"rank={rank} is above what the trained change of {name} has ({out}x{inp}, PiSSA rank "
                              f"{r}: at most rank {min(2 * r, out, inp)}); rank='exact' is lossless at rank {2 * r}")
@@ -319,12 +359,13 @@ def _lora_scaling(cfg: LoraConfig, name: str) -> float:
     alpha = cfg.alpha_pattern.get(get_pattern_key(cfg.alpha_pattern.keys(), name), cfg.lora_alpha)
     return alpha / math.sqrt(r) if cfg.use_rslora else alpha / r
 
-def _convert(peft_model: PeftModel, folder: Path, init_dir: Path, rank: str | int) -> dict[str, float]:
+def _convert(peft_model: PeftModel, adapter_name: str, folder: Path, init_dir: Path, rank: str | int) -> dict:
     """Truncate the exact plain LoRA in `folder` to `rank` (unless "exact"), then measure each layer's relative error
-    against the trained change `s (B A - B0 A0)` from the live adapter and the initial one; name -> error."""
+    against the trained change `s (B A - B0 A0)` from the live adapter `adapter_name` and the initial one; name ->
+    error."""
     path = folder / SAFETENSORS_WEIGHTS_NAME
     state, initial = load_file(path), load_file(init_dir / SAFETENSORS_WEIGHTS_NAME)
-    cfg, layers = LoraConfig.from_pretrained(str(folder)), _matrix_layers(peft_model)
+    cfg, layers = LoraConfig.from_pretrained(str(folder)), _matrix_layers(peft_model, adapter_name)
     key = lambda name, ab: f"base_model.model.{name}.lora_{ab}.weight"
     if rank != "exact":
         for name in layers:
@@ -336,24 +377,28 @@ def _convert(peft_model: PeftModel, folder: Path, init_dir: Path, rank: str | in
         save_file(state, path, metadata={"format": "pt"})
     errors = {}
     for name, layer in layers.items():
-        B, A = (getattr(layer, f"lora_{x}")["default"].weight.detach().cpu().double() for x in "BA")
-        delta = layer.scaling["default"] * (B @ A - initial[key(name, "B")].double() @ initial[key(name, "A")].double())
+        B, A = (getattr(layer, f"lora_{x}")[adapter_name].weight.detach().cpu().double() for x in "BA")
+        s = layer.scaling[adapter_name]
+        delta = s * (B @ A - initial[key(name, "B")].double() @ initial[key(name, "A")].double())
         written = _lora_scaling(cfg, name) * state[key(name, "B")].double() @ state[key(name, "A")].double()
         # a layer that did not change (untrained) is measured against the scale of its adapter's own product
-        errors[name] = _rel(delta - written, delta if delta.any() else layer.scaling["default"] * B @ A)
+        errors[name] = _rel(delta - written, delta if delta.any() else s * B @ A)
     return errors
 
-def _write_plain_lora(peft_model: PeftModel, folder: Path, init_dir: Path, rank: str | int = "exact") -> dict:
-    "Write `peft_model`'s PiSSA adapter into `folder` as a plain LoRA for the untouched base; its conversion record."
-    meta = _check_init_dir(peft_model, Path(init_dir))
-    # peft rewrites the initial adapter's config while converting: it gets a private copy, removed afterwards
-    private = Path(tempfile.mkdtemp(prefix="_pissa_conversion-", dir=folder)) / "init"
+def _write_plain_lora(peft_model: PeftModel, folder: Path, init_dir: Path, rank: str | int = "exact",
+                      adapter_name: str = "default") -> dict:
+    """Write `peft_model`'s PiSSA adapter `adapter_name` into `folder` as a plain LoRA for the untouched base; its
+    conversion record."""
+    meta = _check_init_dir(peft_model, Path(init_dir), adapter_name)
+    # peft rewrites the initial adapter's config while converting: it gets a private copy, removed afterwards; peft
+    # loads it as an adapter named after its folder, which must not be one of the model's
+    private = Path(tempfile.mkdtemp(prefix="_pissa_conversion-", dir=folder)) / f"_initial_{adapter_name}"
     shutil.copytree(init_dir, private)
-    try: peft_model.save_pretrained(folder, path_initial_model_for_weight_conversion=str(private))
+    try: _save_adapter(peft_model, folder, adapter_name, path_initial_model_for_weight_conversion=str(private))
     finally: shutil.rmtree(private.parent, ignore_errors=True)
-    errors = _convert(peft_model, folder, Path(init_dir), rank)
+    errors = _convert(peft_model, adapter_name, folder, Path(init_dir), rank)
     cfg, base = LoraConfig.from_pretrained(str(folder)), meta.get("base")
-    pissa = peft_model.peft_config["default"]
+    pissa = peft_model.peft_config[adapter_name]
     record = {"role": "plain lora", "pissa_rank": pissa.r, "pissa_alpha": pissa.lora_alpha, "lora_rank": cfg.r,
               "lora_alpha": cfg.lora_alpha, "rank": rank, "init_lora_weights": meta["init_lora_weights"],
               "conversion_error_max": max(errors.values(), default=0.0),
@@ -368,6 +413,8 @@ def _write_plain_lora(peft_model: PeftModel, folder: Path, init_dir: Path, rank:
 def save_pissa_residual(
     peft_model: PeftModel,  # a PiSSA model from `init_pissa`
     out_dir: str | Path,  # gets `residual_model/` and `pissa_adapter/`
+    *,
+    adapter_name: str = "default",  # the PiSSA adapter to save beside the residual model
 ) -> Path:
     "Save the residual base model and the PiSSA adapter separately (the official code's layout)."
     out_dir = Path(out_dir)
@@ -375,8 +422,8 @@ def save_pissa_residual(
     state = {k.replace(".base_layer.", "."): v for k, v in base.state_dict().items() if "lora_" not in k}
     base.save_pretrained(out_dir / "residual_model", state_dict=state)
     adapter = out_dir / "pissa_adapter"
-    _save_as_plain_lora_init(peft_model, adapter)
-    init, residual = peft_model.peft_config["default"].init_lora_weights, _residual_weights(peft_model)
+    _save_as_plain_lora_init(peft_model, adapter, adapter_name)
+    init, residual = peft_model.peft_config[adapter_name].init_lora_weights, _residual_weights(peft_model, adapter_name)
     write_metadata(adapter, pissa={"role": "residual adapter", "init_lora_weights": init,
                                    "residual_fingerprint": residual},
                    # it goes on the residual model saved beside it, which `models.check_adapter_base` checks
@@ -389,7 +436,7 @@ def load_pissa_adapter(
     adapter_dir: str | Path,  # a folder from `save_pissa_residual` (`pissa_adapter/`) or `save_pissa_as_lora`
     *,
     ignore_base_mismatch: bool = False,  # load even when `model` is not the base the adapter records (a warning)
-    **kwargs,  # passed to `PeftModel.from_pretrained`
+    **kwargs,  # passed to `PeftModel.from_pretrained` (e.g. `adapter_name=`)
 ) -> PeftModel:
     """`PeftModel.from_pretrained` after the core's one check (`models.check_adapter_base`): the adapter's files as
     recorded, and `model` the base it goes on (the untouched base, or for a residual adapter its residual model)."""

@@ -117,7 +117,6 @@ def artifact(self: PiSSATrainer) -> PiSSAAdapter:
         "warmup_steps": a.warmup_steps,
         "max_steps": a.max_steps,
         "num_train_epochs": a.num_train_epochs,
-        "per_device_train_batch_size": a.per_device_train_batch_size,
         "seed": a.seed,
         "global_step": self.state.global_step,
     }

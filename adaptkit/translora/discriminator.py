@@ -13,7 +13,7 @@ from pathlib import Path
 import datasets
 from trl import SFTTrainer
 
-from ..artifacts import _recorded_base
+from ..artifacts import recorded_base, training_setup
 from ..models import completion_collator, encode_completion, fingerprint, load_base
 from .artifact import Discriminator
 from .config import DiscriminatorConfig, EmptyGenerationError, stage_config
@@ -80,7 +80,7 @@ def train_discriminator(
         )
     model, source = load_base(base, revision=revision, endpoint=endpoint, token=token)
     # recorded as a trainer records its base: the repo read on `endpoint`, else the folder
-    stamp = _recorded_base(model, source, endpoint, base_model, revision)
+    stamp = recorded_base(model, source, endpoint, base_model, revision)
     base_fingerprint = fingerprint(model)
     trainer = SFTTrainer(model=model, args=config, train_dataset=rows, processing_class=tokenizer,
                          peft_config=config.lora_config(), data_collator=completion_collator(tokenizer))
@@ -93,7 +93,7 @@ def train_discriminator(
         labels=(config.real_label, config.synthetic_label),
         base_model=stamp["base_model"],
         base_revision=stamp["base_revision"],
-        info=_training_record(config, len(real), len(synthetic)),
+        info={**_training_record(config, len(real), len(synthetic)), **training_setup(trainer.args, trainer.model)},
     )
     disc.base_path, disc.base_fingerprint = stamp["base_path"], base_fingerprint
     if heldout is not None: disc.settings["heldout"] = check_discriminator(disc, *heldout)

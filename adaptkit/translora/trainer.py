@@ -57,7 +57,6 @@ def _transfer_artifact(self) -> TransferredAdapter:
         "learning_rate": args.learning_rate,
         "num_train_epochs": args.num_train_epochs,
         "max_steps": args.max_steps,
-        "per_device_train_batch_size": args.per_device_train_batch_size,
         "seed": args.seed,
         "global_step": self.state.global_step,
     }

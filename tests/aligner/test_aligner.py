@@ -220,6 +220,32 @@ def test_dpo_rounds_push_each_round_tagged(hub, tiny_tok, tmp_path):
     assert card.base_model == "team/base" and "aligner" in card.tags
 
 
+def test_dpo_rounds_policy_records_the_model_it_started_from_and_how_it_was_trained(hub, tiny_tok, tiny_model_copy,
+                                                                                   tmp_path):
+    "No base_model given: the repo and commit the policy was pulled at, by the trainers' rule; its batch and precision."
+    from trl import DPOConfig
+
+    from adaptkit.models import load_causal_lm
+
+    class Corrected(Aligner):
+        def correct(self, questions, answers, **kwargs): return [a + " (corrected)" for a in answers]
+
+    base_commit = push_folder(tiny_model_copy, "team/base", endpoint=hub.endpoint)
+    policy = load_causal_lm("team/base", endpoint=hub.endpoint)  # its name_or_path: the snapshot of team/base
+    args = DPOConfig(str(tmp_path / "dpo"), max_steps=1, per_device_train_batch_size=2, gradient_accumulation_steps=2,
+                     report_to="none", save_strategy="no", use_cpu=True, disable_tqdm=True, bf16=False)
+    trained = dpo_rounds(policy, tiny_tok, Corrected(tiny_causal_lm(tiny_tok), tiny_tok), ["1 + 1?", "2 + 2?"],
+                         rounds=1, args=args, push_to="team/policy", hub_endpoint=hub.endpoint, max_new_tokens=3)
+    assert (trained.base_model, trained.base_revision, trained.base_path) == ("team/base", base_commit, None)
+    card = HfApi(endpoint=hub.endpoint).model_info("team/policy").card_data
+    assert card.base_model == "team/base"
+    pulled = AlignedPolicy.from_pretrained("team/policy", endpoint=hub.endpoint)
+    assert (pulled.base_model, pulled.base_revision) == ("team/base", base_commit)
+    made = {"num_processes": 1, "per_device_train_batch_size": 2, "gradient_accumulation_steps": 2,
+            "total_train_batch_size": 4, "precision": "fp32"}
+    assert {k: pulled.settings.get(k) for k in made} == made == {k: trained.settings[k] for k in made}
+
+
 def test_dpo_rounds_answers_and_trains_on_the_conversation(tiny_tok, tmp_path, monkeypatch):
     "A prompt with a system line: the policy answers and DPO trains under it; the aligner gets the question alone."
     from trl import DPOConfig

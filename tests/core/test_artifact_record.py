@@ -3,15 +3,15 @@ by its constructor records the base it is on (fingerprint and name, `source.base
 a local folder records that folder; a wrong-base refusal names a pulled adapter and its base by repo@revision, never a
 snapshot hash."""
 import re
-from types import SimpleNamespace
 
 import pytest
 import torch
 from peft import LoraConfig, get_peft_model
+from transformers import TrainingArguments
 
 from adaptkit.artifacts import AdapterArtifact, ArtifactTrainerMixin
 from adaptkit.hub import push_folder, read_metadata, write_metadata
-from adaptkit.models import BaseMismatchError, fingerprint, load_causal_lm, tiny_causal_lm
+from adaptkit.models import BaseMismatchError, fingerprint, load_causal_lm, load_tokenizer, tiny_causal_lm
 
 
 def _lora(base):
@@ -24,10 +24,10 @@ def _lora(base):
 
 
 class StandIn(ArtifactTrainerMixin):
-    "A trainer's stand-in: the mixin needs `args`, `is_world_process_zero` and `artifact`."
+    "A trainer's stand-in: the mixin needs `args`, `model`, `is_world_process_zero` and `artifact`."
     _name, _paper = "stand-in", None
     def __init__(self, out, model, tok):
-        self.args = SimpleNamespace(output_dir=str(out), hub_model_id=None, should_save=True)
+        self.args = TrainingArguments(str(out), use_cpu=True, report_to="none")
         self.model, self.tok = self._load_base(model), tok
     def is_world_process_zero(self): return True
     def artifact(self): return self._stamped(AdapterArtifact(_lora(self.model), self.tok))
@@ -87,3 +87,38 @@ def test_a_wrong_base_refusal_names_a_pulled_adapter_and_its_base_by_repo_at_rev
     assert "snapshots" not in msg and not re.search(r"[0-9a-f]{40}", msg)
     pulled = AdapterArtifact.from_pretrained("team/lora", endpoint=hub.endpoint)  # the recorded base, at its commit
     assert (pulled.base_model, pulled.base_revision) == ("team/base", base_commit)
+
+
+def _trainer(method: str, model_dir, out, **settings):
+    "An Aligner (a full model) or PiSSA (an adapter) trainer on the tiny model, untrained, with these settings."
+    import datasets
+
+    from adaptkit.aligner import AlignerConfig, AlignerTrainer
+    from adaptkit.pissa import PiSSAConfig, PiSSATrainer
+    common = dict(max_steps=1, save_strategy="no", use_cpu=True, disable_tqdm=True, report_to="none", **settings)
+    tok = load_tokenizer(model_dir)
+    if method == "aligner":
+        rows = [{"question": f"What is {i} times 2?", "answer": f"{i}", "correction": f"{2 * i}."} for i in range(4)]
+        return AlignerTrainer(str(model_dir), AlignerConfig(str(out), identity_warmup_ratio=0.0, **common), rows,
+                              processing_class=tok)
+    rows = datasets.Dataset.from_list([{"prompt": f"{i} times 2?", "completion": f" {2 * i}."} for i in range(4)])
+    return PiSSATrainer(str(model_dir), PiSSAConfig(str(out), pissa_r=2, **common), rows, processing_class=tok)
+
+
+@pytest.mark.parametrize("method", ["aligner", "pissa"])
+def test_a_trainers_card_and_record_say_how_it_was_trained(method, tiny_model_dir, tmp_path, monkeypatch):
+    """Two processes (each sees `args.world_size` 2), 3 rows per device, 2 steps of accumulation: 12 rows per step, in
+    fp32; in the final save's record and card and in the card `push_to_hub` writes (`create_model_card`)."""
+    trainer = _trainer(method, tiny_model_dir, tmp_path / "run", per_device_train_batch_size=3,
+                       gradient_accumulation_steps=2)
+    monkeypatch.setattr(type(trainer.args), "world_size", property(lambda self: 2))
+    trainer.save_model(str(tmp_path / "final"))
+    made = {"num_processes": 2, "per_device_train_batch_size": 3, "gradient_accumulation_steps": 2,
+            "total_train_batch_size": 12, "precision": "fp32"}
+    settings = read_metadata(tmp_path / "final")["settings"]
+    assert {k: settings.get(k) for k in made} == made, settings
+    trainer.create_model_card()
+    for card in (tmp_path / "final" / "README.md", tmp_path / "run" / "README.md"):
+        text = card.read_text()
+        assert "| `num_processes` | `2` |" in text and "| `total_train_batch_size` | `12` |" in text, text
+        assert "| `gradient_accumulation_steps` | `2` |" in text and "| `precision` | `fp32` |" in text

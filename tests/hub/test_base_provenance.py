@@ -4,15 +4,15 @@ from pathlib import Path
 
 import pytest
 
-from adaptkit.artifacts import _recorded_base
+from adaptkit.artifacts import recorded_base
 from adaptkit.hub import base_provenance, on_hub, pull, push_folder, source_of
 from adaptkit.models import load_base, load_causal_lm, tiny_causal_lm
 
 
 def _rule(base, endpoint=None, base_model=None, base_revision=None) -> dict:
-    "What `base_provenance` records for `base`, read as a trainer reads it (`_recorded_base`)."
+    "What `base_provenance` records for `base`, read as a trainer reads it (`recorded_base`)."
     model, source = load_base(base, revision=base_revision, endpoint=endpoint)
-    return _recorded_base(model, source, endpoint, base_model, base_revision)
+    return recorded_base(model, source, endpoint, base_model, base_revision)
 
 
 @pytest.fixture

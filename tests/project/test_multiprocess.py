@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from huggingface_hub import HfApi
+from huggingface_hub import HfApi, hf_hub_download
 from safetensors.torch import load_file
 
 SCRIPT = Path(__file__).parents[1] / "scripts" / "ddp_trainers.py"
@@ -144,6 +144,8 @@ def check_saved_and_pushed_once(folder: Path, endpoint: str, repo_id: str, recor
     from adaptkit.hub import read_metadata, verify_checksums
     saved = folder / "saved"
     verify_checksums(saved, read_metadata(saved)["files"])
+    settings = read_metadata(saved)["settings"]  # the artifact says how it was made: 2 processes x 2 rows each
+    assert (settings["num_processes"], settings["total_train_batch_size"]) == (2, ddp.GLOBAL_BATCH), settings
     assert any(w.startswith("saved") for w in records[0]["writes"]), records[0]["writes"]  # the hook sees the save
     assert records[1]["writes"] == [], f"rank 1 wrote {records[1]['writes'][:5]}"
     titles = [c.title for c in HfApi(endpoint=endpoint).list_repo_commits(repo_id)]
@@ -221,3 +223,5 @@ def test_dpo_rounds_DPO_round_on_two_ranks_equals_one_process_and_pushes_once(tw
     # every rank returns the round's metrics with the one commit
     assert [r["rounds"][0]["commit"] for r in records] == [commits[0].commit_id] * 2
     assert records[0]["rounds"][0]["pairs"] == records[1]["rounds"][0]["pairs"] == 8
+    pushed = json.loads(Path(hf_hub_download("team/ddp-dpo", "adaptkit.json", endpoint=two_ranks.endpoint)).read_text())
+    assert (pushed["settings"]["num_processes"], pushed["settings"]["total_train_batch_size"]) == (2, ddp.GLOBAL_BATCH)

@@ -25,6 +25,23 @@ def test_readme_check_fails_on_drift(tmp_path):
     assert mod["render"](tmp_path / "index.ipynb") != (ROOT / "README.md").read_text(encoding="utf-8")
 
 
+def test_readme_shows_every_parameter_of_the_contracts_verbs_with_its_default():
+    "The README's lines for the three verbs name every parameter of `Artifact`'s (`create_pr` too), with its default."
+    import inspect
+    import re
+
+    from adaptkit.artifacts import Artifact
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    for owner, verb in (("artifact", "save_pretrained"), ("Cls", "from_pretrained"), ("artifact", "push_to_hub")):
+        shown = re.search(rf"^{owner}\.{verb}\(([^)]*)\)", text, re.M)
+        assert shown, f"the README shows no {owner}.{verb}(...) line"
+        words = re.split(r"[\s,]+", shown[1].replace("*", " ").strip())
+        for p in inspect.signature(getattr(Artifact, verb)).parameters.values():
+            if p.name in ("self", "cls"): continue
+            want = p.name if p.default is inspect.Parameter.empty else f"{p.name}={p.default!r}"
+            assert want in words, f"README's {owner}.{verb}: {want} not shown ({shown[0]!r})"
+
+
 def test_readme_has_exactly_two_setup_commands():
     text = (ROOT / "README.md").read_text(encoding="utf-8")
     assert [l.split("#")[0].strip() for l in text.splitlines() if l.startswith("make ")] == ["make demo", "make test"]
