@@ -8,16 +8,18 @@ from __future__ import annotations
 import errno
 import json
 import os
+import shlex
 import shutil
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import torch
+import yaml
 
 from ..artifacts import Artifact
-from .inputs import _build_model, _check_task_name
-from .methods import MERGE_METHODS
-from ..hub import METADATA_FILE, write_metadata
+from .inputs import IN_MEMORY, _build_model, _check_task_name, split_revision
+from .methods import MERGE_METHODS, read_merge_config, reproducing_config
+from ..hub import METADATA_FILE, repo_link, write_metadata
 from ..tensorfiles import DTYPE_NAMES, ShardWriter, StreamWriter, TensorFiles, size_in_bytes
 
 
@@ -168,9 +170,22 @@ class MergedModel(Artifact):
                   config(folder / "config.json"), beside, merged.get("sources"))
         return out._open_weights(folder)
 
+    def model_card(self, repo_id: str | None = None, name: str | None = None, hub_url: str | None = None):
+        """The merged model's card, its metadata as mergekit writes a merge's: every input from a Hub a `base_model`
+        (the base first), `base_model_relation: merge`, the tags `merge` (and `mergekit` for mergekit's methods)."""
+        card = super().model_card(repo_id, name=name, hub_url=hub_url)
+        if (hub := [split_revision(s)[0] for s in self.sources.values() if split_revision(s)[1]]):
+            card.data.base_model, card.data.base_model_relation = list(dict.fromkeys(hub)), "merge"
+        return card
+
     def _card_fields(self) -> dict:
         method = (self.settings or {}).get("method", "a merge")
-        method = MERGE_METHODS[method].title if method in MERGE_METHODS else method
+        m = MERGE_METHODS.get(method)
+        fields = {"tags": ["merge", *(["mergekit"] if m and m.mergekit else [])], "details": _merge_details(self)}
+        return fields | self._summary(m.title if m else method)
+
+    def _summary(self, method: str) -> dict:
+        "The card's summary and usage: a transformers checkpoint, or a model per task."
         names = ", ".join(f"`{t}`" + (f" ({self.sources[t]})" if self.sources.get(t) else "") for t in self.tasks)
         base = f" ({self.sources['base']})" if self.sources.get("base") else ""
         summary = (f"One model merged with {method} from {len(self.tasks)} task models fine-tuned from one base"
@@ -189,3 +204,46 @@ class MergedModel(Artifact):
                  f"model = merged.load_task_model({self.tasks[0]!r})" if self.tasks else "")
         return {"summary": summary, "usage": usage}
 
+
+# %% ../../nbs/emr/06_artifact.ipynb #80866ee5
+def _source_md(ref: str | None) -> str:
+    "A merge's input as its card names it: a Hub repo at its commit, a local folder by its name, or a state dict."
+    repo, revision = split_revision(ref)
+    if revision: return repo_link(repo, revision)
+    return IN_MEMORY if ref in (None, IN_MEMORY) else f"the local folder `{ref}`"
+
+def _rerun_note(settings: dict, cfg: dict, tasks: list) -> str:
+    "How the card's configuration runs the merge again: the command, where, and what differs when it is re-run."
+    cmd = "adaptkit merge merge.yaml" + (f" --seed {settings['seed']}" if settings.get("seed") else "")
+    cmd += " --exclude " + " ".join(map(shlex.quote, settings["exclude"])) if settings.get("exclude") else ""
+    note = (f"Saved as `merge.yaml`, `{cmd}` makes this model again, bit for bit: each Hub model is pinned to the "
+            "commit merged, and a local folder is named by its folder's name (run it where the folders are).")
+    if settings.get("exclude_regex"):
+        note += (f" The tensors kept per task also matched the regular expressions {settings['exclude_regex']}, which "
+                 "`merge_from_config(..., exclude=[re.compile(...)])` takes (the command line takes globs).")
+    try: names = list(read_merge_config(cfg).models)
+    except ValueError as e: return f"This merge cannot be run again from a configuration: {e}"
+    if names != tasks:
+        note += (f" It names the tasks after their models ({', '.join(names)}), where this merge named them "
+                 f"{', '.join(tasks)}" + ("; DARE draws each task's masks from its name, so its masks differ."
+                                          if MERGE_METHODS[cfg["merge_method"]].prune == "random" else "."))
+    if MERGE_METHODS[cfg["merge_method"]].mergekit:
+        seed = f" --random-seed {settings['seed']}" if settings.get("seed") else ""
+        note += (f" mergekit runs it too (`mergekit-yaml merge.yaml out{seed}`): the same merge up to rounding"
+                 + (", but with DARE masks of its own drawing." if MERGE_METHODS[cfg["merge_method"]].prune == "random"
+                    else "."))
+    return note
+
+def _merge_details(merged: MergedModel) -> str:
+    """The card's merge section, as mergekit writes one: the method, the base, every input with its revision, and the
+    configuration, as YAML, that runs the merge again."""
+    settings = merged.settings or {}
+    if (m := MERGE_METHODS.get(settings.get("method"))) is None: return ""
+    title = f"[{m.title}](https://arxiv.org/abs/{m.paper})" if m.paper else m.title
+    out = ["## Merge details", "", f"Merged with {title}, with {_source_md(merged.sources.get('base'))} as the base, "
+           "from:", "", *(f"- task `{t}`: {_source_md(merged.sources.get(t))}" for t in merged.tasks), ""]
+    if (cfg := reproducing_config(settings, merged.sources)) is None:
+        return "\n".join(out + [f"An input was {IN_MEMORY}: no configuration can run this merge again."])
+    out += ["### Configuration", "", _rerun_note(settings, cfg, merged.tasks), "", "```yaml",
+            yaml.safe_dump(cfg, sort_keys=False).strip(), "```"]
+    return "\n".join(out)

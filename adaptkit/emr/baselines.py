@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
@@ -14,7 +15,7 @@ from tqdm.auto import tqdm
 
 from .artifact import _BESIDE, MergedModel, _check_output, _items, _TensorStream
 from .format import _published_base
-from .inputs import _check_complete, _check_finite, _open_inputs, _plan_merge
+from .inputs import IN_MEMORY, _check_complete, _check_finite, _exclude_patterns, _open_inputs, _plan_merge
 from .methods import MERGE_METHODS, _TensorMerger, tensor_generator, tensor_parameters
 from .stream import _chunk_numel, _ChunkReader, _merge_row_chunks
 from ..tensorfiles import DTYPE_NAMES, DTYPES, nbytes, size_in_bytes
@@ -28,7 +29,7 @@ def _origin_name(source) -> str:
     "Where a model came from, fit to publish: repo id@commit, a local folder's name, or an in-memory state dict."
     o = source.origin
     if o.get("repo_id"): return o["repo_id"] + (f"@{o['revision']}" if o.get("revision") else "")
-    return Path(o["path"]).name if o.get("path") else "an in-memory state dict"
+    return Path(o["path"]).name if o.get("path") else IN_MEMORY
 
 def _out_dtype(spec_dtype: str, dtype) -> str:
     "The safetensors dtype a tensor is written in: `dtype` for a float tensor when given, else its own."
@@ -169,9 +170,28 @@ def _compact(per_task: dict):
     same = len(per_task) > 0 and all(v == values[0] for v in values) and isinstance(values[0], (int, float))
     return values[0] if same else per_task
 
-def _merge_models(pretrained, finetuned: Mapping, *, method, weight, density, gamma, scaling, normalize, rescale, seed,
-                  dtype, exclude, endpoint, token, out_dir, max_shard_size, progress, recorded=None) -> MergedModel:
-    "`merge_models`, with `recorded` settings added to the record (a configuration's)."
+def merge_models(
+    pretrained,  # the base (same kinds as `emr_merge`)
+    finetuned: Mapping,  # task name -> fine-tuned model or LoRA adapter
+    *,
+    method: str = "task_arithmetic",  # a key of `MERGE_METHODS` (mergekit's names), e.g. "ties", "dare_ties"
+    weight=None,  # each task vector's weight: a number, {filter, value} conditions, or task -> either (default 1)
+    density=None,  # pruning methods: the fraction of each task vector kept, given as `weight` is (default 1)
+    gamma=None,  # breadcrumbs: the fraction of largest magnitudes dropped, given as `weight` is (default 0.01)
+    scaling: float = 1.0,  # λ: the merged task vector's factor (mergekit's `lambda`)
+    normalize: bool | None = None,  # divide by the summed weights (None: the method's default, as mergekit's)
+    rescale: bool = True,  # DARE: divide the kept entries by the density
+    seed: int = 0,  # DARE: each task's mask of each tensor is drawn from (seed, task, tensor name)
+    dtype: str | torch.dtype | None = None,  # the merged model's dtype (None: each tensor keeps the base's)
+    exclude=None,  # tensors kept per task, as in `emr_merge`
+    endpoint: str | None = None,  # Hub endpoint for repo ids
+    token: str | None = None,  # Hub token; never logged
+    out_dir: str | Path | None = None,  # write each merged tensor to its shard here as it is computed (None: in memory)
+    max_shard_size: int | str = "5GB",  # largest shard, as in transformers' `save_pretrained` ("500MB", bytes)
+    progress: bool = True,  # show a progress bar
+) -> MergedModel:
+    """Merge models fine-tuned from one base into one model with a method users know, one tensor at a time; with
+    `out_dir`, streamed to a transformers checkpoint there (shards, config, the base's tokenizer), read back lazily."""
     if method not in MERGE_METHODS:
         raise ValueError(f"method {method!r}: adaptkit has {', '.join(MERGE_METHODS)} (and emr_merge)")
     m, tasks = MERGE_METHODS[method], list(finetuned)
@@ -199,36 +219,13 @@ def _merge_models(pretrained, finetuned: Mapping, *, method, weight, density, ga
     record |= {"scaling": scaling, "normalize": normalize} if method != "linear" else {"normalize": normalize}
     if m.prune == "random": record |= {"rescale": rescale, "seed": seed}
     if dtype is not None: record["dtype"] = str(dtype).removeprefix("torch.")
-    record = record | {"tasks": tasks} | (recorded or {})
+    patterns = _exclude_patterns(exclude)  # the card's command line takes the globs, Python the regexes too
+    globs = [p for p in patterns if isinstance(p, str)]
+    regexes = [p.pattern for p in patterns if isinstance(p, re.Pattern)]
+    record |= ({"exclude": globs} if globs else {}) | ({"exclude_regex": regexes} if regexes else {})
+    record["tasks"] = tasks
     return _merge_into_one(pretrained, finetuned, exclude, endpoint, token, mergers_for, dtype, progress, method,
                            out_dir, max_shard_size, record)
-
-def merge_models(
-    pretrained,  # the base (same kinds as `emr_merge`)
-    finetuned: Mapping,  # task name -> fine-tuned model or LoRA adapter
-    *,
-    method: str = "task_arithmetic",  # a key of `MERGE_METHODS` (mergekit's names), e.g. "ties", "dare_ties"
-    weight=None,  # each task vector's weight: a number, {filter, value} conditions, or task -> either (default 1)
-    density=None,  # pruning methods: the fraction of each task vector kept, given as `weight` is (default 1)
-    gamma=None,  # breadcrumbs: the fraction of largest magnitudes dropped, given as `weight` is (default 0.01)
-    scaling: float = 1.0,  # λ: the merged task vector's factor (mergekit's `lambda`)
-    normalize: bool | None = None,  # divide by the summed weights (None: the method's default, as mergekit's)
-    rescale: bool = True,  # DARE: divide the kept entries by the density
-    seed: int = 0,  # DARE: each task's mask of each tensor is drawn from (seed, task, tensor name)
-    dtype: str | torch.dtype | None = None,  # the merged model's dtype (None: each tensor keeps the base's)
-    exclude=None,  # tensors kept per task, as in `emr_merge`
-    endpoint: str | None = None,  # Hub endpoint for repo ids
-    token: str | None = None,  # Hub token; never logged
-    out_dir: str | Path | None = None,  # write each merged tensor to its shard here as it is computed (None: in memory)
-    max_shard_size: int | str = "5GB",  # largest shard, as in transformers' `save_pretrained` ("500MB", bytes)
-    progress: bool = True,  # show a progress bar
-) -> MergedModel:
-    """Merge models fine-tuned from one base into one model with a method users know, one tensor at a time; with
-    `out_dir`, streamed to a transformers checkpoint there (shards, config, the base's tokenizer), read back lazily."""
-    return _merge_models(pretrained, finetuned, method=method, weight=weight, density=density, gamma=gamma,
-                         scaling=scaling, normalize=normalize, rescale=rescale, seed=seed, dtype=dtype, exclude=exclude,
-                         endpoint=endpoint, token=token, out_dir=out_dir, max_shard_size=max_shard_size,
-                         progress=progress)
 
 def task_arithmetic(
     pretrained,  # the base (same kinds as `emr_merge`)

@@ -16,14 +16,15 @@ from pathlib import Path
 
 import torch
 
-from ..hub import check_pull, pull, source_of
+from ..hub import check_pull, is_repo_id, pull, source_of
 from ..tensorfiles import DTYPE_NAMES, SafetensorsHeaderError, TensorFiles, read_header
 
 # %% auto #0
-__all__ = []
+__all__ = ['IN_MEMORY', 'split_revision']
 
 # %% ../../nbs/emr/02_inputs.ipynb #c603dc62
 _MERGEABLE = {"F64", "F32", "F16", "BF16"}  # float8 and integer/bool tensors are copied per task, never merged
+IN_MEMORY = "an in-memory state dict"  # how errors and records name a model given as tensors, not by a name
 
 class _ModelSource:
     "A full model: tensor specs, a reader of one tensor, its config, where it came from and its files (None in memory)."
@@ -42,7 +43,7 @@ class _ModelSource:
     @property
     def location(self) -> str:
         "Where the model is, for error messages: its folder or file, or 'an in-memory state dict'."
-        return str(self.folder) if self.folder else "an in-memory state dict"
+        return str(self.folder) if self.folder else IN_MEMORY
 
     def prefixed(self, prefix: str) -> "_ModelSource":
         "This model with `prefix` before every tensor name: a bare encoder as its task models name it (`bert.`...)."
@@ -188,6 +189,16 @@ def _open_folder(folder: Path, base: _ModelSource | None) -> _ModelSource:
     _check_index(folder)
     return _ModelSource.of_files(TensorFiles.of_folder(folder), cfg, origin, folder)
 
+def split_revision(
+    ref,  # a model as a merge names it: a local path, a repo id, or `repo_id@revision`
+) -> tuple:
+    """`(path or repo id, revision)` of a model reference: `repo_id@revision` pins a branch, tag or commit, as
+    mergekit's `model@revision` does, unless it is a local path; anything else has no revision (None)."""
+    if isinstance(ref, str) and "@" in ref and not Path(ref).expanduser().exists():
+        repo, _, revision = ref.rpartition("@")
+        if revision and is_repo_id(repo): return repo, revision
+    return ref, None
+
 def _open_source(src, *, base: _ModelSource | None, what: str, endpoint=None, token=None) -> _ModelSource:
     "A `_ModelSource` of a state dict, model object, safetensors folder or file, repo id or LoRA adapter folder."
     if isinstance(src, Mapping): return _state_dict_source(src)
@@ -199,7 +210,8 @@ def _open_source(src, *, base: _ModelSource | None, what: str, endpoint=None, to
     # the base's tokenizer too: a merged model is saved with it (mergekit's default, tokenizer_source: base)
     patterns = ["*.safetensors", "*.json"] + (["*.txt", "*.model", "*.jinja"] if base is None else [])
     try:
-        folder = pull(src, endpoint=endpoint, token=token, allow_patterns=patterns)
+        repo, revision = split_revision(src)
+        folder = pull(repo, revision=revision, endpoint=endpoint, token=token, allow_patterns=patterns)
         return _open_folder(folder, base)
     except SafetensorsHeaderError as e:
         raise SafetensorsHeaderError(f"{what}: {e}") from e
@@ -352,7 +364,8 @@ def _check_named_inputs(pretrained, finetuned: Mapping, endpoint, token):
     not fetch: a missing folder, a name that is neither a folder nor a repo on the Hub (both named), a refused token."""
     for what, src in [("the base model", pretrained), *((f"task {t!r}", m) for t, m in finetuned.items())]:
         if not isinstance(src, (str, os.PathLike)): continue
-        try: check_pull(src, endpoint=endpoint, token=token)
+        repo, revision = split_revision(src)
+        try: check_pull(repo, revision=revision, endpoint=endpoint, token=token)
         except FileNotFoundError as e: raise FileNotFoundError(f"{what}: {e}") from None
         except Exception as e:
             from huggingface_hub.errors import BadRequestError, RepositoryNotFoundError

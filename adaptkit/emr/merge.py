@@ -16,11 +16,19 @@ import torch
 from tqdm.auto import tqdm
 
 from .artifact import MergedModel, _check_output
-from .baselines import _merge_models, _origin_name, _out_dtype
+from .baselines import _origin_name, _out_dtype, merge_models
 from .bundle import EMRBundle, _replace_folder
 from .elect import _elect_in_place, _RescalerSums
 from .format import _base_reference, _new_record, _write_record, pack_mask
-from .inputs import _check_complete, _check_finite, _MergePlan, _ModelSource, _open_inputs, _plan_merge
+from adaptkit.emr.inputs import (
+    _check_complete,
+    _check_finite,
+    _MergePlan,
+    _ModelSource,
+    _open_inputs,
+    _plan_merge,
+    split_revision,
+)
 from adaptkit.emr.methods import (
     EMR,
     MERGE_METHODS,
@@ -176,17 +184,10 @@ def emr_merge(
     return bundle
 
 # %% ../../nbs/emr/08_merge.ipynb #2df88425
-def _public_config(source: dict) -> dict:
-    "The configuration for the record and card: a local model path reduced to its folder's name, as a bundle names it."
-    name = lambda ref: Path(ref).expanduser().name if isinstance(ref, str) and Path(ref).expanduser().exists() else ref
-    out = dict(source)
-    if "base_model" in out: out["base_model"] = name(out["base_model"])
-    out["models"] = [{**e, "model": name(e["model"])} if isinstance(e, Mapping) else name(e) for e in out["models"]]
-    return out
-
 def _check_local_models(cfg: MergeConfig):
     "Raise, before anything is read or downloaded, for a model given as a local path that is not there."
     for who, ref in [("base_model", cfg.base), *((f"model of task {t!r}", r) for t, r in cfg.models.items())]:
+        ref = split_revision(ref)[0]  # `repo@revision`: the repo
         path = Path(ref).expanduser()
         if not path.exists() and (looks_like_path(ref) or not is_repo_id(ref)):
             raise FileNotFoundError(f"{who}: no local folder {ref!r} ({path.absolute()}); it is a path, not a Hub repo "
@@ -220,12 +221,11 @@ def merge_from_config(
                          out_dir=out_dir, endpoint=endpoint, token=token, max_shard_size=max_shard_size,
                          progress=progress)
     shared, given = cfg.parameters, {p: v or None for p, v in cfg.settings.items()}
-    return _merge_models(cfg.base, cfg.models, method=cfg.method, weight=given.get("weight"),
+    return merge_models(cfg.base, cfg.models, method=cfg.method, weight=given.get("weight"),
                          density=given.get("density"), gamma=given.get("gamma"), scaling=shared.get("lambda", 1.0),
                          normalize=shared.get("normalize"), rescale=shared.get("rescale", True), seed=seed,
                          dtype=cfg.dtype, exclude=exclude, endpoint=endpoint, token=token, out_dir=out_dir,
-                         max_shard_size=max_shard_size, progress=progress,
-                         recorded={"config": _public_config(cfg.source)})
+                         max_shard_size=max_shard_size, progress=progress)
 
 
 # %% ../../nbs/emr/08_merge.ipynb #2df88430
