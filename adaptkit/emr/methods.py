@@ -15,6 +15,7 @@ from pathlib import Path
 import torch
 import yaml
 
+from .config import METHOD
 from .inputs import IN_MEMORY, split_revision
 
 # %% auto #0
@@ -218,20 +219,44 @@ MERGE_METHODS = {m.name: m for m in [
                 paper="2312.06795"),
 ]}
 # EMR-Merging in a configuration: not a per-tensor method of `merge_tensor`, but described as one (`emr_merge` runs it)
-EMR = MergeMethod("emr", "EMR-Merging", paper="2405.17461", per_model=(), shared=("rescale",),
+EMR = MergeMethod("emr", METHOD.name, paper=METHOD.paper["id"], per_model=(), shared=("rescale",),
                   choices={"rescale": ("tensor_mean", "global")},
                   keeps_dtype="the unified vector is stored in it", mergekit=False)
 CONFIG_METHODS = {**MERGE_METHODS, EMR.name: EMR}  # what a configuration's `merge_method` may name
 
-def _threshold_passes(method: MergeMethod, numel: int, densities: list, gammas: list | None = None,
+def merge_tensor(
+    base: torch.Tensor,  # the base's tensor, float32
+    task_vectors: torch.Tensor,  # the models' task vectors of this tensor stacked on dim 0, float32
+    method: MergeMethod | str,  # a `MergeMethod` or its name in `MERGE_METHODS`
+    weights: list,  # one weight per model
+    densities: list | None = None,  # per model, the fraction pruning keeps (None: 1, nothing pruned)
+    gammas: list | None = None,  # per model, breadcrumbs' fraction of largest magnitudes dropped (None: 0.01)
+    *,
+    normalize: bool | None = None,  # divide by the summed weights (None: the method's default)
+    scaling: float = 1.0,  # λ: the merged task vector's factor (mergekit's `lambda`)
+    rescale: bool = True,  # DARE: divide the survivors by the density
+    generators: list | None = None,  # DARE: one `torch.Generator` per model (see `tensor_generator`)
+) -> torch.Tensor:
+    "One tensor of the merged model: prune each task vector, weight, elect signs or not, combine, scale, add the base."
+    method = MERGE_METHODS[method] if isinstance(method, str) else method
+    merger = TensorMerger(method, base.numel(), weights, densities, gammas, normalize=normalize, scaling=scaling,
+                           rescale=rescale, generators=generators, dtype=task_vectors.dtype)
+    flat = task_vectors.reshape(len(task_vectors), -1).clone()
+    for _ in range(merger.passes):
+        merger.observe(flat)
+        merger.end_pass()
+    return merger.merge(base.reshape(-1), flat).reshape(base.shape)
+
+# %% ../../nbs/emr/10_methods.ipynb #ab635855
+def threshold_passes(method: MergeMethod, numel: int, densities: list, gammas: list | None = None,
                       dtype: torch.dtype = torch.float32) -> int:
-    """How many passes over a tensor's task vectors `_TensorMerger` makes to find its pruning's exact magnitude
+    """How many passes over a tensor's task vectors `TensorMerger` makes to find its pruning's exact magnitude
     thresholds before it merges: one per 16 bits of `dtype` (float32: 2) when a magnitude pruning (TIES, magnitude
     pruning, breadcrumbs) keeps anything of a model at density below 1; else 0."""
     ranks = _rank_ranges(method.prune, numel, densities, gammas or [0.01] * len(densities))
     return dtype.itemsize * 8 // 16 if any(hi > lo for lo, hi in ranks.values()) else 0
 
-class _TensorMerger:
+class TensorMerger:
     """`merge_tensor` of one tensor seen in chunks of rows, in order, bit for bit the same as whole: first `passes`
     passes over every chunk's task vectors (`observe`, then `end_pass`) find magnitude pruning's exact thresholds,
     then `merge` merges each chunk. Every step but those thresholds is entry by entry, and DARE draws each chunk's
@@ -249,7 +274,7 @@ class _TensorMerger:
         self.selects = {i: _RankSelect([lo, hi - 1] if lo > 0 else [hi - 1], dtype)
                         for i, (lo, hi) in ranks.items() if hi > lo}
         self.keeps = {i: _RankKeep(lo, hi, None) for i, (lo, hi) in ranks.items() if hi <= lo}
-        self.ranks, self.passes = ranks, _threshold_passes(method, numel, self.densities, gammas, dtype)
+        self.ranks, self.passes = ranks, threshold_passes(method, numel, self.densities, gammas, dtype)
 
     def observe(self, task_vectors: torch.Tensor):
         "Count the next chunk's task vectors `(models, entries)` in this pass."
@@ -271,30 +296,6 @@ class _TensorMerger:
         merged = combine_weighted(task_vectors.mul_(w), w, self.method.consensus, self.normalize)
         if self.method.name == "linear" and not self.normalize: merged = merged + (sum(self.weights) - 1) * base
         return base + merged * self.scaling if self.scaling != 1 else base + merged
-
-def merge_tensor(
-    base: torch.Tensor,  # the base's tensor, float32
-    task_vectors: torch.Tensor,  # the models' task vectors of this tensor stacked on dim 0, float32
-    method: MergeMethod | str,  # a `MergeMethod` or its name in `MERGE_METHODS`
-    weights: list,  # one weight per model
-    densities: list | None = None,  # per model, the fraction pruning keeps (None: 1, nothing pruned)
-    gammas: list | None = None,  # per model, breadcrumbs' fraction of largest magnitudes dropped (None: 0.01)
-    *,
-    normalize: bool | None = None,  # divide by the summed weights (None: the method's default)
-    scaling: float = 1.0,  # λ: the merged task vector's factor (mergekit's `lambda`)
-    rescale: bool = True,  # DARE: divide the survivors by the density
-    generators: list | None = None,  # DARE: one `torch.Generator` per model (see `tensor_generator`)
-) -> torch.Tensor:
-    "One tensor of the merged model: prune each task vector, weight, elect signs or not, combine, scale, add the base."
-    method = MERGE_METHODS[method] if isinstance(method, str) else method
-    merger = _TensorMerger(method, base.numel(), weights, densities, gammas, normalize=normalize, scaling=scaling,
-                           rescale=rescale, generators=generators, dtype=task_vectors.dtype)
-    flat = task_vectors.reshape(len(task_vectors), -1).clone()
-    for _ in range(merger.passes):
-        merger.observe(flat)
-        merger.end_pass()
-    return merger.merge(base.reshape(-1), flat).reshape(base.shape)
-
 
 # %% ../../nbs/emr/10_methods.ipynb #8c226de3
 _DEFAULTS = {"density": 1.0, "gamma": 0.01}
