@@ -238,6 +238,8 @@ def _rerun_note(settings: dict, cfg: dict, tasks: list) -> str:
         note += (f" mergekit runs it too (`mergekit-yaml merge.yaml out{seed}`): the same merge up to rounding"
                  + (", but with DARE masks of its own drawing." if MERGE_METHODS[cfg["merge_method"]].prune == "random"
                     else "."))
+        if cfg["merge_method"] == "linear":  # adaptkit's linear takes differences from the base, mergekit's sums models
+            note += " For mergekit, remove `base_model`: its linear merge averages every model it is given."
     return note
 
 def _merge_details(merged: MergedModel) -> str:
