@@ -33,7 +33,7 @@ from adaptkit.hub import (
     write_metadata,
 )
 from .hub.client import base_provenance, on_hub
-from .models import _plain_name, check_base, fingerprint, load_base
+from .models import check_base, fingerprint, load_base, plain_name
 from .tensorfiles import size_in_bytes
 
 if TYPE_CHECKING:  # hub.render_card imports it: huggingface_hub's repocard loads the HTTP client
@@ -327,7 +327,7 @@ class AdapterArtifact(Artifact):
         from peft import PeftModel
 
         from adaptkit.models import load_tokenizer
-        what = f"the adapter {_plain_name(folder)!r}"  # a Hub pull as repo@commit, never its snapshot folder
+        what = f"the adapter {plain_name(folder)!r}"  # a Hub pull as repo@commit, never its snapshot folder
         model = _load_base_for(record, base, what, endpoint, token, **load_kwargs)
         check_base(model, record.get("source") or {}, what, ignore_base_mismatch)
         tok = load_tokenizer(folder) if (folder / "tokenizer_config.json").is_file() else None

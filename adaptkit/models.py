@@ -475,25 +475,17 @@ def fingerprint_mismatch(
     return next((k for k in want if _entry_differs(want[k], got.get(k), rtol)), None)
 
 # %% ../nbs/03_models.ipynb #b8d4e6a1
-def _plain_name(name: str | Path) -> str:
-    "A Hub snapshot folder as `repo_id@commit` (its first 12 digits); any other name or folder as it is."
-    parts = Path(name).parts
-    if len(parts) >= 3 and parts[-2] == "snapshots" and re.fullmatch(r"[0-9a-f]{40}", parts[-1]):
-        kind, _, repo = parts[-3].partition("--")
-        if kind in ("models", "datasets", "spaces") and repo: return f"{repo.replace('--', '/')}@{parts[-1][:12]}"
-    return str(name)
-
 def _model_name(model) -> str:
     "The model given, for a message: its `name_or_path` (a Hub snapshot as repo@commit), else its class."
     name = getattr(getattr(model, "config", None), "name_or_path", "") or ""
-    return repr(_plain_name(name)) if name else f"an in-memory {type(_unwrapped(model)).__name__}"
+    return repr(plain_name(name)) if name else f"an in-memory {type(_unwrapped(model)).__name__}"
 
 def _recorded_base(source: dict) -> str:
     "The base a record names, for a message: repo@revision, else the folder it was loaded from."
     if (repo := source.get("base_model")):
         rev = source.get("base_revision")
-        return _plain_name(repo) + (f"@{rev[:12]}" if rev and "@" not in _plain_name(repo) else "")
-    if source.get("base_path"): return _plain_name(source["base_path"])
+        return plain_name(repo) + (f"@{rev[:12]}" if rev and "@" not in plain_name(repo) else "")
+    if source.get("base_path"): return plain_name(source["base_path"])
     return "its record does not name (no repo id or folder)"
 
 def _is_entry(v) -> bool:
@@ -552,9 +544,18 @@ def check_adapter_base(
     folder = Path(adapter_dir)
     record = read_metadata(folder)
     verify_checksums(folder, record.get("files") or {})  # before any weight is read
-    what = f"the adapter {name or _plain_name(folder)!r}"
+    what = f"the adapter {name or plain_name(folder)!r}"
     check_base(model, record.get("source") or {}, what, ignore_base_mismatch)
     return record
+
+# %% ../nbs/03_models.ipynb #fd6c2c0a
+def plain_name(name: str | Path) -> str:
+    "A Hub snapshot folder as `repo_id@commit` (its first 12 digits); any other name or folder as it is."
+    parts = Path(name).parts
+    if len(parts) >= 3 and parts[-2] == "snapshots" and re.fullmatch(r"[0-9a-f]{40}", parts[-1]):
+        kind, _, repo = parts[-3].partition("--")
+        if kind in ("models", "datasets", "spaces") and repo: return f"{repo.replace('--', '/')}@{parts[-1][:12]}"
+    return str(name)
 
 # %% ../nbs/03_models.ipynb #ae1c69cf
 def from_gguf(

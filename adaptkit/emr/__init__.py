@@ -6,10 +6,9 @@
 __all__ = []
 
 # %% ../../nbs/emr/00_emr.ipynb #46944bce
-from . import artifact, baselines, bundle, config, elect, format, inputs, merge, methods, route, stream
+from . import artifact, baselines, config, elect, format, inputs, merge, methods, route, stream
 from .artifact import *
 from .baselines import *
-from .bundle import *
 from .config import *
 from .elect import *
 from .format import *
@@ -20,4 +19,4 @@ from .route import *
 from .stream import *
 
 __all__ = [*config.__all__, *inputs.__all__, *format.__all__, *elect.__all__, *stream.__all__, *artifact.__all__,
-           *bundle.__all__, *merge.__all__, *baselines.__all__, *methods.__all__, *route.__all__]
+           *merge.__all__, *baselines.__all__, *methods.__all__, *route.__all__]

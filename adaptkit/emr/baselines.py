@@ -6,17 +6,18 @@
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
 import torch
 from tqdm.auto import tqdm
 
-from .artifact import _BESIDE, MergedModel, _check_output, _items, _TensorStream
-from .format import _published_base
-from .inputs import _check_complete, _check_finite, _open_inputs, _plan_merge
-from .methods import MERGE_METHODS, _TensorMerger, tensor_generator, tensor_parameters
-from .stream import _chunk_numel, _ChunkReader, _merge_row_chunks
+from .artifact import BESIDE, MergedModel, TensorStream, check_output, tensor_items
+from .format import published_base
+from .inputs import IN_MEMORY, check_complete, check_finite, exclude_patterns, open_inputs, plan_merge
+from .methods import MERGE_METHODS, TensorMerger, tensor_generator, tensor_parameters
+from .stream import ChunkReader, chunk_numel, merge_row_chunks
 from ..tensorfiles import DTYPE_NAMES, DTYPES, nbytes, size_in_bytes
 
 
@@ -24,13 +25,13 @@ from ..tensorfiles import DTYPE_NAMES, DTYPES, nbytes, size_in_bytes
 __all__ = ['merge_models', 'task_arithmetic', 'ties_merge']
 
 # %% ../../nbs/emr/09_baselines.ipynb #ba5e0010
-def _origin_name(source) -> str:
+def origin_name(source) -> str:
     "Where a model came from, fit to publish: repo id@commit, a local folder's name, or an in-memory state dict."
     o = source.origin
     if o.get("repo_id"): return o["repo_id"] + (f"@{o['revision']}" if o.get("revision") else "")
-    return Path(o["path"]).name if o.get("path") else "an in-memory state dict"
+    return Path(o["path"]).name if o.get("path") else IN_MEMORY
 
-def _out_dtype(spec_dtype: str, dtype) -> str:
+def written_dtype(spec_dtype: str, dtype) -> str:
     "The safetensors dtype a tensor is written in: `dtype` for a float tensor when given, else its own."
     return DTYPE_NAMES[dtype] if dtype is not None and DTYPES[spec_dtype].is_floating_point else spec_dtype
 
@@ -45,7 +46,7 @@ def _beside(base) -> dict:
     "The base's generation config and tokenizer files (mergekit's default `tokenizer_source: base`), as bytes."
     folder = base.folder if base.folder is not None and base.folder.is_dir() else None
     if folder is None: return dict(base.beside)
-    return {f: (folder / f).read_bytes() for f in _BESIDE if (folder / f).is_file()}
+    return {f: (folder / f).read_bytes() for f in BESIDE if (folder / f).is_file()}
 
 def _check_result(t: torch.Tensor, name: str, method: str) -> torch.Tensor:
     "`t`, a merged tensor, after checking it is finite (finite inputs can overflow: a large weight, a half dtype)."
@@ -54,7 +55,7 @@ def _check_result(t: torch.Tensor, name: str, method: str) -> torch.Tensor:
                          "finite: a weight or lambda too large for its dtype? Nothing was written")
     return t
 
-def _chunk_inputs(reader: _ChunkReader, k: int, name: str, rows, base, tasks: dict) -> tuple:
+def _chunk_inputs(reader: ChunkReader, k: int, name: str, rows, base, tasks: dict) -> tuple:
     """Item `k` of the reader, chunk `rows` of tensor `name`: the base's chunk as stored, the same in float32 (flat),
     and the task vectors' chunks stacked `(tasks, entries)` in float32."""
     raw = reader.get(k)
@@ -70,19 +71,19 @@ def _check_chunk(out: torch.Tensor, name: str, rows, base, tasks: dict, method: 
     """`out`, a merged chunk, after checking it is finite; if not, the inputs are read again to name the one with NaN
     or Inf (every step keeps a NaN or Inf input's mark on the result: pruning and sign election multiply by 0)."""
     if not out.is_floating_point() or torch.isfinite(out).all(): return out
-    b = _check_finite(base.read(name, rows), name, "the base")
-    for t, m in tasks.items(): _check_finite(m.delta(name, b.float(), rows), name, f"task {t!r}")
+    b = check_finite(base.read(name, rows), name, "the base")
+    for t, m in tasks.items(): check_finite(m.delta(name, b.float(), rows), name, f"task {t!r}")
     return _check_result(out, name, method)
 
 def _merged_tensors(plan, base, tasks: dict, merger_for: Callable, dtype, method: str, bar) -> Iterator:
     """Each merged tensor in chunks of rows as computed, `(name, chunk)`: a chunk of every model in memory, read ahead
     on a thread. A tensor whose pruning needs its exact magnitude thresholds is read `passes` more times first."""
     mergers = {n: merger_for(n, math.prod(base.specs[n][1])) for n in plan.merged}
-    chunks = {n: _merge_row_chunks(base.specs[n][1]) for n in plan.merged}
+    chunks = {n: merge_row_chunks(base.specs[n][1]) for n in plan.merged}
     passes = {n: mergers[n].passes if len(chunks[n]) > 1 else 0 for n in plan.merged}
     items = [(n, r) for n in plan.merged for _ in range(passes[n] + 1) for r in chunks[n]]
-    size = max(_chunk_numel(base.specs[n][1], r) for n, r in items)
-    reader, k = _ChunkReader([base, *tasks.values()], items, plan.merged, size), 0
+    size = max(chunk_numel(base.specs[n][1], r) for n, r in items)
+    reader, k = ChunkReader([base, *tasks.values()], items, plan.merged, size), 0
     try:
         for name in plan.merged:
             merger, shape, whole = mergers.pop(name), base.specs[name][1], len(chunks[name]) == 1
@@ -108,7 +109,7 @@ def _merged_tensors(plan, base, tasks: dict, merger_for: Callable, dtype, method
 def _own_tensors(m, names: list, base, dtype) -> Iterator:
     "A task's own tensors in chunks of rows, `(name, chunk)` (floats cast to `dtype` when given)."
     for n in names:
-        for rows in _merge_row_chunks(m.specs[n][1]):
+        for rows in merge_row_chunks(m.specs[n][1]):
             t = m.tensor(n, lambda n=n, rows=rows: base.read(n, rows), rows)
             yield n, t.to(dtype) if dtype is not None and t.is_floating_point() else t
 
@@ -121,35 +122,35 @@ def _whole(specs: dict, chunks: Iterator) -> dict:
 def _merge_into_one(pretrained, finetuned, exclude, endpoint, token, mergers_for: Callable, dtype, progress: bool,
                     desc: str = "merging", out_dir=None, max_shard_size="5GB", settings=None) -> MergedModel:
     """Merge the shared tensors one at a time, in chunks of rows, with `mergers_for(tensor names)`: a function
-    `(name, entries) -> _TensorMerger` of each tensor, made (its parameters checked) before any tensor is read.
+    `(name, entries) -> TensorMerger` of each tensor, made (its parameters checked) before any tensor is read.
 
     With `out_dir`, each merged tensor goes to its shard as it is computed (a temporary folder renamed at the end) and
     the result reads them back lazily; without, the merged state dict is held in memory."""
     inputs = [pretrained, *finetuned.values()] if isinstance(finetuned, Mapping) else [pretrained]
-    if out_dir is not None: _check_output(out_dir, inputs)  # before any model is opened
+    if out_dir is not None: check_output(out_dir, inputs)  # before any model is opened
     size_in_bytes(max_shard_size)
-    base, tasks = _open_inputs(pretrained, finetuned, endpoint, token)
-    plan = _plan_merge(base, tasks, exclude)
-    _check_complete(base, plan, exclude)
+    base, tasks = open_inputs(pretrained, finetuned, endpoint, token)
+    plan = plan_merge(base, tasks, exclude)
+    check_complete(base, plan, exclude)
     merger_for = mergers_for(plan.merged)
-    specs = {n: (_out_dtype(base.specs[n][0], dtype), base.specs[n][1]) for n in plan.merged}
-    own = {t: {n: (_out_dtype(m.specs[n][0], dtype), m.specs[n][1]) for n in plan.own[t]} for t, m in tasks.items()}
+    specs = {n: (written_dtype(base.specs[n][0], dtype), base.specs[n][1]) for n in plan.merged}
+    own = {t: {n: (written_dtype(m.specs[n][0], dtype), m.specs[n][1]) for n in plan.own[t]} for t, m in tasks.items()}
     bar = tqdm(total=len(plan.merged), desc=desc, unit="tensor", disable=not progress)
-    merged = _TensorStream(specs, _merged_tensors(plan, base, tasks, merger_for, dtype, desc, bar))
-    heads = {t: _TensorStream(own[t], _own_tensors(m, plan.own[t], base, dtype)) for t, m in tasks.items()}
-    sources = {"base": _origin_name(base), **{t: _origin_name(m) for t, m in tasks.items()}}
+    merged = TensorStream(specs, _merged_tensors(plan, base, tasks, merger_for, dtype, desc, bar))
+    heads = {t: TensorStream(own[t], _own_tensors(m, plan.own[t], base, dtype)) for t, m in tasks.items()}
+    sources = {"base": origin_name(base), **{t: origin_name(m) for t, m in tasks.items()}}
     out = MergedModel(merged, heads, {t: m.config or base.config for t, m in tasks.items()},
                       _root_config(base, tasks, dtype), _beside(base), sources)
-    recorded = _published_base(base.origin, endpoint)  # as a trainer records its base, with no local path
+    recorded = published_base(base.origin, endpoint)  # as a trainer records its base, with no local path
     out.base_model, out.base_revision = recorded["base_model"], recorded["base_revision"]
     out.settings, out.max_shard_size = settings, max_shard_size
     with bar:
         if out_dir is None:
-            out.state_dict = _whole(specs, _items(merged))
-            out.heads = {t: _whole(own[t], _items(h)) for t, h in heads.items()}
+            out.state_dict = _whole(specs, tensor_items(merged))
+            out.heads = {t: _whole(own[t], tensor_items(h)) for t, h in heads.items()}
             return out
         need = sum(map(nbytes, specs.values())) + sum(nbytes(s) for h in own.values() for s in h.values())
-        _check_output(out_dir, inputs, need=need)
+        check_output(out_dir, inputs, need=need)
         return out._open_weights(out.save_pretrained(out_dir))
 
 
@@ -168,40 +169,6 @@ def _compact(per_task: dict):
     values = list(per_task.values())
     same = len(per_task) > 0 and all(v == values[0] for v in values) and isinstance(values[0], (int, float))
     return values[0] if same else per_task
-
-def _merge_models(pretrained, finetuned: Mapping, *, method, weight, density, gamma, scaling, normalize, rescale, seed,
-                  dtype, exclude, endpoint, token, out_dir, max_shard_size, progress, recorded=None) -> MergedModel:
-    "`merge_models`, with `recorded` settings added to the record (a configuration's)."
-    if method not in MERGE_METHODS:
-        raise ValueError(f"method {method!r}: adaptkit has {', '.join(MERGE_METHODS)} (and emr_merge)")
-    m, tasks = MERGE_METHODS[method], list(finetuned)
-    given = {"weight": weight, "density": density, "gamma": gamma}
-    if (unused := [p for p, v in given.items() if v is not None and p not in m.model_parameters]):
-        raise ValueError(f"{unused[0]}: {method} does not use it (it reads {', '.join(m.model_parameters)})")
-    if method == "linear" and scaling != 1: raise ValueError("scaling: linear has no λ (mergekit's neither)")
-    settings = {p: _per_task(given[p], tasks, p) for p in m.model_parameters}
-    settings["weight"] = {t: 1.0 for t in tasks} | settings["weight"]
-    normalize = m.normalize if normalize is None else normalize
-    dtype = getattr(torch, dtype.removeprefix("torch."), dtype) if isinstance(dtype, str) else dtype
-    if dtype is not None and not (isinstance(dtype, torch.dtype) and dtype.is_floating_point):
-        raise ValueError(f"dtype: a float dtype, got {dtype!r}")
-
-    def mergers_for(names: list):
-        params = tensor_parameters(m, settings, tasks, names)  # every parameter checked before any tensor is read
-        def merger(name: str, numel: int) -> _TensorMerger:
-            p = params[name]
-            generators = [tensor_generator(seed, t, name) for t in tasks] if m.prune == "random" else None
-            return _TensorMerger(m, numel, p["weight"], p.get("density"), p.get("gamma"), normalize=normalize,
-                                 scaling=scaling, rescale=rescale, generators=generators)
-        return merger
-
-    record = {"method": method, **{p: _compact(v) for p, v in settings.items() if v}}
-    record |= {"scaling": scaling, "normalize": normalize} if method != "linear" else {"normalize": normalize}
-    if m.prune == "random": record |= {"rescale": rescale, "seed": seed}
-    if dtype is not None: record["dtype"] = str(dtype).removeprefix("torch.")
-    record = record | {"tasks": tasks} | (recorded or {})
-    return _merge_into_one(pretrained, finetuned, exclude, endpoint, token, mergers_for, dtype, progress, method,
-                           out_dir, max_shard_size, record)
 
 def merge_models(
     pretrained,  # the base (same kinds as `emr_merge`)
@@ -225,10 +192,40 @@ def merge_models(
 ) -> MergedModel:
     """Merge models fine-tuned from one base into one model with a method users know, one tensor at a time; with
     `out_dir`, streamed to a transformers checkpoint there (shards, config, the base's tokenizer), read back lazily."""
-    return _merge_models(pretrained, finetuned, method=method, weight=weight, density=density, gamma=gamma,
-                         scaling=scaling, normalize=normalize, rescale=rescale, seed=seed, dtype=dtype, exclude=exclude,
-                         endpoint=endpoint, token=token, out_dir=out_dir, max_shard_size=max_shard_size,
-                         progress=progress)
+    if method not in MERGE_METHODS:
+        raise ValueError(f"method {method!r}: adaptkit has {', '.join(MERGE_METHODS)} (and emr_merge)")
+    m, tasks = MERGE_METHODS[method], list(finetuned)
+    given = {"weight": weight, "density": density, "gamma": gamma}
+    if (unused := [p for p, v in given.items() if v is not None and p not in m.model_parameters]):
+        raise ValueError(f"{unused[0]}: {method} does not use it (it reads {', '.join(m.model_parameters)})")
+    if method == "linear" and scaling != 1: raise ValueError("scaling: linear has no λ (mergekit's neither)")
+    settings = {p: _per_task(given[p], tasks, p) for p in m.model_parameters}
+    settings["weight"] = {t: 1.0 for t in tasks} | settings["weight"]
+    normalize = m.normalize if normalize is None else normalize
+    dtype = getattr(torch, dtype.removeprefix("torch."), dtype) if isinstance(dtype, str) else dtype
+    if dtype is not None and not (isinstance(dtype, torch.dtype) and dtype.is_floating_point):
+        raise ValueError(f"dtype: a float dtype, got {dtype!r}")
+
+    def mergers_for(names: list):
+        params = tensor_parameters(m, settings, tasks, names)  # every parameter checked before any tensor is read
+        def merger(name: str, numel: int) -> TensorMerger:
+            p = params[name]
+            generators = [tensor_generator(seed, t, name) for t in tasks] if m.prune == "random" else None
+            return TensorMerger(m, numel, p["weight"], p.get("density"), p.get("gamma"), normalize=normalize,
+                                 scaling=scaling, rescale=rescale, generators=generators)
+        return merger
+
+    record = {"method": method, **{p: _compact(v) for p, v in settings.items() if v}}
+    record |= {"scaling": scaling, "normalize": normalize} if method != "linear" else {"normalize": normalize}
+    if m.prune == "random": record |= {"rescale": rescale, "seed": seed}
+    if dtype is not None: record["dtype"] = str(dtype).removeprefix("torch.")
+    patterns = exclude_patterns(exclude)  # the card's command line takes the globs, Python the regexes too
+    globs = [p for p in patterns if isinstance(p, str)]
+    regexes = [p.pattern for p in patterns if isinstance(p, re.Pattern)]
+    record |= ({"exclude": globs} if globs else {}) | ({"exclude_regex": regexes} if regexes else {})
+    record["tasks"] = tasks
+    return _merge_into_one(pretrained, finetuned, exclude, endpoint, token, mergers_for, dtype, progress, method,
+                           out_dir, max_shard_size, record)
 
 def task_arithmetic(
     pretrained,  # the base (same kinds as `emr_merge`)

@@ -11,7 +11,17 @@ import torch
 __all__ = ['emr_elect']
 
 # %% ../../nbs/emr/04_elect.ipynb #45ef653f
-def _elect_in_place(task_vectors: torch.Tensor, sign: torch.Tensor, mask_values: torch.Tensor) -> tuple:
+def emr_elect(
+    taus: torch.Tensor,  # one tensor's task vectors stacked on dim 0: shape (tasks, *shape), float32
+) -> tuple[torch.Tensor, torch.Tensor]:
+    "Elect and mask: the unified task vector `τ_uni` and the tasks' boolean masks, exactly as the official code."
+    flat = taus.reshape(len(taus), -1).float().clone()
+    mask_values = torch.empty_like(flat)
+    unified, _ = elect_in_place(flat, torch.empty(flat.shape[1]), mask_values)
+    return unified.reshape(taus.shape[1:]), mask_values.bool().reshape(taus.shape)
+
+# %% ../../nbs/emr/04_elect.ipynb #4db78fdc
+def elect_in_place(task_vectors: torch.Tensor, sign: torch.Tensor, mask_values: torch.Tensor) -> tuple:
     """Elect in place: `task_vectors` (tasks, n) become `τ_t · sign`, `mask_values` the masks as 0/1 floats (`sign` is
     scratch for the elected sign); return `τ_uni` and `|τ_uni|`."""
     # the official code's sign of the mean: exact zeros elect -1
@@ -23,16 +33,7 @@ def _elect_in_place(task_vectors: torch.Tensor, sign: torch.Tensor, mask_values:
     magnitude = torch.amax(task_vectors, 0).clamp_min_(0).add_(0.0)
     return magnitude * sign, magnitude
 
-def emr_elect(
-    taus: torch.Tensor,  # one tensor's task vectors stacked on dim 0: shape (tasks, *shape), float32
-) -> tuple[torch.Tensor, torch.Tensor]:
-    "Elect and mask: the unified task vector `τ_uni` and the tasks' boolean masks, exactly as the official code."
-    flat = taus.reshape(len(taus), -1).float().clone()
-    mask_values = torch.empty_like(flat)
-    unified, _ = _elect_in_place(flat, torch.empty(flat.shape[1]), mask_values)
-    return unified.reshape(taus.shape[1:]), mask_values.bool().reshape(taus.shape)
-
-class _RescalerSums:
+class RescalerSums:
     "Running sums for the rescalers: per-tensor means in float32 (as the official code) or global sums in float64."
     def __init__(self, tasks: int, mode: str):
         self.mode = mode
@@ -45,7 +46,7 @@ class _RescalerSums:
     def add(self, elected: torch.Tensor, magnitude: torch.Tensor, mask_values: torch.Tensor, numel: int) -> bool:
         """Add one chunk of a tensor of `numel` parameters; False if a sum stops being finite (NaN/Inf inputs).
 
-        The chunk comes from `_elect_in_place`: `elected` (`τ_t · sign`, made `|τ_t|`), `magnitude` (`|τ_uni|`) and
+        The chunk comes from `elect_in_place`: `elected` (`τ_t · sign`, made `|τ_t|`), `magnitude` (`|τ_uni|`) and
         `mask_values` (overwritten)."""
         if elected.shape[1] == 0: return True  # an empty tensor has no mean; it changes nothing
         abs_tv = elected.abs_()  # |τ_t · sign| = |τ_t|

@@ -14,7 +14,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .inputs import _MERGEABLE, _check_task_name, _exclude_patterns
+from .config import METHOD
+from .inputs import MERGEABLE, check_task_name, exclude_patterns
 from ..hub import base_provenance, is_repo_id, leftover_folders, sha256_file, write_metadata
 from ..tensorfiles import DTYPES, TensorFiles
 
@@ -50,7 +51,7 @@ def _portable(origin: dict) -> dict:
     "`origin` fit to publish: a local folder is named by its last part only, never by its absolute path."
     return {"path": Path(origin["path"]).name} if "path" in origin else dict(origin)
 
-def _published_base(
+def published_base(
     origin: dict,  # where the base was read from (`source_of`'s form; a copied base's emr.json `origin`)
     endpoint: str | None = None,  # the Hub repo ids are read on (None: the default)
 ) -> dict:
@@ -58,7 +59,7 @@ def _published_base(
     (`hub.base_provenance`): a repo read on `endpoint` by its id and commit; never a local folder's path."""
     return base_provenance({k: v for k, v in origin.items() if k != "path"}, endpoint)
 
-def _base_reference(base) -> dict | None:
+def base_reference(base) -> dict | None:
     "`{'repo_id', 'revision'}` (and the name prefix) when the base is a pulled hub snapshot; None: the base is copied."
     origin = base.origin
     pulled = base.folder is not None and base.folder.resolve().parent.name == "snapshots"
@@ -67,17 +68,18 @@ def _base_reference(base) -> dict | None:
         {"prefix": base.prefix} if base.prefix else {}
     )
 
-def _new_record(plan, base, tasks: dict, rescalers: list, rescale: str, exclude, reference: dict | None) -> dict:
+def new_record(plan, base, tasks: dict, rescalers: list, rescale: str, exclude, reference: dict | None) -> dict:
     "emr.json's content for a fresh merge (without `files`)."
-    return {"format": FORMAT, "version": VERSION, "method": "EMR-Merging (arXiv 2405.17461)", "rescale": rescale,
-            "tasks": list(tasks), "rescalers": dict(zip(tasks, rescalers)), "mask_bit_order": "little",
-            "exclude": [f"re:{p.pattern}" if isinstance(p, re.Pattern) else p for p in _exclude_patterns(exclude)],
+    return {"format": FORMAT, "version": VERSION, "method": f"{METHOD.name} (arXiv {METHOD.paper['id']})",
+            "rescale": rescale, "tasks": list(tasks), "rescalers": dict(zip(tasks, rescalers)),
+            "mask_bit_order": "little",
+            "exclude": [f"re:{p.pattern}" if isinstance(p, re.Pattern) else p for p in exclude_patterns(exclude)],
             "base": reference or {"path": "base", "origin": _portable(base.origin)},
             "sources": {t: {"kind": m.kind, **_portable(m.origin)} for t, m in tasks.items()},
             "tensors": {n: _spec_json(base.specs[n]) for n in plan.merged},
             "own": {t: {n: _spec_json(m.specs[n]) for n in plan.own[t]} for t, m in tasks.items()}, "results": []}
 
-def _write_record(folder: Path, record: dict, base, tasks: dict, weight_sha256s: dict):
+def write_record(folder: Path, record: dict, base, tasks: dict, weight_sha256s: dict):
     "Write the configs (tasks', and the base's when copied), emr.json with every file's sha256, and adaptkit.json."
     configs = {f"tasks/{t}/config.json": m.config for t, m in tasks.items() if m.config}
     if record["base"].get("path") == "base" and base.config: configs["base/config.json"] = base.config
@@ -142,7 +144,7 @@ def _spec_of(path: Path, field: str, entry) -> tuple:
 def _check_tasks(path: Path, meta: dict) -> list[str]:
     "The task names, checked (they become paths), and the per-task fields that must name exactly them."
     for i, t in enumerate(meta["tasks"]):
-        try: _check_task_name(t)
+        try: check_task_name(t)
         except ValueError as e: raise BundleError(f"{path}: field 'tasks[{i}]': {e}") from None
     tasks = meta["tasks"]
     for field in ("rescalers", "own", "sources"):
@@ -171,7 +173,7 @@ def _check_files_field(path: Path, files: dict, tasks: list):
         if not (isinstance(digest, str) and _SHA256.fullmatch(digest)):
             raise BundleError(f"{path}: field 'files.{rel}' must be a hex sha256, got {json.dumps(digest)[:80]}")
 
-def _check_results(where: str, results) -> list[dict]:
+def check_results(where: str, results) -> list[dict]:
     "Result dicts as `adaptkit.hub.model_card` takes them (task, dataset, metric, value), checked."
     if not isinstance(results, list):
         raise BundleError(f"{where}: results must be a list of dicts, got {type(results).__name__}")
@@ -183,14 +185,14 @@ def _check_results(where: str, results) -> list[dict]:
     return [dict(r) for r in results]
 
 # %% ../../nbs/emr/03_format.ipynb #46dd0b48
-def _weight_files(folder: Path) -> set[str]:
+def weight_files(folder: Path) -> set[str]:
     "Every file of `unified/`, `base/` and `tasks/` in `folder`, relative (hidden ones skipped, as a push does)."
     return {p.relative_to(folder).as_posix() for sub in ("unified", "base", "tasks") for p in (folder / sub).rglob("*")
             if p.is_file() and not any(part.startswith(".") for part in p.relative_to(folder).parts)}
 
 def _verify_files(folder: Path, files: dict):
     "Raise unless the bundle's weight and config files are exactly those emr.json lists, each with its sha256."
-    on_disk = _weight_files(folder)
+    on_disk = weight_files(folder)
     if missing := sorted(set(files) - on_disk):
         raise BundleError(f"{folder / missing[0]}: listed in emr.json, missing")
     if extra := sorted(on_disk - set(files)):
@@ -211,7 +213,7 @@ def _expect(files: TensorFiles, specs: dict, what: str):
 
 def _check_headers(folder: Path, meta: dict, specs: dict):
     "The weight files' headers against emr.json: unified (and copied base) tensors, each mask's bytes, each task's own."
-    if any(d not in _MERGEABLE for d, _ in specs.values()):
+    if any(d not in MERGEABLE for d, _ in specs.values()):
         raise BundleError(f"{folder / 'emr.json'}: merged tensors must be float")
     _expect(TensorFiles.of_folder(folder / "unified"), specs, f"{folder}/unified/")
     packed = {n: ("U8", (math.ceil(math.prod(s) / 8),)) for n, (_, s) in specs.items()}
@@ -224,7 +226,7 @@ def _check_headers(folder: Path, meta: dict, specs: dict):
     if meta["base"].get("path") == "base": _expect(TensorFiles.of_folder(folder / "base"), specs, f"{folder}/base/")
 
 # %% ../../nbs/emr/03_format.ipynb #3b8e0ee5
-def _read_meta(folder: Path, verify: bool = True) -> dict:
+def read_meta(folder: Path, verify: bool = True) -> dict:
     "emr.json of `folder`, checked field by field; with `verify`, the files' sha256s; then the weight files' headers."
     path = folder / "emr.json"
     if not path.is_file():
@@ -246,7 +248,7 @@ def _read_meta(folder: Path, verify: bool = True) -> dict:
         )
     else:
         _check_files_field(path, meta["files"], meta["tasks"])
-        _check_results(f"{path}: field 'results'", meta["results"])
+        check_results(f"{path}: field 'results'", meta["results"])
         if verify: _verify_files(folder, meta["files"])
     _check_headers(folder, meta, specs)
     return meta

@@ -16,16 +16,17 @@ from pathlib import Path
 
 import torch
 
-from ..hub import check_pull, pull, source_of
+from ..hub import check_pull, is_repo_id, pull, source_of
 from ..tensorfiles import DTYPE_NAMES, SafetensorsHeaderError, TensorFiles, read_header
 
 # %% auto #0
-__all__ = []
+__all__ = ['split_revision']
 
 # %% ../../nbs/emr/02_inputs.ipynb #c603dc62
-_MERGEABLE = {"F64", "F32", "F16", "BF16"}  # float8 and integer/bool tensors are copied per task, never merged
+MERGEABLE = {"F64", "F32", "F16", "BF16"}  # float8 and integer/bool tensors are copied per task, never merged
+IN_MEMORY = "an in-memory state dict"  # how errors and records name a model given as tensors, not by a name
 
-class _ModelSource:
+class ModelSource:
     "A full model: tensor specs, a reader of one tensor, its config, where it came from and its files (None in memory)."
     kind = "full"
     def __init__(self, specs: dict, read: Callable, config: dict | None, origin: dict, folder: Path | None = None,
@@ -35,21 +36,21 @@ class _ModelSource:
         self.beside = {}  # file name -> bytes a merged model takes from its base (a model object's generation config)
 
     @classmethod
-    def of_files(cls, files: TensorFiles, config: dict | None, origin: dict, folder: Path) -> "_ModelSource":
+    def of_files(cls, files: TensorFiles, config: dict | None, origin: dict, folder: Path) -> "ModelSource":
         "The model stored in `files`."
         return cls(files.specs, files.read, config, origin, folder, files)
 
     @property
     def location(self) -> str:
         "Where the model is, for error messages: its folder or file, or 'an in-memory state dict'."
-        return str(self.folder) if self.folder else "an in-memory state dict"
+        return str(self.folder) if self.folder else IN_MEMORY
 
-    def prefixed(self, prefix: str) -> "_ModelSource":
+    def prefixed(self, prefix: str) -> "ModelSource":
         "This model with `prefix` before every tensor name: a bare encoder as its task models name it (`bert.`...)."
         files = self.files.prefixed(prefix) if self.files else None
         read = files.read if files else lambda name, rows=None: self.read(name[len(prefix):], rows)
         specs = {prefix + k: v for k, v in self.specs.items()}
-        renamed = _ModelSource(specs, read, self.config, self.origin, self.folder, files)
+        renamed = ModelSource(specs, read, self.config, self.origin, self.folder, files)
         renamed.prefix, renamed.beside = prefix, self.beside
         return renamed
 
@@ -67,14 +68,14 @@ class _ModelSource:
         "The model's own tensor `name` (`rows`); `base()` reads the base's, for adapters."
         return self.read(name, rows)
 
-def _state_dict_source(state_dict: Mapping, config: dict | None = None) -> _ModelSource:
-    "A `_ModelSource` over an in-memory state dict."
+def _state_dict_source(state_dict: Mapping, config: dict | None = None) -> ModelSource:
+    "A `ModelSource` over an in-memory state dict."
     if (bad := [k for k, v in state_dict.items() if not isinstance(v, torch.Tensor) or v.dtype not in DTYPE_NAMES]):
         raise TypeError(f"state dict entries that are not tensors of a safetensors dtype: {bad[:5]}")
     specs = {k: (DTYPE_NAMES[v.dtype], tuple(v.shape)) for k, v in state_dict.items()}
     def read(name, rows=None):
         return (state_dict[name] if rows is None else state_dict[name][rows[0]:rows[1]]).detach().cpu()
-    return _ModelSource(specs, read, config, {"state_dict": True})
+    return ModelSource(specs, read, config, {"state_dict": True})
 
 # %% ../../nbs/emr/02_inputs.ipynb #f1b6dca2
 _LORA_KEY = re.compile(r"^base_model\.model\.(.+)\.(lora_A|lora_B|lora_embedding_A|lora_embedding_B)(?:\.weight)?$")
@@ -90,10 +91,10 @@ def _read_lora_config(folder: Path) -> dict:
         raise FileNotFoundError(f"{folder}: no adapter_model.safetensors (weights only as safetensors)")
     return cfg
 
-class _LoraSource(_ModelSource):
+class _LoraSource(ModelSource):
     "A PEFT LoRA adapter on the base: every base tensor plus `scaling · B A`; full tensors in the adapter are its own."
     kind = "lora"
-    def __init__(self, folder: Path, base: _ModelSource, origin: dict):
+    def __init__(self, folder: Path, base: ModelSource, origin: dict):
         self.cfg, self.base = _read_lora_config(folder), base
         self.adapter, self.pairs, full = TensorFiles([folder / "adapter_model.safetensors"]), {}, {}
         for key in self.adapter.specs:
@@ -145,15 +146,6 @@ class _LoraSource(_ModelSource):
 # %% ../../nbs/emr/02_inputs.ipynb #e486941a
 _TASK_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 
-def _check_task_name(name) -> str:
-    "`name` if it is a valid task name: it becomes a folder name in the bundle."
-    if not isinstance(name, str) or not _TASK_NAME.match(name) or ".." in name:
-        raise ValueError(
-            f"invalid task name {name!r}: use 1-64 letters, digits, '.', '_' or '-', starting with a letter "
-            "or digit, no '..'"
-        )
-    return name
-
 def _check_index(folder: Path):
     """Raise unless `folder`'s shard index and its shards agree: every shard there, every tensor in one shard, the one
     the index names, and no tensor left out of the index."""
@@ -176,20 +168,30 @@ def _check_index(folder: Path):
     if (extra := sorted(set(held) - set(wmap))):
         raise ValueError(f"{index}: shard {held[extra[0]]} holds tensor {extra[0]!r}, which the index does not list")
 
-def _open_folder(folder: Path, base: _ModelSource | None) -> _ModelSource:
+def _open_folder(folder: Path, base: ModelSource | None) -> ModelSource:
     "A pulled or local folder (or `.safetensors` file): a full model, or a LoRA adapter of `base`."
     origin = source_of(folder)
     if folder.is_file() and folder.suffix == ".safetensors":
-        return _ModelSource.of_files(TensorFiles([folder]), None, origin, folder)
+        return ModelSource.of_files(TensorFiles([folder]), None, origin, folder)
     if (folder / "adapter_config.json").is_file():
         if base is None: raise ValueError("it is a LoRA adapter; the base must be a full model")
         return _LoraSource(folder, base, origin)
     cfg = json.loads((folder / "config.json").read_text()) if (folder / "config.json").is_file() else None
     _check_index(folder)
-    return _ModelSource.of_files(TensorFiles.of_folder(folder), cfg, origin, folder)
+    return ModelSource.of_files(TensorFiles.of_folder(folder), cfg, origin, folder)
 
-def _open_source(src, *, base: _ModelSource | None, what: str, endpoint=None, token=None) -> _ModelSource:
-    "A `_ModelSource` of a state dict, model object, safetensors folder or file, repo id or LoRA adapter folder."
+def split_revision(
+    ref,  # a model as a merge names it: a local path, a repo id, or `repo_id@revision`
+) -> tuple:
+    """`(path or repo id, revision)` of a model reference: `repo_id@revision` pins a branch, tag or commit, as
+    mergekit's `model@revision` does, unless it is a local path; anything else has no revision (None)."""
+    if isinstance(ref, str) and "@" in ref and not Path(ref).expanduser().exists():
+        repo, _, revision = ref.rpartition("@")
+        if revision and is_repo_id(repo): return repo, revision
+    return ref, None
+
+def _open_source(src, *, base: ModelSource | None, what: str, endpoint=None, token=None) -> ModelSource:
+    "A `ModelSource` of a state dict, model object, safetensors folder or file, repo id or LoRA adapter folder."
     if isinstance(src, Mapping): return _state_dict_source(src)
     if hasattr(src, "state_dict") and hasattr(src, "config"):
         source = _state_dict_source(src.state_dict(), src.config.to_dict())
@@ -199,7 +201,8 @@ def _open_source(src, *, base: _ModelSource | None, what: str, endpoint=None, to
     # the base's tokenizer too: a merged model is saved with it (mergekit's default, tokenizer_source: base)
     patterns = ["*.safetensors", "*.json"] + (["*.txt", "*.model", "*.jinja"] if base is None else [])
     try:
-        folder = pull(src, endpoint=endpoint, token=token, allow_patterns=patterns)
+        repo, revision = split_revision(src)
+        folder = pull(repo, revision=revision, endpoint=endpoint, token=token, allow_patterns=patterns)
         return _open_folder(folder, base)
     except SafetensorsHeaderError as e:
         raise SafetensorsHeaderError(f"{what}: {e}") from e
@@ -208,17 +211,27 @@ def _open_source(src, *, base: _ModelSource | None, what: str, endpoint=None, to
     except Exception as e:
         raise ValueError(f"{what}: cannot read {str(src)!r}: {e}") from e
 
+# %% ../../nbs/emr/02_inputs.ipynb #b8d05fc3
+def check_task_name(name) -> str:
+    "`name` if it is a valid task name: it becomes a folder name in the bundle."
+    if not isinstance(name, str) or not _TASK_NAME.match(name) or ".." in name:
+        raise ValueError(
+            f"invalid task name {name!r}: use 1-64 letters, digits, '.', '_' or '-', starting with a letter "
+            "or digit, no '..'"
+        )
+    return name
+
 # %% ../../nbs/emr/02_inputs.ipynb #40e7ed3a
-def _exclude_patterns(exclude) -> list:
+def exclude_patterns(exclude) -> list:
     "`exclude` as a list of fnmatch globs and compiled regexes."
     return [] if exclude is None else [exclude] if isinstance(exclude, (str, re.Pattern)) else list(exclude)
 
 def _is_excluded(name: str, exclude) -> bool:
     "Whether `name` matches `exclude`: fnmatch globs (strings) or compiled regexes (`search`), alone or in a list."
     return any(p.search(name) if isinstance(p, re.Pattern) else fnmatch.fnmatchcase(name, p)
-               for p in _exclude_patterns(exclude))
+               for p in exclude_patterns(exclude))
 
-def _check_tensor_sets(base: _ModelSource, tasks: dict, exclude):
+def _check_tensor_sets(base: ModelSource, tasks: dict, exclude):
     "Raise when a task model lacks a non-excluded base tensor that other task models have, naming the model and tensor."
     for name in base.specs:
         have = [t for t, m in tasks.items() if name in m.specs]
@@ -228,25 +241,25 @@ def _check_tensor_sets(base: _ModelSource, tasks: dict, exclude):
                              f"task {have[0]!r} have: an incomplete checkpoint? (exclude={[name]!r} keeps it per task)")
 
 @dataclass
-class _MergePlan:
+class MergePlan:
     "What the pass does with each tensor: the merged tensors in the base's order, and each task's own ones."
     merged: list
     own: dict
 
-def _is_mergeable(name: str, base: _ModelSource, tasks: dict, exclude) -> bool:
+def _is_mergeable(name: str, base: ModelSource, tasks: dict, exclude) -> bool:
     "Whether every task has `name` with the base's (or first task's) shape and a float dtype, and it is not excluded."
     specs = [m.specs[name] for m in tasks.values() if name in m.specs]
     ref = base.specs.get(name, specs[0] if specs else None)
-    return (len(specs) == len(tasks) and all(s[1] == ref[1] and s[0] in _MERGEABLE for s in [ref, *specs])
+    return (len(specs) == len(tasks) and all(s[1] == ref[1] and s[0] in MERGEABLE for s in [ref, *specs])
             and not _is_excluded(name, exclude) and not any(name in m.own for m in tasks.values()))
 
-def _check_dtypes(base: _ModelSource, tasks: dict, exclude):
+def _check_dtypes(base: ModelSource, tasks: dict, exclude):
     "Raise when a task holds a float tensor of the base with a dtype that cannot merge (integer, bool, float8)."
     for name, (dtype, shape) in base.specs.items():
-        if dtype not in _MERGEABLE or _is_excluded(name, exclude): continue
+        if dtype not in MERGEABLE or _is_excluded(name, exclude): continue
         for t, m in tasks.items():
             got = m.specs.get(name)
-            if got and got[1] == shape and got[0] not in _MERGEABLE and name not in m.own:
+            if got and got[1] == shape and got[0] not in MERGEABLE and name not in m.own:
                 raise ValueError(
                     f"task {t!r} ({m.location}) holds {name!r} as {got[0]}, the base as {dtype}: it cannot be merged. "
                     f"Convert that checkpoint to float, or keep the tensor per task with exclude={[name]!r}")
@@ -254,7 +267,7 @@ def _check_dtypes(base: _ModelSource, tasks: dict, exclude):
 _SIZE_KEYS = ("model_type", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
               "num_key_value_heads", "head_dim", "vocab_size", "max_position_embeddings", "type_vocab_size", "id2label")
 
-def _shape_error(t: str, m: _ModelSource, base: _ModelSource, names: list, differ: list) -> ValueError:
+def _shape_error(t: str, m: ModelSource, base: ModelSource, names: list, differ: list) -> ValueError:
     """The error for task `t`'s tensors `names` in other shapes than the base's (the first one described),
     `differ` the config sizes that differ."""
     (_, got), (_, shape), keep = m.specs[names[0]], base.specs[names[0]], f"exclude={names[:5]!r}"
@@ -273,7 +286,7 @@ def _shape_error(t: str, m: _ModelSource, base: _ModelSource, names: list, diffe
                       f"(each task's own: EMR's task models take theirs, a merged model's root checkpoint goes without "
                       f"it)")
 
-def _check_shapes(base: _ModelSource, tasks: dict, exclude):
+def _check_shapes(base: ModelSource, tasks: dict, exclude):
     """Raise when a task holds a base tensor in another shape, unless both configs say it is a head of other labels
     (they differ in `id2label` and in no other size): configs that agree on every size mean a damaged or mismatched
     checkpoint, configs that differ in another size (a resized vocabulary) a tensor no merge can combine. Without
@@ -285,7 +298,7 @@ def _check_shapes(base: _ModelSource, tasks: dict, exclude):
         differ = [k for k in _SIZE_KEYS if base.config.get(k) != m.config.get(k)]
         if names and differ != ["id2label"]: raise _shape_error(t, m, base, names, differ)
 
-def _plan_merge(base: _ModelSource, tasks: dict, exclude) -> _MergePlan:
+def plan_merge(base: ModelSource, tasks: dict, exclude) -> MergePlan:
     "Decide from metadata only which tensors merge and which stay each task's own; raise on tensors the base lacks."
     _check_tensor_sets(base, tasks, exclude)
     _check_dtypes(base, tasks, exclude)
@@ -294,7 +307,9 @@ def _plan_merge(base: _ModelSource, tasks: dict, exclude) -> _MergePlan:
     merged, own, orphans = [], {t: [] for t in tasks}, []
     for name in names:
         mergeable = _is_mergeable(name, base, tasks, exclude)
-        if mergeable and name in base.specs: merged.append(name); continue
+        if mergeable and name in base.specs:
+            merged.append(name)
+            continue
         if mergeable: orphans.append(name)
         for t, m in tasks.items():
             if name in m.specs: own[t].append(name)
@@ -311,15 +326,15 @@ def _plan_merge(base: _ModelSource, tasks: dict, exclude) -> _MergePlan:
         )
     if not merged:
         raise ValueError("no tensor is in the base and every fine-tuned model with one shape: nothing to merge")
-    return _MergePlan(merged, own)
+    return MergePlan(merged, own)
 
-def _check_complete(base: _ModelSource, plan: _MergePlan, exclude):
+def check_complete(base: ModelSource, plan: MergePlan, exclude):
     """Raise when one merged model that keeps no task's own tensor (a checkpoint loaded alone, with the base's config)
     would lack a float tensor of the base that no fine-tuned model has, unless `exclude` names it."""
     if any(plan.own.values()): return
     kept = set(plan.merged)
     lost = [n for n, (dtype, _) in base.specs.items()
-            if n not in kept and dtype in _MERGEABLE and not _is_excluded(n, exclude)]
+            if n not in kept and dtype in MERGEABLE and not _is_excluded(n, exclude)]
     if lost:
         raise ValueError(f"tensor {lost[0]!r} of the base ({base.where(lost[0])}) is in no fine-tuned model"
                          + (f" (nor {len(lost) - 1} more: {lost[1:4]})" if len(lost) > 1 else "")
@@ -330,7 +345,7 @@ def _check_complete(base: _ModelSource, plan: _MergePlan, exclude):
 # %% ../../nbs/emr/02_inputs.ipynb #31db8f82
 _ARCHITECTURE_KEYS = ("model_type", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")
 
-def _check_architectures(base: _ModelSource, tasks: dict):
+def _check_architectures(base: ModelSource, tasks: dict):
     "Raise when the configs that exist disagree on the architecture (model type and sizes; heads may differ)."
     configs = {"the base": base.config, **{f"task {t!r}": m.config for t, m in tasks.items()}}
     for key in _ARCHITECTURE_KEYS:
@@ -339,7 +354,7 @@ def _check_architectures(base: _ModelSource, tasks: dict):
             raise ValueError(f"models of different architectures cannot be merged: config {key} is "
                              + ", ".join(f"{v!r} for {who}" for who, v in seen.items()))
 
-def _base_prefix(base: _ModelSource, tasks: dict) -> str:
+def _base_prefix(base: ModelSource, tasks: dict) -> str:
     """The prefix ('bert.', 'model.') the tasks put before the base's tensor names, or '': a model with a head keeps its
     encoder under its `base_model_prefix`, a bare encoder checkpoint (a sentence-transformers model) does not."""
     shared = set.intersection(*(set(m.specs) for m in tasks.values()))
@@ -352,7 +367,8 @@ def _check_named_inputs(pretrained, finetuned: Mapping, endpoint, token):
     not fetch: a missing folder, a name that is neither a folder nor a repo on the Hub (both named), a refused token."""
     for what, src in [("the base model", pretrained), *((f"task {t!r}", m) for t, m in finetuned.items())]:
         if not isinstance(src, (str, os.PathLike)): continue
-        try: check_pull(src, endpoint=endpoint, token=token)
+        repo, revision = split_revision(src)
+        try: check_pull(repo, revision=revision, endpoint=endpoint, token=token)
         except FileNotFoundError as e: raise FileNotFoundError(f"{what}: {e}") from None
         except Exception as e:
             from huggingface_hub.errors import BadRequestError, RepositoryNotFoundError
@@ -360,11 +376,11 @@ def _check_named_inputs(pretrained, finetuned: Mapping, endpoint, token):
                 raise FileNotFoundError(f"{what}: {e}") from None
             raise ValueError(f"{what}: cannot read {str(src)!r}: {e}") from e
 
-def _open_inputs(pretrained, finetuned, endpoint, token) -> tuple[_ModelSource, dict]:
+def open_inputs(pretrained, finetuned, endpoint, token) -> tuple[ModelSource, dict]:
     "The base and task models, checked: task names, at least two tasks, one architecture; the base's names aligned."
     if not isinstance(finetuned, Mapping) or len(finetuned) < 2:
         raise ValueError("finetuned must map at least two task names to models (a merge of one model is that model)")
-    names = [_check_task_name(t) for t in finetuned]
+    names = [check_task_name(t) for t in finetuned]
     _check_named_inputs(pretrained, finetuned, endpoint, token)  # every one, before any is downloaded
     base = _open_source(pretrained, base=None, what="the base model", endpoint=endpoint, token=token)
     tasks = {
@@ -374,14 +390,14 @@ def _open_inputs(pretrained, finetuned, endpoint, token) -> tuple[_ModelSource, 
     if (prefix := _base_prefix(base, tasks)): base = base.prefixed(prefix)
     return base, tasks
 
-def _check_finite(t: torch.Tensor, name: str, who: str) -> torch.Tensor:
+def check_finite(t: torch.Tensor, name: str, who: str) -> torch.Tensor:
     "`t`, after checking it has no NaN/Inf (integer tensors always pass)."
     if t.is_floating_point() and not torch.isfinite(t).all():
         raise ValueError(f"tensor {name!r} of {who} has NaN or Inf values: nothing was written")
     return t
 
 # %% ../../nbs/emr/02_inputs.ipynb #ffa3f0fd
-def _build_model(config: dict | None, weights: dict | Path, dtype, what: str, **kwargs):
+def build_model(config: dict | None, weights: dict | Path, dtype, what: str, **kwargs):
     """The transformers model of `config`'s architecture, loaded from a state dict or a checkpoint folder.
 
     Every weight is accounted for: a missing, unexpected or mismatched key is an error."""

@@ -15,28 +15,14 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
-from .artifact import MergedModel, _check_output
-from .baselines import _merge_models, _origin_name, _out_dtype
-from .bundle import EMRBundle, _replace_folder
-from .elect import _elect_in_place, _RescalerSums
-from .format import _base_reference, _new_record, _write_record, pack_mask
-from .inputs import _check_complete, _check_finite, _MergePlan, _ModelSource, _open_inputs, _plan_merge
-from adaptkit.emr.methods import (
-    EMR,
-    MERGE_METHODS,
-    MergeConfig,
-    _threshold_passes,
-    read_merge_config,
-    tensor_parameters,
-)
-from adaptkit.emr.stream import (
-    _BackgroundWriter,
-    _chunk_numel,
-    _ChunkReader,
-    _merge_reads,
-    _merge_row_chunks,
-    _row_chunks,
-)
+from . import inputs
+from .artifact import EMRBundle, MergedModel, check_output, replace_folder
+from .baselines import merge_models, origin_name, written_dtype
+from .elect import RescalerSums, elect_in_place
+from .format import base_reference, new_record, pack_mask, write_record
+from .inputs import check_complete, check_finite, open_inputs, plan_merge, split_revision
+from .methods import EMR, MERGE_METHODS, MergeConfig, read_merge_config, tensor_parameters, threshold_passes
+from .stream import BackgroundWriter, ChunkReader, chunk_numel, merge_reads, merge_row_chunks, row_chunks
 from ..hub import METADATA_FILE, is_repo_id, looks_like_path
 from ..tensorfiles import DTYPES, ShardWriter, StreamWriter, nbytes, shard_split, size_in_bytes
 
@@ -54,7 +40,7 @@ class _ElectionBuffers:
         "The buffers shaped for a chunk of `n` parameters."
         return self.task_vectors[:, :n], self.mask_values[:, :n], self.masks[:, :n], self.sign[:n]
 
-def _open_writers(tmp: Path, plan: _MergePlan, base: _ModelSource, tasks: dict, max_shard_size: int,
+def _open_writers(tmp: Path, plan: inputs.MergePlan, base: inputs.ModelSource, tasks: dict, max_shard_size: int,
                   copy_base: bool) -> dict:
     "The bundle's writers, their headers written: unified shards, base copy, each task's mask and own files."
     specs = {n: base.specs[n] for n in plan.merged}
@@ -75,7 +61,7 @@ def _sha256s(writers: dict) -> dict[str, str]:
     return out
 
 # %% ../../nbs/emr/08_merge.ipynb #1eda51b2
-def _merge_chunk(name: str, rows, raw: list, base: _ModelSource, tasks: dict, sums: _RescalerSums,
+def _merge_chunk(name: str, rows, raw: list, base: inputs.ModelSource, tasks: dict, sums: RescalerSums,
                  buffers: _ElectionBuffers) -> tuple:
     "Elect a chunk of a tensor (`raw`: each model's chunk as read ahead; None: read here); add to the rescaler sums."
     b = base.read(name, rows) if raw[0] is None else raw[0]
@@ -84,26 +70,27 @@ def _merge_chunk(name: str, rows, raw: list, base: _ModelSource, tasks: dict, su
     for i, (m, x) in enumerate(zip(tasks.values(), raw[1:])):
         if x is None: m.delta(name, b32, rows, out=task_vectors[i])
         else: torch.sub(x, b32, out=task_vectors[i])
-    unified, magnitude = _elect_in_place(task_vectors, sign, mask_values)
+    unified, magnitude = elect_in_place(task_vectors, sign, mask_values)
     masks.copy_(mask_values)
     # cheaper than checking every input
     if not sums.add(task_vectors, magnitude, mask_values, math.prod(base.specs[name][1])):
-        _check_finite(b, name, "the base")
-        for i, t in enumerate(tasks): _check_finite(task_vectors[i], name, f"task {t!r}")
+        check_finite(b, name, "the base")
+        for i, t in enumerate(tasks): check_finite(task_vectors[i], name, f"task {t!r}")
         raise ValueError(f"tensor {name!r}: values too large for float32 sums")
     return b, unified, masks
 
-def _stream_merged(writers: dict, plan: _MergePlan, base: _ModelSource, tasks: dict, sums: _RescalerSums, bar) -> None:
+def _stream_merged(writers: dict, plan: inputs.MergePlan, base: inputs.ModelSource, tasks: dict, sums: RescalerSums,
+                   bar) -> None:
     "Elect every merged tensor chunk by chunk, reading ahead and writing behind: unified, masks and the base copy."
-    items = [(n, r) for n in plan.merged for r in _row_chunks(base.specs[n][1])]
-    size = max(_chunk_numel(base.specs[n][1], r) for n, r in items)
+    items = [(n, r) for n in plan.merged for r in row_chunks(base.specs[n][1])]
+    size = max(chunk_numel(base.specs[n][1], r) for n, r in items)
     buffers, names = _ElectionBuffers(len(tasks), size), list(tasks)
-    reader, writer = _ChunkReader([base, *tasks.values()], items, plan.merged, size), _BackgroundWriter()
+    reader, writer = ChunkReader([base, *tasks.values()], items, plan.merged, size), BackgroundWriter()
     try:
         for k, (name, rows) in enumerate(items):
             raw = reader.get(k)
             b, unified, masks = _merge_chunk(name, rows, raw, base, tasks, sums, buffers)
-            stored = _check_finite(unified.to(DTYPES[base.specs[name][0]]), name, "the unified model (the result)")
+            stored = check_finite(unified.to(DTYPES[base.specs[name][0]]), name, "the unified model (the result)")
             jobs = [(writers["unified"], name, stored)]
             if "base" in writers:  # a copy of the chunk read ahead: its buffer gets reused
                 jobs.append((writers["base"], name, b if raw[0] is None else b.clone()))
@@ -115,19 +102,19 @@ def _stream_merged(writers: dict, plan: _MergePlan, base: _ModelSource, tasks: d
         raise
     reader.close(), writer.close()
 
-def _write_own(writers: dict, plan: _MergePlan, base: _ModelSource, tasks: dict, bar) -> None:
+def _write_own(writers: dict, plan: inputs.MergePlan, base: inputs.ModelSource, tasks: dict, bar) -> None:
     "Each task's own (unmerged) tensors into its own file, in chunks of rows."
     for t, m in tasks.items():
         for name in plan.own[t]:
-            for rows in _row_chunks(m.specs[name][1]):
+            for rows in row_chunks(m.specs[name][1]):
                 chunk = m.tensor(name, lambda: base.read(name, rows), rows)
-                writers[t, "own"].write(name, _check_finite(chunk, name, f"task {t!r}"))
+                writers[t, "own"].write(name, check_finite(chunk, name, f"task {t!r}"))
             bar.update()
 
-def _merge_pass(tmp: Path, plan: _MergePlan, base: _ModelSource, tasks: dict, rescale: str, max_shard_size: int,
-                copy_base: bool, progress: bool = True) -> tuple[list[float], dict]:
+def _merge_pass(tmp: Path, plan: inputs.MergePlan, base: inputs.ModelSource, tasks: dict, rescale: str,
+                max_shard_size: int, copy_base: bool, progress: bool = True) -> tuple[list[float], dict]:
     "Stream every tensor once into the bundle's files in `tmp`; return the rescalers and every file's sha256."
-    writers, sums = _open_writers(tmp, plan, base, tasks, max_shard_size, copy_base), _RescalerSums(len(tasks), rescale)
+    writers, sums = _open_writers(tmp, plan, base, tasks, max_shard_size, copy_base), RescalerSums(len(tasks), rescale)
     total = len(plan.merged) + sum(map(len, plan.own.values()))
     with tqdm(total=total, desc="EMR-Merging", unit="tensor", disable=not progress) as bar:
         try:
@@ -157,17 +144,17 @@ def emr_merge(
         raise ValueError(f"rescale must be 'tensor_mean' or 'global', got {rescale!r}")
     max_bytes = size_in_bytes(max_shard_size)
     if out_dir is not None:  # before any model is opened
-        _check_output(out_dir, [pretrained, *finetuned.values()] if isinstance(finetuned, Mapping) else [],
+        check_output(out_dir, [pretrained, *finetuned.values()] if isinstance(finetuned, Mapping) else [],
                       marker="emr.json")
-    base, tasks = _open_inputs(pretrained, finetuned, endpoint, token)
-    plan, reference = _plan_merge(base, tasks, exclude), _base_reference(base)
+    base, tasks = open_inputs(pretrained, finetuned, endpoint, token)
+    plan, reference = plan_merge(base, tasks, exclude), base_reference(base)
     temporary = out_dir is None
     out = Path(tempfile.mkdtemp(prefix="adaptkit-emr-")) / "bundle" if temporary else Path(out_dir)
     def write(tmp):
         rescalers, sha256s = _merge_pass(tmp, plan, base, tasks, rescale, max_bytes, reference is None, progress)
-        _write_record(tmp, _new_record(plan, base, tasks, rescalers, rescale, exclude, reference), base, tasks, sha256s)
+        write_record(tmp, new_record(plan, base, tasks, rescalers, rescale, exclude, reference), base, tasks, sha256s)
         EMRBundle(tmp, endpoint=endpoint, verify=False)._describe(tmp, name=out.name)  # its card and record
-    try: _replace_folder(out, write)
+    try: replace_folder(out, write)
     except BaseException:
         if temporary: shutil.rmtree(out.parent, ignore_errors=True)
         raise
@@ -176,17 +163,10 @@ def emr_merge(
     return bundle
 
 # %% ../../nbs/emr/08_merge.ipynb #2df88425
-def _public_config(source: dict) -> dict:
-    "The configuration for the record and card: a local model path reduced to its folder's name, as a bundle names it."
-    name = lambda ref: Path(ref).expanduser().name if isinstance(ref, str) and Path(ref).expanduser().exists() else ref
-    out = dict(source)
-    if "base_model" in out: out["base_model"] = name(out["base_model"])
-    out["models"] = [{**e, "model": name(e["model"])} if isinstance(e, Mapping) else name(e) for e in out["models"]]
-    return out
-
 def _check_local_models(cfg: MergeConfig):
     "Raise, before anything is read or downloaded, for a model given as a local path that is not there."
     for who, ref in [("base_model", cfg.base), *((f"model of task {t!r}", r) for t, r in cfg.models.items())]:
+        ref = split_revision(ref)[0]  # `repo@revision`: the repo
         path = Path(ref).expanduser()
         if not path.exists() and (looks_like_path(ref) or not is_repo_id(ref)):
             raise FileNotFoundError(f"{who}: no local folder {ref!r} ({path.absolute()}); it is a path, not a Hub repo "
@@ -195,7 +175,7 @@ def _check_local_models(cfg: MergeConfig):
 def _check_config_output(cfg: MergeConfig, out_dir) -> None:
     "Refuse an output folder that cannot be replaced, before any model is read."
     if out_dir is not None:
-        _check_output(out_dir, [cfg.base, *cfg.models.values()],
+        check_output(out_dir, [cfg.base, *cfg.models.values()],
                       marker="emr.json" if cfg.method == EMR.name else METADATA_FILE)
 
 def merge_from_config(
@@ -220,27 +200,26 @@ def merge_from_config(
                          out_dir=out_dir, endpoint=endpoint, token=token, max_shard_size=max_shard_size,
                          progress=progress)
     shared, given = cfg.parameters, {p: v or None for p, v in cfg.settings.items()}
-    return _merge_models(cfg.base, cfg.models, method=cfg.method, weight=given.get("weight"),
+    return merge_models(cfg.base, cfg.models, method=cfg.method, weight=given.get("weight"),
                          density=given.get("density"), gamma=given.get("gamma"), scaling=shared.get("lambda", 1.0),
                          normalize=shared.get("normalize"), rescale=shared.get("rescale", True), seed=seed,
                          dtype=cfg.dtype, exclude=exclude, endpoint=endpoint, token=token, out_dir=out_dir,
-                         max_shard_size=max_shard_size, progress=progress,
-                         recorded={"config": _public_config(cfg.source)})
+                         max_shard_size=max_shard_size, progress=progress)
 
 
 # %% ../../nbs/emr/08_merge.ipynb #2df88430
-def _times_read(cfg: MergeConfig, base: _ModelSource, tasks: dict, names: list) -> dict:
+def _times_read(cfg: MergeConfig, base: inputs.ModelSource, tasks: dict, names: list) -> dict:
     """Tensor name -> how many times the merge reads each chunk of it: once, or for a tensor that a magnitude pruning
     (TIES, breadcrumbs) prunes and that streams in chunks, once per pass of the radix selection of its threshold, then
     once to merge. Every per-model parameter is resolved as the merge resolves it (an error here is the merge's)."""
     if cfg.method == EMR.name: return dict.fromkeys(names, 1)
     m = MERGE_METHODS[cfg.method]
     params = tensor_parameters(m, cfg.settings, list(tasks), names)
-    passes = lambda n: _threshold_passes(m, math.prod(base.specs[n][1]), params[n].get("density", [1.0] * len(tasks)),
+    passes = lambda n: threshold_passes(m, math.prod(base.specs[n][1]), params[n].get("density", [1.0] * len(tasks)),
                                          params[n].get("gamma"))
-    return {n: _merge_reads(base.specs[n][1], passes(n)) for n in names}
+    return {n: merge_reads(base.specs[n][1], passes(n)) for n in names}
 
-def _model_reads(m: _ModelSource, name: str, times: int, chunks: int) -> int:
+def _model_reads(m: inputs.ModelSource, name: str, times: int, chunks: int) -> int:
     """Bytes model `m` reads for tensor `name` read `times` times over in `chunks` chunks: a full model its tensor, a
     LoRA adapter its full tensor (if it has one) and, for every chunk, its whole A and B (`scaling · B A` per chunk)."""
     if m.kind != "lora": return times * nbytes(m.specs[name])
@@ -248,7 +227,7 @@ def _model_reads(m: _ModelSource, name: str, times: int, chunks: int) -> int:
     pair = chunks * sum(nbytes(m.adapter.specs[key]) for key, _ in m.pairs[name].values()) if name in m.pairs else 0
     return times * (full + pair)
 
-def _bytes_read(plan: _MergePlan, base: _ModelSource, tasks: dict, times: dict, chunks) -> int:
+def _bytes_read(plan: inputs.MergePlan, base: inputs.ModelSource, tasks: dict, times: dict, chunks) -> int:
     """Every byte the merge reads from the models' files: each merged tensor `times[name]` times from the base and every
     task, then each task's own tensors once (an adapter's: the base's tensor under its delta), `chunks(shape)` being
     the engine's row chunks."""
@@ -278,24 +257,24 @@ def plan_merge_config(
     cfg = read_merge_config(config)
     _check_local_models(cfg)
     _check_config_output(cfg, out_dir)
-    base, tasks = _open_inputs(cfg.base, cfg.models, endpoint, token)
-    plan = _plan_merge(base, tasks, exclude)
+    base, tasks = open_inputs(cfg.base, cfg.models, endpoint, token)
+    plan = plan_merge(base, tasks, exclude)
     emr, dtype = cfg.method == EMR.name, cfg.dtype and getattr(torch, cfg.dtype)
-    if not emr: _check_complete(base, plan, exclude)
-    merged = {n: (base.specs[n][0] if emr else _out_dtype(base.specs[n][0], dtype), base.specs[n][1])
+    if not emr: check_complete(base, plan, exclude)
+    merged = {n: (base.specs[n][0] if emr else written_dtype(base.specs[n][0], dtype), base.specs[n][1])
               for n in plan.merged}
-    own = {t: {n: (_out_dtype(m.specs[n][0], None if emr else dtype), m.specs[n][1]) for n in plan.own[t]}
+    own = {t: {n: (written_dtype(m.specs[n][0], None if emr else dtype), m.specs[n][1]) for n in plan.own[t]}
            for t, m in tasks.items()}
     times = _times_read(cfg, base, tasks, plan.merged)
-    chunks = _row_chunks if emr else _merge_row_chunks
+    chunks = row_chunks if emr else merge_row_chunks
     read, once = _bytes_read(plan, base, tasks, times, chunks), _bytes_read(plan, base, tasks, dict.fromkeys(times, 1),
                                                                             lambda shape: [None])
     written = sum(map(nbytes, merged.values())) + sum(nbytes(s) for h in own.values() for s in h.values())
     shards = len(shard_split(merged, max_bytes).filename_to_tensors)  # as the writer cuts them
     if emr:  # a 1-bit mask per task, and the base copied unless it is a pulled Hub snapshot
         written += len(tasks) * sum(math.ceil(math.prod(s) / 8) for _, s in merged.values())
-        written += sum(map(nbytes, merged.values())) if _base_reference(base) is None else 0
-    return {"method": cfg.method, "base": _origin_name(base), "models": {t: _origin_name(m) for t, m in tasks.items()},
+        written += sum(map(nbytes, merged.values())) if base_reference(base) is None else 0
+    return {"method": cfg.method, "base": origin_name(base), "models": {t: origin_name(m) for t, m in tasks.items()},
             "output": None if out_dir is None else str(out_dir), "merged_tensors": len(plan.merged),
             "merged_parameters": sum(math.prod(s) for _, s in merged.values()),
             "own_tensors": {t: len(v) for t, v in plan.own.items()}, "shards": shards,

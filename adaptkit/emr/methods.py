@@ -15,10 +15,13 @@ from pathlib import Path
 import torch
 import yaml
 
+from .config import METHOD
+from .inputs import IN_MEMORY, split_revision
+
 # %% auto #0
 __all__ = ['MERGE_METHODS', 'EMR', 'CONFIG_METHODS', 'prune_magnitude', 'prune_random', 'prune_breadcrumbs', 'tensor_generator',
            'sign_agreement', 'combine_weighted', 'MergeMethod', 'merge_tensor', 'tensor_parameters', 'MergeConfig',
-           'read_merge_config']
+           'read_merge_config', 'reproducing_config']
 
 # %% ../../nbs/emr/10_methods.ipynb #770a461e
 def _bits(magnitudes: torch.Tensor) -> torch.Tensor:
@@ -189,6 +192,7 @@ class MergeMethod:
     shared: tuple | None = None  # the shared parameters it reads, when not those its kind implies
     choices: dict = field(default_factory=dict)  # shared parameter -> the values it takes (others: by type)
     keeps_dtype: str | None = None  # why it keeps the base's dtype (a config's `dtype` refused); None: it may cast
+    mergekit: bool = True  # whether mergekit has it by this name (a configuration of it runs in mergekit-yaml too)
 
     @property
     def model_parameters(self) -> tuple:
@@ -207,7 +211,7 @@ MERGE_METHODS = {m.name: m for m in [
     MergeMethod("linear", "a linear combination (model soup)", normalize=True, paper="2203.05482"),
     MergeMethod("task_arithmetic", "task arithmetic", paper="2212.04089"),
     MergeMethod("ties", "TIES", "magnitude", consensus=True, normalize=True, paper="2306.01708"),
-    MergeMethod("magnitude_prune", "magnitude pruning", "magnitude"),
+    MergeMethod("magnitude_prune", "magnitude pruning", "magnitude", mergekit=False),
     MergeMethod("dare_linear", "DARE (linear)", "random", paper="2311.03099"),
     MergeMethod("dare_ties", "DARE-TIES", "random", consensus=True, paper="2311.03099"),
     MergeMethod("breadcrumbs", "Model Breadcrumbs", "breadcrumbs", paper="2312.06795"),
@@ -215,20 +219,44 @@ MERGE_METHODS = {m.name: m for m in [
                 paper="2312.06795"),
 ]}
 # EMR-Merging in a configuration: not a per-tensor method of `merge_tensor`, but described as one (`emr_merge` runs it)
-EMR = MergeMethod("emr", "EMR-Merging", paper="2405.17461", per_model=(), shared=("rescale",),
+EMR = MergeMethod("emr", METHOD.name, paper=METHOD.paper["id"], per_model=(), shared=("rescale",),
                   choices={"rescale": ("tensor_mean", "global")},
-                  keeps_dtype="the unified vector is stored in it")
+                  keeps_dtype="the unified vector is stored in it", mergekit=False)
 CONFIG_METHODS = {**MERGE_METHODS, EMR.name: EMR}  # what a configuration's `merge_method` may name
 
-def _threshold_passes(method: MergeMethod, numel: int, densities: list, gammas: list | None = None,
+def merge_tensor(
+    base: torch.Tensor,  # the base's tensor, float32
+    task_vectors: torch.Tensor,  # the models' task vectors of this tensor stacked on dim 0, float32
+    method: MergeMethod | str,  # a `MergeMethod` or its name in `MERGE_METHODS`
+    weights: list,  # one weight per model
+    densities: list | None = None,  # per model, the fraction pruning keeps (None: 1, nothing pruned)
+    gammas: list | None = None,  # per model, breadcrumbs' fraction of largest magnitudes dropped (None: 0.01)
+    *,
+    normalize: bool | None = None,  # divide by the summed weights (None: the method's default)
+    scaling: float = 1.0,  # λ: the merged task vector's factor (mergekit's `lambda`)
+    rescale: bool = True,  # DARE: divide the survivors by the density
+    generators: list | None = None,  # DARE: one `torch.Generator` per model (see `tensor_generator`)
+) -> torch.Tensor:
+    "One tensor of the merged model: prune each task vector, weight, elect signs or not, combine, scale, add the base."
+    method = MERGE_METHODS[method] if isinstance(method, str) else method
+    merger = TensorMerger(method, base.numel(), weights, densities, gammas, normalize=normalize, scaling=scaling,
+                           rescale=rescale, generators=generators, dtype=task_vectors.dtype)
+    flat = task_vectors.reshape(len(task_vectors), -1).clone()
+    for _ in range(merger.passes):
+        merger.observe(flat)
+        merger.end_pass()
+    return merger.merge(base.reshape(-1), flat).reshape(base.shape)
+
+# %% ../../nbs/emr/10_methods.ipynb #ab635855
+def threshold_passes(method: MergeMethod, numel: int, densities: list, gammas: list | None = None,
                       dtype: torch.dtype = torch.float32) -> int:
-    """How many passes over a tensor's task vectors `_TensorMerger` makes to find its pruning's exact magnitude
+    """How many passes over a tensor's task vectors `TensorMerger` makes to find its pruning's exact magnitude
     thresholds before it merges: one per 16 bits of `dtype` (float32: 2) when a magnitude pruning (TIES, magnitude
     pruning, breadcrumbs) keeps anything of a model at density below 1; else 0."""
     ranks = _rank_ranges(method.prune, numel, densities, gammas or [0.01] * len(densities))
     return dtype.itemsize * 8 // 16 if any(hi > lo for lo, hi in ranks.values()) else 0
 
-class _TensorMerger:
+class TensorMerger:
     """`merge_tensor` of one tensor seen in chunks of rows, in order, bit for bit the same as whole: first `passes`
     passes over every chunk's task vectors (`observe`, then `end_pass`) find magnitude pruning's exact thresholds,
     then `merge` merges each chunk. Every step but those thresholds is entry by entry, and DARE draws each chunk's
@@ -246,7 +274,7 @@ class _TensorMerger:
         self.selects = {i: _RankSelect([lo, hi - 1] if lo > 0 else [hi - 1], dtype)
                         for i, (lo, hi) in ranks.items() if hi > lo}
         self.keeps = {i: _RankKeep(lo, hi, None) for i, (lo, hi) in ranks.items() if hi <= lo}
-        self.ranks, self.passes = ranks, _threshold_passes(method, numel, self.densities, gammas, dtype)
+        self.ranks, self.passes = ranks, threshold_passes(method, numel, self.densities, gammas, dtype)
 
     def observe(self, task_vectors: torch.Tensor):
         "Count the next chunk's task vectors `(models, entries)` in this pass."
@@ -268,30 +296,6 @@ class _TensorMerger:
         merged = combine_weighted(task_vectors.mul_(w), w, self.method.consensus, self.normalize)
         if self.method.name == "linear" and not self.normalize: merged = merged + (sum(self.weights) - 1) * base
         return base + merged * self.scaling if self.scaling != 1 else base + merged
-
-def merge_tensor(
-    base: torch.Tensor,  # the base's tensor, float32
-    task_vectors: torch.Tensor,  # the models' task vectors of this tensor stacked on dim 0, float32
-    method: MergeMethod | str,  # a `MergeMethod` or its name in `MERGE_METHODS`
-    weights: list,  # one weight per model
-    densities: list | None = None,  # per model, the fraction pruning keeps (None: 1, nothing pruned)
-    gammas: list | None = None,  # per model, breadcrumbs' fraction of largest magnitudes dropped (None: 0.01)
-    *,
-    normalize: bool | None = None,  # divide by the summed weights (None: the method's default)
-    scaling: float = 1.0,  # λ: the merged task vector's factor (mergekit's `lambda`)
-    rescale: bool = True,  # DARE: divide the survivors by the density
-    generators: list | None = None,  # DARE: one `torch.Generator` per model (see `tensor_generator`)
-) -> torch.Tensor:
-    "One tensor of the merged model: prune each task vector, weight, elect signs or not, combine, scale, add the base."
-    method = MERGE_METHODS[method] if isinstance(method, str) else method
-    merger = _TensorMerger(method, base.numel(), weights, densities, gammas, normalize=normalize, scaling=scaling,
-                           rescale=rescale, generators=generators, dtype=task_vectors.dtype)
-    flat = task_vectors.reshape(len(task_vectors), -1).clone()
-    for _ in range(merger.passes):
-        merger.observe(flat)
-        merger.end_pass()
-    return merger.merge(base.reshape(-1), flat).reshape(base.shape)
-
 
 # %% ../../nbs/emr/10_methods.ipynb #8c226de3
 _DEFAULTS = {"density": 1.0, "gamma": 0.01}
@@ -417,23 +421,24 @@ def _load(config) -> dict:
     return dict(data)
 
 def _model_ref(ref, where: str) -> str:
-    "A model reference as adaptkit opens it: a path or repo id; mergekit's `+lora` and `@revision` are refused."
+    "A model reference as adaptkit opens it: a path, a repo id or `repo@revision`; mergekit's `+lora` is refused."
     if not isinstance(ref, str) or not ref.strip():
         raise ValueError(f"{where}: a model is a repo id or a local path (a string), got {ref!r}")
     if not Path(ref).expanduser().exists():
         if "+" in ref:
             raise ValueError(f"{where}: {ref!r} applies a LoRA the mergekit way ('model+lora'), which adaptkit does "
                              "not read: list the adapter folder or repo itself; adaptkit applies it to base_model")
-        if "@" in ref:
-            raise ValueError(f"{where}: {ref!r} pins a revision ('repo@revision'), which adaptkit does not read "
-                             "here: download that revision and give its folder")
+        if "@" in ref and split_revision(ref)[1] is None:
+            raise ValueError(f"{where}: {ref!r} pins a revision ('repo@revision') of {ref.rpartition('@')[0]!r}, "
+                             "which is not a repo id")
     return ref
 
 def _task_names(refs: list) -> list:
     "A task name per model: the last part of its path or repo id, made a valid and unique name."
     names = []
     for ref in refs:
-        stem = re.sub(r"[^A-Za-z0-9._-]+|\.\.+", "-", Path(ref.rstrip("/")).name).strip(".-_") or "model"
+        name = Path(split_revision(ref)[0].rstrip("/")).name  # a pinned revision is no part of it
+        stem = re.sub(r"[^A-Za-z0-9._-]+|\.\.+", "-", name).strip(".-_") or "model"
         name, i = stem[:60], 2
         while name in names: name, i = f"{stem[:60]}-{i}", i + 1
         names.append(name)
@@ -537,3 +542,30 @@ def read_merge_config(
                 raise ValueError(f"models[{i}] ({ref}): weight is required by {method} (as in mergekit)")
             if conds: settings[p][name] = conds
     return MergeConfig(method, base, dict(zip(names, [ref for ref, *_ in entries])), settings, shared, dtype, data)
+
+# %% ../../nbs/emr/10_methods.ipynb #163e0ffe
+def _setting(value):
+    "A per-model setting as a configuration writes it: a number, or `{filter, value}` conditions (no `filter: null`)."
+    conds = [{"value": c["value"]} if c["filter"] is None else c for c in _conditions(value, "setting")]
+    return conds[0]["value"] if len(conds) == 1 and "filter" not in conds[0] else conds
+
+def reproducing_config(
+    settings: Mapping,  # a merged model's settings as `merge_models` records them (`MergedModel.settings`)
+    sources: Mapping,  # "base" and each task -> where it came from: `repo_id@commit`, or a local folder's name
+) -> dict | None:
+    """The mergekit-style configuration that runs a recorded merge again, every setting explicit and every Hub model
+    pinned to its commit; None when an input was an in-memory state dict or the method is not one of `MERGE_METHODS`."""
+    tasks, m = list(settings.get("tasks") or []), MERGE_METHODS.get(settings.get("method"))
+    refs = [sources.get(k) for k in ("base", *tasks)]
+    if m is None or not tasks or any(not isinstance(r, str) or r == IN_MEMORY for r in refs): return None
+    def given(p, t):
+        v = settings.get(p)
+        return v.get(t) if isinstance(v, Mapping) else v
+    models = [{"model": sources[t], "parameters": {p: _setting(v) for p in m.model_parameters
+                                                   if (v := given(p, t)) is not None}} for t in tasks]
+    shared = {"normalize": settings.get("normalize", m.normalize)}
+    if m.name != "linear": shared["lambda"] = settings.get("scaling", 1.0)
+    if m.prune == "random": shared["rescale"] = settings.get("rescale", True)
+    out = {"merge_method": m.name, "base_model": sources["base"], "models": models, "parameters": shared}
+    if settings.get("dtype"): out |= {"dtype": "float32", "out_dtype": settings["dtype"]}
+    return out

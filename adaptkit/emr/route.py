@@ -22,7 +22,7 @@ from safetensors.torch import save_file
 
 from .format import BundleError
 from ..hub import sha256_file
-from ..models import _plain_name
+from ..models import plain_name
 from ..tensorfiles import TensorFiles
 
 # %% auto #0
@@ -35,14 +35,6 @@ def _encode(tokenizer, texts: list, max_length: int, model) -> dict:
     batch = tokenizer(texts, padding=True, truncation=True, max_length=max_length, return_tensors="pt")
     takes = inspect.signature(model.forward).parameters
     return {k: v.to(model.device) for k, v in batch.items() if k in takes}
-
-def _texts(texts, what: str) -> list[str]:
-    "`texts` as a list, checked: every item a non-empty string."
-    if isinstance(texts, str): raise TypeError(f"{what}: expected a list of texts, got one string")
-    texts = list(texts)
-    if (bad := next((i for i, t in enumerate(texts) if not (isinstance(t, str) and t)), None)) is not None:
-        raise TypeError(f"{what}: item {bad} is {texts[bad]!r}, expected a non-empty string")
-    return texts
 
 def _check_ids(batch: dict, model, tokenizer) -> None:
     "Raise when the tokenizer gives a token id `model` has no embedding for (another model's tokenizer)."
@@ -69,7 +61,7 @@ def pooled_features(
     batch_size: int = 32,  # texts per forward pass
 ) -> torch.Tensor:
     "One float32 row per text: the mean over its tokens of the backbone's hidden states at `layer`."
-    texts, backbone = _texts(texts, "texts"), model.base_model
+    texts, backbone = text_list(texts, "texts"), model.base_model
     _check_layer(layer, backbone.config.num_hidden_layers + 1)
     backbone.eval()
     rows = [torch.empty(0, backbone.config.hidden_size)]
@@ -81,6 +73,15 @@ def pooled_features(
         mask = mask.unsqueeze(-1).to(hidden.dtype)
         rows.append(((hidden * mask).sum(1) / mask.sum(1).clamp(min=1)).cpu())
     return torch.cat(rows)
+
+# %% ../../nbs/emr/11_route.ipynb #17df4f75
+def text_list(texts, what: str) -> list[str]:
+    "`texts` as a list, checked: every item a non-empty string."
+    if isinstance(texts, str): raise TypeError(f"{what}: expected a list of texts, got one string")
+    texts = list(texts)
+    if (bad := next((i for i, t in enumerate(texts) if not (isinstance(t, str) and t)), None)) is not None:
+        raise TypeError(f"{what}: item {bad} is {texts[bad]!r}, expected a non-empty string")
+    return texts
 
 # %% ../../nbs/emr/11_route.ipynb #e9ec8504
 ROUTER_FILE = "router.safetensors"  # the router's tensors, beside emr.json in the bundle folder
@@ -172,7 +173,7 @@ def _tokenizer_name(tokenizer_or_fingerprint) -> str:
     "A tokenizer for a message: 'the tokenizer NAME' (a Hub snapshot as repo@commit), else 'an in-memory tokenizer'."
     t = tokenizer_or_fingerprint
     name = t.get("name_or_path") if isinstance(t, dict) else getattr(t, "name_or_path", "")
-    return f"the tokenizer {_plain_name(name)!r}" if name else "an in-memory tokenizer"
+    return f"the tokenizer {plain_name(name)!r}" if name else "an in-memory tokenizer"
 
 def tokenizer_fingerprint(
     tokenizer,  # a transformers tokenizer
@@ -180,7 +181,7 @@ def tokenizer_fingerprint(
     "Which tokenizer: its name, its vocabulary's size and the sha256 of its vocabulary (each token and id, sorted)."
     vocab = sorted(tokenizer.get_vocab().items())
     digest = hashlib.sha256(json.dumps(vocab, ensure_ascii=False).encode("utf-8")).hexdigest()
-    return {"name_or_path": _plain_name(tokenizer.name_or_path or ""), "vocab_size": len(vocab),
+    return {"name_or_path": plain_name(tokenizer.name_or_path or ""), "vocab_size": len(vocab),
             "vocab_sha256": digest}
 
 def _is_tokenizer_fingerprint(v) -> bool:
@@ -205,7 +206,7 @@ def check_tokenizer(
                      "again with this one")
 
 # %% ../../nbs/emr/11_route.ipynb #b4e94bc1
-def _check_method(method: str, l2: float):
+def check_router(method: str, l2: float):
     "Raise unless `method` is a router method and `l2` a positive number."
     if method not in ROUTER_METHODS:
         raise ValueError(f"router method {method!r}: expected one of {', '.join(map(repr, ROUTER_METHODS))}")
@@ -238,7 +239,7 @@ def fit(
     tokenizer=None,  # the tokenizer the features were computed with: recorded, and `check_tokenizer` refuses another
 ) -> Router:
     "A router fitted on labelled features: per-task prototypes, or a logistic-regression head."
-    _check_method(method, l2)
+    check_router(method, l2)
     tasks = _check_features(features)
     normed = [F.normalize(features[t].float(), dim=-1) for t in tasks]
     settings = dict(settings or {}) | {"examples": {t: len(f) for t, f in zip(tasks, normed)}}
@@ -372,7 +373,7 @@ class RoutedModel:
         tasks: Sequence[str] | None = None,  # their tasks when known (no routing); default: routed
     ) -> list[RoutedOutput]:
         "Each text's task and its row of that task's model's logits, in the order of `texts`."
-        texts = _texts(texts, "texts")
+        texts = text_list(texts, "texts")
         tasks = self.route(texts) if tasks is None else list(tasks)
         if len(tasks) != len(texts): raise ValueError(f"{len(tasks)} tasks for {len(texts)} texts")
         out = [None] * len(texts)

@@ -25,7 +25,7 @@ _WRITES_AHEAD = 4  # chunks whose output may wait for the writer thread
 
 _MERGE_CHUNK = 1 << 18  # parameters per chunk in the one-model merges (`merge_models`): the same bound
 
-def _row_chunks(shape: tuple, multiple: int = 8, chunk: int | None = None) -> list:
+def row_chunks(shape: tuple, multiple: int = 8, chunk: int | None = None) -> list:
     """Row ranges covering a tensor in chunks of about `chunk` (default `_CHUNK`) parameters; [None]: the whole tensor.
 
     A chunk is a multiple of `multiple` rows: EMR's of 8, so its mask fills whole bytes."""
@@ -34,22 +34,22 @@ def _row_chunks(shape: tuple, multiple: int = 8, chunk: int | None = None) -> li
     rows = max(multiple, chunk // max(1, math.prod(shape[1:])) // multiple * multiple)
     return [(a, min(a + rows, shape[0])) for a in range(0, shape[0], rows)]
 
-def _merge_row_chunks(shape: tuple) -> list:
+def merge_row_chunks(shape: tuple) -> list:
     "Row ranges of a tensor in `merge_models`' chunks: about `_MERGE_CHUNK` parameters, any number of rows."
-    return _row_chunks(shape, 1, _MERGE_CHUNK)
+    return row_chunks(shape, 1, _MERGE_CHUNK)
 
-def _merge_reads(shape: tuple, passes: int) -> int:
+def merge_reads(shape: tuple, passes: int) -> int:
     """How many times `merge_models` reads each chunk of a tensor of `shape` whose pruning finds its magnitude
     thresholds in `passes` passes (TIES, breadcrumbs: 2; see `adaptkit.emr.methods`): once per pass, then once to
     merge, when the tensor streams in several chunks; once when it fits one (its thresholds come from that read)."""
-    return passes + 1 if len(_merge_row_chunks(shape)) > 1 else 1
+    return passes + 1 if len(merge_row_chunks(shape)) > 1 else 1
 
-def _chunk_numel(shape: tuple, rows: tuple | None) -> int:
+def chunk_numel(shape: tuple, rows: tuple | None) -> int:
     return math.prod(shape) if rows is None else (rows[1] - rows[0]) * math.prod(shape[1:])
 
 
 # %% ../../nbs/emr/05_stream.ipynb #5cafb01e
-class _ChunkReader:
+class ChunkReader:
     "Chunk k of every model stored in files, read in a thread into buffer set k % sets, `_READS_AHEAD` chunks ahead."
     def __init__(self, models: list, items: list, merged: list, size: int):
         # one buffer set being computed, the others read
@@ -79,7 +79,7 @@ class _ChunkReader:
         for m in self.models:
             if m.files: m.files.close()
 
-class _BackgroundWriter:
+class BackgroundWriter:
     "Writes (writer, tensor name, chunk) jobs in a thread, in submission order, with at most `_WRITES_AHEAD` waiting."
     def __init__(self): self.pool, self.pending = ThreadPoolExecutor(1), deque()
 

@@ -234,16 +234,16 @@ def same_bits(a, b):
                                           ((5, 3), torch.float16), ((7,), torch.float64), ((), torch.float32),
                                           ((1,), torch.float32), ((73,), torch.float32), ((0, 4), torch.float32)])
 def test_expand_equals_the_whole_tensor_formula_bit_for_bit(monkeypatch, shape, dtype):
-    import adaptkit.emr.bundle as emr_bundle
+    import adaptkit.emr.artifact as emr_artifact
     from adaptkit.emr import pack_mask
     g = torch.Generator().manual_seed(1)
     b, u = torch.randn(shape, generator=g).to(dtype), torch.randn(shape, generator=g).to(dtype)
     keep = torch.rand(shape, generator=g) > 0.5
     whole = torch.addcmul(b.float(), u.float(), keep.float(), value=0.37).to(dtype)  # float32, then the tensor's dtype
     for chunk in (72, 1 << 16):
-        monkeypatch.setattr(emr_bundle, "_EXPAND_CHUNK", chunk)
-        assert same_bits(emr_bundle._expand(b, u, pack_mask(keep), 0.37), whole), chunk
-    known = emr_bundle._expand(
+        monkeypatch.setattr(emr_artifact, "_EXPAND_CHUNK", chunk)
+        assert same_bits(emr_artifact._expand(b, u, pack_mask(keep), 0.37), whole), chunk
+    known = emr_artifact._expand(
         torch.tensor([1.0, 2.0, 3.0]),
         torch.tensor([10.0, -10.0, 4.0]),
         pack_mask(torch.tensor([True, False, True])),
@@ -254,8 +254,8 @@ def test_expand_equals_the_whole_tensor_formula_bit_for_bit(monkeypatch, shape, 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_a_lazily_loaded_task_model_equals_the_whole_tensor_formula_bit_for_bit(tmp_path, monkeypatch, dtype):
-    import adaptkit.emr.bundle as emr_bundle
-    monkeypatch.setattr(emr_bundle, "_EXPAND_CHUNK", 72)  # many steps per tensor, the last ones partial
+    import adaptkit.emr.artifact as emr_artifact
+    monkeypatch.setattr(emr_artifact, "_EXPAND_CHUNK", 72)  # many steps per tensor, the last ones partial
     base = classifier(dtype=dtype)
     tasks = {}
     for i in range(3):
@@ -274,7 +274,7 @@ def test_a_lazily_loaded_task_model_equals_the_whole_tensor_formula_bit_for_bit(
 
 
 def test_a_tensor_that_fails_while_loading_is_named(tmp_path, monkeypatch):
-    import adaptkit.emr.bundle as emr_bundle
+    import adaptkit.emr.artifact as emr_artifact
     bundle = emr_merge(
         classifier(),
         {f"t{i}": classifier(2, seed=i + 1) for i in range(2)},
@@ -282,7 +282,7 @@ def test_a_tensor_that_fails_while_loading_is_named(tmp_path, monkeypatch):
         progress=False,
     )
     def broken(*a): raise OSError("disk gone")
-    monkeypatch.setattr(emr_bundle, "_expand", broken)
+    monkeypatch.setattr(emr_artifact, "_expand", broken)
     for load in (bundle.load_task_model, bundle.task_state_dict):
         with pytest.raises(OSError, match="disk gone") as e:
             load("t1")
@@ -441,7 +441,7 @@ def test_a_task_model_needs_a_config_naming_an_architecture(tmp_path):
 
 
 def test_a_task_model_written_once_loads_as_a_plain_checkpoint_and_is_reused(tmp_path, monkeypatch):
-    import adaptkit.emr.bundle as emr_bundle
+    import adaptkit.emr.artifact as emr_artifact
     tasks = models(tmp_path, 3)
     bundle = emr_merge(tmp_path / "base", tasks, out_dir=tmp_path / "bundle", progress=False)
     want = whole_tensor_formula(bundle, "t1")
@@ -458,7 +458,7 @@ def test_a_task_model_written_once_loads_as_a_plain_checkpoint_and_is_reused(tmp
         and json.loads((folder / "adaptkit.json").read_text())["emr_task"]["task"] == "t1"
     )
     assert [n for n, v in cached.state_dict().items() if not same_bits(v, want[n])] == []
-    monkeypatch.setattr(emr_bundle, "_expand", lambda *a: pytest.fail("a cached task model was computed again"))
+    monkeypatch.setattr(emr_artifact, "_expand", lambda *a: pytest.fail("a cached task model was computed again"))
     again = bundle.load_task_model("t1", cache_dir=tmp_path / "cache")
     assert [n for n, v in again.state_dict().items() if not same_bits(v, want[n])] == []
     monkeypatch.undo()
@@ -472,15 +472,15 @@ def test_a_task_model_written_once_loads_as_a_plain_checkpoint_and_is_reused(tmp
 
 
 def test_a_task_model_save_that_fails_leaves_nothing(tmp_path, monkeypatch):
-    import adaptkit.emr.bundle as emr_bundle
+    import adaptkit.emr.artifact as emr_artifact
     bundle = small_bundle(tmp_path)
     calls = []
-    real = emr_bundle._expand
+    real = emr_artifact._expand
     def fail_second(*a):
         calls.append(1)
         if len(calls) == 2: raise OSError("disk gone")
         return real(*a)
-    monkeypatch.setattr(emr_bundle, "_expand", fail_second)
+    monkeypatch.setattr(emr_artifact, "_expand", fail_second)
     with pytest.raises(OSError, match="disk gone") as e:
         bundle.save_task_model("t0", tmp_path / "t0")
     assert e.value.__notes__ == ["while computing tensor 'b' of task 't0'"]

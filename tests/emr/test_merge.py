@@ -255,12 +255,12 @@ def test_errors_name_the_problem(tmp_path):
 CHILD = """
 import sys, time, torch
 import adaptkit.emr.merge as emr
-real, n = emr._elect_in_place, [0]
+real, n = emr.elect_in_place, [0]
 def slow(*args):
     n[0] += 1
     if n[0] == 3: print("halfway", flush=True); time.sleep(60)
     return real(*args)
-emr._elect_in_place = slow
+emr.elect_in_place = slow
 root = sys.argv[1]
 emr.emr_merge(root + "/base", {"a": root + "/ft0", "b": root + "/ft1"}, out_dir=root + "/bundle", progress=False)
 """
@@ -605,8 +605,8 @@ def test_chunked_merge_writes_the_same_bytes_as_a_whole_tensor_merge(monkeypatch
     }
     whole = emr_merge(pre, ft, progress=False)
     monkeypatch.setattr(stream, "_CHUNK", 16)
-    assert stream._row_chunks((43, 5)) == [(0, 8), (8, 16), (16, 24), (24, 32), (32, 40), (40, 43)]
-    assert stream._row_chunks((3,)) == [None] and stream._row_chunks(()) == [None]
+    assert stream.row_chunks((43, 5)) == [(0, 8), (8, 16), (16, 24), (24, 32), (32, 40), (40, 43)]
+    assert stream.row_chunks((3,)) == [None] and stream.row_chunks(()) == [None]
     chunked = emr_merge(pre, ft, progress=False)
     assert chunked.rescalers == pytest.approx(whole.rescalers, rel=1e-6)
     for sub in ("unified/model.safetensors", "tasks/t1/mask.safetensors", "base/model.safetensors"):
@@ -652,24 +652,24 @@ C = stream._CHUNK
 
 
 def test_row_chunks_at_and_past_the_chunk_size():
-    assert stream._row_chunks(()) == [None] and stream._row_chunks((C,)) == [None]
-    assert stream._row_chunks((C // 8, 8)) == [None]
-    assert stream._row_chunks((2 * C + 5,)) == [(0, C), (C, 2 * C), (2 * C, 2 * C + 5)]  # 1-D: rows are parameters
-    assert stream._row_chunks((100, 3000)) == [(0, 80), (80, 100)]  # C // 3000 = 87 rows, down to a multiple of 8
-    assert stream._row_chunks((20, 2 ** 16)) == [(0, 8), (8, 16), (16, 20)]  # at least 8 rows (whole mask bytes)
-    assert stream._row_chunks((3, C)) == [(0, 3)]
+    assert stream.row_chunks(()) == [None] and stream.row_chunks((C,)) == [None]
+    assert stream.row_chunks((C // 8, 8)) == [None]
+    assert stream.row_chunks((2 * C + 5,)) == [(0, C), (C, 2 * C), (2 * C, 2 * C + 5)]  # 1-D: rows are parameters
+    assert stream.row_chunks((100, 3000)) == [(0, 80), (80, 100)]  # C // 3000 = 87 rows, down to a multiple of 8
+    assert stream.row_chunks((20, 2 ** 16)) == [(0, 8), (8, 16), (16, 20)]  # at least 8 rows (whole mask bytes)
+    assert stream.row_chunks((3, C)) == [(0, 3)]
 
 
 def test_chunk_numel():
-    assert stream._chunk_numel((4, 5, 6), None) == 120 and stream._chunk_numel((4, 5, 6), (1, 3)) == 60
-    assert stream._chunk_numel((), None) == 1 and stream._chunk_numel((7,), (2, 7)) == 5
+    assert stream.chunk_numel((4, 5, 6), None) == 120 and stream.chunk_numel((4, 5, 6), (1, 3)) == 60
+    assert stream.chunk_numel((), None) == 1 and stream.chunk_numel((7,), (2, 7)) == 5
 
 
 def _elect(taus):
     "The `add` inputs for task vectors `taus` (tasks, n), as the merge makes them."
     flat = taus.clone().float()
     mask_values = torch.empty_like(flat)
-    _, magnitude = elect._elect_in_place(flat, torch.empty(flat.shape[1]), mask_values)
+    _, magnitude = elect.elect_in_place(flat, torch.empty(flat.shape[1]), mask_values)
     return flat, magnitude, mask_values
 
 
@@ -679,37 +679,37 @@ ELECT_TAUS = torch.tensor([[1.0, -2.0, 3.0, 0.5], [2.0, 1.0, -1.0, 0.0]])
 
 
 def test_rescaler_sums_whole_tensor_chunks_and_modes():
-    whole = elect._RescalerSums(2, "tensor_mean")
+    whole = elect.RescalerSums(2, "tensor_mean")
     assert whole.add(*_elect(ELECT_TAUS), numel=4)
     assert whole.abs_task_vectors.dtype == torch.float32 and whole.values() == pytest.approx(
         [6.5 / 7.5, 4 / 2], rel=1e-6
     )
     assert whole.abs_task_vectors.tolist() == [6.5 / 4, 4 / 4] and whole.abs_masked_unified.tolist() == [7.5 / 4, 2 / 4]
-    chunked = elect._RescalerSums(2, "tensor_mean")  # the same tensor in two chunks: the same per-tensor means
+    chunked = elect.RescalerSums(2, "tensor_mean")  # the same tensor in two chunks: the same per-tensor means
     assert chunked.add(*_elect(ELECT_TAUS[:, :2]), numel=4) and chunked.add(*_elect(ELECT_TAUS[:, 2:]), numel=4)
     assert chunked.abs_task_vectors.tolist() == [6.5 / 4, 4 / 4] and chunked.abs_masked_unified.tolist() == [
         7.5 / 4,
         0.5,
     ]
-    glob = elect._RescalerSums(2, "global")  # global: plain sums, in float64
+    glob = elect.RescalerSums(2, "global")  # global: plain sums, in float64
     assert glob.add(*_elect(ELECT_TAUS), numel=4) and glob.abs_task_vectors.dtype == torch.float64
     assert glob.abs_task_vectors.tolist() == [6.5, 4.0] and glob.abs_masked_unified.tolist() == [7.5, 2.0]
     assert glob.add(*_elect(ELECT_TAUS), numel=4) and glob.abs_task_vectors.tolist() == [13.0, 8.0]  # sums accumulate
 
 
 def test_rescaler_sums_of_nothing_and_of_non_finite_input():
-    sums = elect._RescalerSums(2, "tensor_mean")
+    sums = elect.RescalerSums(2, "tensor_mean")
     assert sums.add(torch.empty(2, 0), torch.empty(0), torch.empty(2, 0), numel=0)  # an empty tensor changes nothing
     assert sums.abs_task_vectors.tolist() == [0.0, 0.0] and sums.values() == [1.0, 1.0]
     assert not sums.add(*_elect(torch.tensor([[math.inf, 1.0], [1.0, 1.0]])), numel=2)
-    only_den = elect._RescalerSums(2, "global")
+    only_den = elect.RescalerSums(2, "global")
     assert not only_den.add(
         torch.tensor([[1.0], [1.0]]), torch.tensor([math.nan]), torch.tensor([[1.0], [1.0]]), numel=1
     )
 
 
 def test_a_task_with_no_masked_unified_mass_gets_rescaler_one_and_others_their_ratio():
-    sums = elect._RescalerSums(2, "global")
+    sums = elect.RescalerSums(2, "global")
     sums.abs_task_vectors, sums.abs_masked_unified = torch.tensor([3.0, 5.0], dtype=torch.float64), torch.tensor(
         [0.0, 2.0], dtype=torch.float64)
     assert sums.values() == [1.0, 2.5]

@@ -64,11 +64,11 @@ def test_a_local_merge_loads_no_model_machinery_and_the_card_alone_the_http_clie
     "The merge streams with none of them; the card (jinja2, huggingface_hub's repocard) is written after the tensors."
     out = tmp_path / "out"
     stages = imported_after(
-        "import adaptkit.emr.merge as m\nimport adaptkit.emr.artifact as a, adaptkit.emr.bundle as b\n"
+        "import adaptkit.emr.merge as m\nimport adaptkit.emr.artifact as a\n"
         "def before_card(render):  # the tensors are written when the card is rendered\n"
         "    def wrapped(*args, **kw): seen('tensors'); return render(*args, **kw)\n"
         "    return wrapped\n"
-        "for cls in (a.MergedModel, b.EMRBundle): cls.model_card = before_card(cls.model_card)\n"
+        "for cls in (a.MergedModel, a.EMRBundle): cls.model_card = before_card(cls.model_card)\n"
         f"m.merge_from_config({merge_config(models, method)!r}, {str(out)!r}, max_shard_size='5KB', progress=False)\n"
         "seen('merged')\n")
     assert stages["tensors"] == [], stages

@@ -247,7 +247,8 @@ def test_merge_from_config_saves_a_merged_model_with_its_config(models, tmp_path
     (tmp_path / "merge.yml").write_text(yaml.safe_dump(cfg))
     merged = merge_from_config(tmp_path / "merge.yml", tmp_path / "out", progress=False)
     again = MergedModel.from_pretrained(tmp_path / "out")
-    assert again.tasks == ["ft0", "ft1", "ft2"] and again.settings["config"]["base_model"] == "base"
+    assert again.tasks == ["ft0", "ft1", "ft2"]
+    assert "\nbase_model: base\n" in (tmp_path / "out" / "README.md").read_text()  # the card's configuration
     assert str(models) not in (tmp_path / "out" / "adaptkit.json").read_text()  # local paths reduced to names
     assert again.settings["density"] == {t: [{"filter": "mlp", "value": 0.3}, {"filter": None, "value": 0.6}]
                                          for t in again.tasks}

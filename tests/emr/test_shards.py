@@ -398,8 +398,8 @@ def test_merges_in_chunks_of_rows_equal_the_whole_tensor_merge(tmp_path, monkeyp
     tasks = {t: folders[t] for t in ("ft0", "ft1", "ft2")}
     whole = merge_models(folders["base"], tasks, method=method, progress=False, **kw).state_dict
     monkeypatch.setattr(stream, "_MERGE_CHUNK", 16)
-    assert stream._merge_row_chunks((43, 5))[-2:] == [(39, 42), (42, 43)]
-    assert stream._merge_row_chunks((30,)) == [(0, 16), (16, 30)] and stream._merge_row_chunks(()) == [None]
+    assert stream.merge_row_chunks((43, 5))[-2:] == [(39, 42), (42, 43)]
+    assert stream.merge_row_chunks((30,)) == [(0, 16), (16, 30)] and stream.merge_row_chunks(()) == [None]
     chunked = merge_models(folders["base"], tasks, method=method, progress=False, **kw).state_dict
     streamed = merge_models(folders["base"], tasks, method=method, out_dir=tmp_path / "out", max_shard_size=500,
                             progress=False, **kw).state_dict
