@@ -833,6 +833,30 @@ def _lfs_verify(self: HubHandler, ns, name, t="model"):
         raise HubError(404, f"LFS object {oid[:64]} with {size} bytes is not stored")
     self._send(200, {"oid": oid, "size": size})
 
+# %% ../../nbs/localhub/03_http.ipynb #e4a7b0c3
+@route("POST", _R + r"/lfs-files/duplicate", "w")
+def _duplicate(self: HubHandler, t, ns, name):
+    "Make Xet files of this repo available to a commit to `target` (`copy_files`); those that are not its: `failed`."
+    meta, body, store = self._repo(t, ns, name), self._json(), self.server.store
+    self._gate(meta)
+    target = field(body, "target", dict)
+    typ, dest_id = _repo_type(target), check_repo_id(field(target, "name", str, what="field 'target'"))
+    dest = store.repo(typ, dest_id)
+    if dest is None or (dest["private"] and not self.verified):
+        raise HubError(404, f"Repository Not Found: the target {typ} repo {dest_id} does not exist", "RepoNotFound")
+    store.writable(dest["type"], dest["id"])  # a mirror's copy is read-only
+    held, failed = store.xet_files(meta["type"], meta["id"], fresh=True), []
+    for n, f in enumerate(field(body, "files", list)):
+        what = f"files[{n}] of the request body"
+        if not isinstance(f, dict): raise HubError(400, f"{what} must be an object")
+        sha, xet = field(f, "sha256", str, what=what), field(f, "xetHash", str, what=what)
+        e = store.lfs_entry(sha) if re.fullmatch(r"[0-9a-f]{64}", sha) else None
+        if e is None or e.get("xet") != xet or xet not in held:
+            failed.append({"sha256": sha[:64], "error": f"{str(f.get('filename'))[:200]} (Xet hash {xet[:64]}) is not "
+                                                        f"a Xet file of the {meta['type']} repo {meta['id']}"})
+    self._send(200, {"failed": failed})
+
+
 # %% ../../nbs/localhub/03_http.ipynb #02237aa3
 def _b64(obj) -> str: return base64.urlsafe_b64encode(json.dumps(obj).encode()).rstrip(b"=").decode()
 def _unb64(text: str): return json.loads(base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)))

@@ -354,3 +354,39 @@ def test_outside_check_a_24_mib_binary_as_a_user_pushes_it(random_bytes, tmp_pat
         assert Path(out.stdout.strip().splitlines()[-1]).read_bytes() == data
         assert _hit(hub, "GET", "/user/big/resolve/main/weights.bin", 200) == 1  # the plain bytes, from resolve
 
+
+def test_copy_files_between_repos_with_the_stock_client(xhub, folder, raw, tmp_path):
+    """Issue 47, item 3. Before, `copy_files` between repos got a 404 from `lfs-files/duplicate`. Now the stock client
+    copies a folder from one repo to another (its Xet files by reference, its regular files by content), and the
+    route keeps the repos' rules: a write (the token), a source the caller may read, a target that exists, and only
+    Xet files the source names."""
+    api = HfApi(endpoint=xhub.endpoint, token=TOKEN)
+    api.create_repo("team/src", private=True)
+    api.upload_folder(folder_path=folder, repo_id="team/src")
+    api.create_repo("team/dst")
+    stored = _stored(xhub)
+    api.copy_files("hf://team/src/", "hf://team/dst/")
+    assert _hit(xhub, "POST", "/api/models/team/src/lfs-files/duplicate", 200) == 1
+    assert _stored(xhub) == stored  # nothing copied: the Xet store is shared
+    got = Path(snapshot_download("team/dst", endpoint=xhub.endpoint, token=TOKEN, cache_dir=tmp_path / "c"))
+    for p in ("model.safetensors", "config.json", "extra/head.bin"):
+        assert (got / p).read_bytes() == (folder / p).read_bytes(), p
+    info = {f.path: f for f in api.get_paths_info("team/dst", ["model.safetensors", "config.json"])}
+    assert info["model.safetensors"].xet_hash and info["config.json"].lfs is None
+    src_file = api.get_paths_info("team/src", ["model.safetensors"])[0]
+    url, body = f"{xhub.endpoint}/api/models/team/src/lfs-files/duplicate", {
+        "target": {"type": "model", "name": "team/dst"},
+        "files": [{"xetHash": src_file.xet_hash, "sha256": src_file.lfs.sha256, "filename": "model.safetensors"}]}
+    ask = lambda b, auth=TOKEN, u=url: raw("POST", u, json.dumps(b).encode(), {
+        "Content-Type": "application/json", **({"Authorization": f"Bearer {auth}"} if auth else {})})
+    assert ask(body)[0] == 200 and json.loads(ask(body)[2]) == {"failed": []}
+    assert ask(body, auth=None)[0] == 401  # a write: the hub's token
+    assert ask(body, u=url.replace("team/src", "team/none"))[0] == 404
+    assert ask({**body, "target": {"type": "model", "name": "team/none"}})[0] == 404
+    api.create_repo("team/other")
+    api.upload_file(path_or_fileobj=b"\0" + bytes(range(256)) * 2000, path_in_repo="o.bin", repo_id="team/other")
+    other = api.get_paths_info("team/other", ["o.bin"])[0]
+    status, _, answer = ask({**body, "files": [{"xetHash": other.xet_hash, "sha256": other.lfs.sha256,
+                                                "filename": "o.bin"}]})  # held by the store, but not team/src's
+    assert status == 200 and "o.bin" in json.loads(answer)["failed"][0]["error"], answer
+    assert "is not a Xet file of the model repo team/src" in json.loads(answer)["failed"][0]["error"]
