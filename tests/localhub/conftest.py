@@ -1,14 +1,12 @@
 """What every LocalHub test shares: no telemetry and no progress bars, a Hub cache and an hf_xet cache of the test's own
-(so no download is served from another test's files), a hub and a client that use the test module's `TOKEN` when it
-has one, raw requests (`raw`) and random bytes (`random_bytes`)."""
+(so no download is served from another test's files), a client for the `hub` fixture (tests/conftest.py) with the test
+module's `TOKEN` when it has one, raw requests (`raw`) and random bytes (`random_bytes`)."""
 import urllib.error
 import urllib.request
 
 import numpy as np
 import pytest
 from huggingface_hub import HfApi, constants
-
-from adaptkit.localhub.server import LocalHub
 
 
 @pytest.fixture(autouse=True)
@@ -38,13 +36,6 @@ def raw():
 def random_bytes():
     "`random_bytes(n, seed=0)`: n bytes drawn from a seeded generator (the same bytes for the same seed)."
     return lambda n, seed=0: np.random.default_rng(seed).integers(0, 256, n, dtype=np.uint8).tobytes()
-
-
-@pytest.fixture
-def hub(tmp_path, request):
-    "A LocalHub in the test's temp folder, guarded by the module's `TOKEN` (none if the module has no TOKEN)."
-    with LocalHub(tmp_path / "hub", token=getattr(request.module, "TOKEN", None)) as h:
-        yield h
 
 
 @pytest.fixture

@@ -20,10 +20,10 @@ HALF = b"GET /api/models HTTP/1.1\r\nHost: 127"  # a request cut inside its head
 
 
 @pytest.fixture
-def hub(tmp_path):
-    with LocalHub(tmp_path / "hub", token=TOKEN) as h:
-        HfApi(endpoint=h.endpoint, token=TOKEN).create_repo("team/g")
-        yield h
+def hub(hub):
+    "The `hub` fixture (tests/conftest.py, guarded by `TOKEN`), holding the public repo team/g."
+    HfApi(endpoint=hub.endpoint, token=TOKEN).create_repo("team/g")
+    return hub
 
 
 def _connect(hub, data=b""):

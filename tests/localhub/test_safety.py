@@ -398,10 +398,10 @@ def test_token_from_file_and_environment(tmp_path):
 # --- LocalHub: token file, store, wire and HTTP checks ------------------------------------------------------------
 
 @pytest.fixture
-def hub(tmp_path):
-    with LocalHub(tmp_path / "guarded-hub", token=TOKEN) as h:
-        HfApi(endpoint=h.endpoint, token=TOKEN).create_repo("team/g")
-        yield h
+def hub(hub):
+    "The `hub` fixture (tests/conftest.py, guarded by `TOKEN`), holding the public repo team/g."
+    HfApi(endpoint=hub.endpoint, token=TOKEN).create_repo("team/g")
+    return hub
 
 
 def test_an_empty_token_file_is_named(tmp_path, caplog):
