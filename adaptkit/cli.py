@@ -398,7 +398,8 @@ class ServeArguments:
     token_file: str | None = field(default=None, metadata={"help": "Read the bearer token from this file instead."})
     allowed_hosts: list[str] = field(
         default_factory=list,
-        metadata={"help": "Host names served besides the bound address and loopback names (others get 421)."},
+        metadata={"help": "Hosts served besides the bound address and loopback names: a name (on the bound port) or "
+                          "name:port, the port clients use through a port forward or reverse proxy (others get 421)."},
     )
     upstream: str | None = field(
         default=None,

@@ -142,10 +142,11 @@ def token():
 
 @pytest.fixture
 def hub(tmp_path, request):
-    """A LocalHub on loopback with its data in the test's temp folder; guarded by `TOKEN` (read it as `hub.token`)
-    where the test module sets `GUARDED = True`, else open."""
+    """A LocalHub on loopback with its data in the test's temp folder (`tmp_path / "hub"`): guarded by the test
+    module's `TOKEN` where the module sets one (read it as `hub.token`), else open. A module that needs a repo in it
+    overrides the fixture with one that takes this `hub` and adds the repo."""
     from adaptkit.localhub.server import LocalHub
-    with LocalHub(tmp_path / "hub", token=TOKEN if getattr(request.module, "GUARDED", False) else None) as h:
+    with LocalHub(tmp_path / "hub", token=getattr(request.module, "TOKEN", None)) as h:
         yield h
 
 

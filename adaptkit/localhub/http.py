@@ -4,8 +4,8 @@
 
 # %% auto #0
 __all__ = ['MAX_JSON', 'MAX_DRAIN', 'CLOSE', 'REPO_TYPES', 'URL_PREFIXES', 'LOOPBACK_NAMES', 'JSON_TYPES', 'XET_TOKEN_LIFE',
-           'XET_FETCH_LIFE', 'MAX_SHARD', 'ROUTES', 'NO_PRIVATE', 'NO_GATED', 'PAGE', 'match_route', 'HubHandler',
-           'XetGrant', 'make_xet_token', 'check_xet_token', 'HubServer', 'HubServer6']
+           'XET_FETCH_LIFE', 'MAX_SHARD', 'ROUTES', 'NO_PRIVATE', 'NO_GATED', 'PAGE', 'Route', 'route', 'match_route',
+           'HubHandler', 'XetGrant', 'make_xet_token', 'check_xet_token', 'HubServer', 'hosts_served', 'HubServer6']
 
 # %% ../../nbs/localhub/03_http.ipynb #e6280e24
 import base64
@@ -15,9 +15,13 @@ import json
 import logging
 import re
 import secrets
+import shutil
 import socket
 import threading
 import time
+from collections import Counter
+from collections.abc import Callable
+from contextlib import contextmanager
 from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import NamedTuple
@@ -30,6 +34,7 @@ from adaptkit.localhub.storage import (
     REPO_NOT_FOUND,
     USER,
     HubError,
+    RepoStore,
     YamlError,
     check_path,
     check_repo_id,
@@ -78,65 +83,52 @@ XET_FETCH_LIFE = 600  # seconds a signed xorb fetch URL is good for (its repo is
 MAX_SHARD = 64 << 20  # bytes: the largest shard accepted
 
 # %% ../../nbs/localhub/03_http.ipynb #89e9d29f
-_R = r"/api/(?P<t>models|datasets|spaces)/(?P<ns>[^/]+)/(?P<name>[^/]+)"  # an API repo
-_F = r"/(?:(?P<t>datasets|spaces)/)?(?P<ns>[^/]+)/(?P<name>[^/]+?)"  # a repo's web path (models have no prefix)
-_CAS = r"/xet/(?P<cas>[0-9a-f]{16})"  # Xet's CAS: named by the store's own id (`casUrl`)
-ROUTES = [(m, re.compile(p), h, k) for m, p, h, k in [
-    ("GET", r"/api/whoami-v2", "whoami", "r"),
-    ("GET", r"/api/agent-harnesses", "harnesses", "r"),
-    ("GET POST", r"/api/telemetry(?:/.*)?", "telemetry", "r"),
-    ("POST", r"/api/validate-yaml", "validate_yaml", "r"),  # the Hub answers it without a token
-    ("POST", r"/api/repos/create", "create_repo", "w"),
-    ("POST DELETE", r"/api/repos/delete", "delete_repo", "w"),
-    ("POST", r"/api/repos/move", "move_repo", "w"),
-    ("GET", r"/api/(?P<t>models|datasets|spaces)", "list_repos", "r"),
-    ("GET", _R + r"(?:/revision/(?P<rev>[^/]+))?", "info", "r"),
-    ("GET", _R + r"/tree/(?P<rev>[^/]+)(?:/(?P<path>.*))?", "tree", "r"),  # olah asks for `tree/{rev}/`
-    ("POST", _R + r"/paths-info/(?P<rev>[^/]+)", "paths_info", "r"),
-    ("GET", _R + r"/refs", "refs", "r"),
-    ("GET", _R + r"/commits/(?P<rev>[^/]+)", "commits", "r"),
-    ("POST", _R + r"/preupload/(?P<rev>[^/]+)", "preupload", "w"),
-    ("POST", _R + r"/commit/(?P<rev>[^/]+)", "commit", "w"),
-    ("PUT", _R + r"/settings", "settings", "w"),
-    ("POST DELETE", _R + r"/branch/(?P<ref>[^/]+)", "branch", "w"),
-    ("POST DELETE", _R + r"/tag/(?P<ref>[^/]+)", "tag", "w"),
-    ("GET POST", _R + r"/discussions", "discussions", "w"),  # GET reads: `w` only asks a token of writes
-    ("GET", _R + r"/discussions/(?P<num>[0-9]{1,9})", "discussion", "r"),
-    ("POST", _R + r"/discussions/(?P<num>[0-9]{1,9})/(?P<action>comment|status|title|merge)", "discuss", "w"),
-    ("POST", _R + r"/discussions/(?P<num>[0-9]{1,9})/comment/(?P<cid>[0-9a-f]{1,64})/(?P<action>edit|hide)",
-     "edit_comment", "w"),
-    ("GET", _R + r"/xet-(?P<mode>read|write)-token/(?P<rev>[^/]+)", "xet_token", "r"),  # checked by its handler
-    # Xet's CAS (`casUrl` is the hub itself): `x` rows need a Xet access token, `s` rows carry their own signature
-    ("GET", _CAS + r"/v1/chunks/(?:default|default-merkledb)/(?P<h>[0-9a-f]{64})", "cas_chunk", "x"),
-    ("POST", _CAS + r"/v1/xorbs/default/(?P<h>[0-9a-f]{64})", "cas_xorb", "x"),
-    ("POST", _CAS + r"/v1/shards", "cas_shard", "x"),
-    ("GET", _CAS + r"/v(?P<v>[12])/reconstructions/(?P<h>[0-9a-f]{64})", "cas_reconstruction", "x"),
-    ("POST", _CAS + r"/(?:v1/xorb-grants(?:/.*)?|v2/shards)", "cas_unserved", "x"),  # 404: the client uses v1
-    ("POST", rf"(?:{_CAS})?/v1/telemetry", "cas_telemetry", "s"),  # hf_xet may post it to the hub's root
-    ("GET", _CAS + r"/xorbs/(?P<h>[0-9a-f]{64})", "cas_fetch", "s"),
-    ("GET", _F + r"/resolve/(?P<rev>[^/]+)/(?P<path>.+)", "resolve", "r"),
-    ("POST", _F + r"\.git/info/lfs/objects/batch", "lfs_batch", "w"),
-    ("PUT", _F + r"\.git/info/lfs/objects/(?P<oid>[0-9a-f]{64})", "lfs_upload", "r"),  # authorised by its signature
-    ("POST", _F + r"\.git/info/lfs/verify", "lfs_verify", "w"),
-    # a repo id without a namespace (`gpt2`-style): LocalHub has none, so these are 404 `RepoNotFound`
-    ("GET POST PUT DELETE", r"/api/(?P<t>models|datasets|spaces)/(?P<name>[^/]+)(?:/(?:revision|tree|paths-info|refs"
-     r"|commits|preupload|commit|settings|branch|tag|discussions|xet-[^/]+)(?:/.*)?)?", "no_repo", "r"),
-    ("GET", r"/(?P<name>[^/]+)/resolve/.+", "no_repo", "r")]]
+class Route(NamedTuple):
+    "One route: the methods and path it serves, the handler that answers, and what it asks of a request."
+    methods: tuple  # the HTTP methods served ("HEAD" is served wherever "GET" is)
+    pattern: re.Pattern  # matched against the whole raw path; its named groups are the handler's arguments
+    handler: Callable  # called as `handler(request, **groups)`, `request` being the `HubHandler`
+    kind: str  # "r" reads, "w" writes, "x" needs a Xet access token, "s" carries its own signature
+
+    @property
+    def name(self) -> str:
+        "The handler's name as `LocalHub.counts` tallies it: `_cas_shard` is `cas-shard`."
+        return self.handler.__name__.lstrip("_").replace("_", "-")
+
+ROUTES = []  # every `Route`, in the order the handlers below are declared: the first that matches a path serves it
+
+def route(
+    methods: str,  # the HTTP methods, space-separated: "GET", "POST DELETE"
+    pattern: str,  # a regular expression for the whole raw path (each group is URL-decoded on its own)
+    kind: str = "r",  # "r" reads, "w" writes (the token, the cross-site rule), "x" the Xet CAS, "s" signed
+    table: list = ROUTES,  # the route table it joins
+):
+    "Declare the function below as the handler of `methods` on `pattern`: the decorator adds its `Route` to `table`."
+    def register(handler: Callable) -> Callable:
+        table.append(Route(tuple(methods.split()), re.compile(pattern), handler, kind))
+        return handler
+    return register
 
 def match_route(
     method: str,  # the HTTP method, e.g. "GET"
     path: str,  # the request path, without the query
+    table: list = ROUTES,  # the route table to search
 ) -> tuple:
-    "(handler name, kind, URL-decoded groups) for a request; a 404 or 405 `HubError` if no row serves it."
+    "(the `Route` that serves a request, its URL-decoded groups); a 404 or 405 `HubError` if none does."
     allowed = []
-    for methods, rx, name, kind in ROUTES:
-        if m := rx.fullmatch(path):
-            if ("GET" if method == "HEAD" else method) in methods.split():
-                return name, kind, {k: unquote(v) for k, v in m.groupdict().items() if v is not None}
-            allowed += methods.split()
+    for r in table:
+        if m := r.pattern.fullmatch(path):
+            if ("GET" if method == "HEAD" else method) in r.methods:
+                return r, {k: unquote(v) for k, v in m.groupdict().items() if v is not None}
+            allowed += r.methods
     if allowed: raise HubError(405, f"{method} is not allowed here (use {' or '.join(sorted(set(allowed)))})",
                                headers={"Allow": ", ".join(sorted(set(allowed)))})
     raise HubError(404, f"LocalHub does not serve {method} {path[:200]}")
+
+_R = r"/api/(?P<t>models|datasets|spaces)/(?P<ns>[^/]+)/(?P<name>[^/]+)"  # an API repo
+_F = r"/(?:(?P<t>datasets|spaces)/)?(?P<ns>[^/]+)/(?P<name>[^/]+?)"  # a repo's web path (models have no prefix)
+_CAS = r"/xet/(?P<cas>[0-9a-f]{16})"  # Xet's CAS: named by the store's own id (`casUrl`)
+
 
 # %% ../../nbs/localhub/03_http.ipynb #fb2f6253
 def _header_safe(s: str) -> str: return re.sub(r"[^\x20-\x7e]", " ", s)[:500]
@@ -260,8 +252,7 @@ class HubHandler(BaseHTTPRequestHandler):
 
     def _stale(self) -> str | None:
         "A mirror's note that this answer serves the last commit it knows for a name (the upstream did not answer)."
-        take = getattr(self.server.store, "stale_note", None)
-        return take() if take else None
+        return self.server.store.stale_note()
 
     def do_GET(self):
         self._src, self._left, self._started, self._t0 = None, 0, False, time.monotonic()
@@ -271,12 +262,12 @@ class HubHandler(BaseHTTPRequestHandler):
             return
         try:
             self._check_framing()  # a body of unknown length is a 400 before anything else
-            name, kind, args = match_route(self.command, urlsplit(self.path).path)
+            found, args = match_route(self.command, urlsplit(self.path).path)
             self.query = parse_qs(urlsplit(self.path).query)
-            self._check_request(kind, name)
-            self._admit()
-            with self.server.counts_lock: self.server.counts[name.replace("_", "-")] += 1
-            getattr(self, "_" + name)(**args)
+            self._check_request(found.kind)
+            self._admit(args)
+            with self.server.counts_lock: self.server.counts[found.name] += 1
+            found.handler(self, **args)
         except HubError as e: self._fail(e)
         except XetError as e: self._fail(HubError(e.status, str(e)))  # a Xet object or range refused, named
         except (ConnectionError, TimeoutError): self.close_connection = True
@@ -317,9 +308,19 @@ def _check_framing(self: HubHandler) -> None:
         raise
 
 @patch
-def _admit(self: HubHandler) -> None:
-    "On a hub with a token, take an anonymous request's place; a 503 if anonymous ones hold all they may."
-    if not self.server.token or self.verified or self._kind in ("x", "s"): return  # CAS: its own token or signature
+def _shows_token(self: HubHandler, args: dict) -> bool:
+    "Whether a request shows the hub's token: as its bearer, or by a Xet token or a fetch URL that was asked with it."
+    if self.verified: return True
+    if self.grant is not None: return self.grant.verified  # a CAS request's Xet token
+    if "sig" in self.query and "h" in args:  # a signed fetch URL: the grant it was signed for
+        try: return bool(self._fetch_grant(args["h"])[1][3])
+        except HubError: return False
+    return False
+
+@patch
+def _admit(self: HubHandler, args: dict) -> None:
+    "On a hub with a token, a request that does not show it takes an anonymous place; a 503 if they hold all they may."
+    if not self.server.token or self._shows_token(args): return
     if not self.server.take_anonymous():
         raise HubError(503, f"LocalHub is busy: {self.server.anonymous} requests without its token are being served, "
                             f"and its last {self.server.reserved} connections are kept for clients with the token; "
@@ -327,20 +328,26 @@ def _admit(self: HubHandler) -> None:
     self._anonymous = True
 
 @patch
-def _check_request(self: HubHandler, kind: str, name: str) -> None:
+def _check_request(self: HubHandler, kind: str) -> None:
     "Refuse a foreign Host (421), a cross-site write (403), a wrong or missing token (401)."
     host, port = host_and_port(self.headers.get("Host") or "")
     if host is None: raise HubError(400, "the request has no valid Host header")
-    if not self.server.host_allowed(host) or port not in (None, self.server.server_address[1]):
-        raise HubError(421, f"this LocalHub does not serve Host {host[:100]!r} (DNS rebinding?); "
-                            "start it with allowed_hosts=[...] to serve other names")
+    if not self.server.host_allowed(host, port):
+        asked = _netloc(host[:100], port)
+        raise HubError(421, f"this LocalHub does not serve Host {asked!r}: it serves {self.server.served()}, and "
+                            "refuses other names (a DNS-rebinding page). If a port forward or proxy brings its clients "
+                            f"here as {asked}, start it with allowed_hosts=[{asked!r}] (`--allowed_hosts {asked}`)")
     value = self.headers.get("Authorization", "")
     bearer = value[7:].strip() if value[:7].lower() == "bearer " else None
     self._kind, self.grant = kind, None
     if kind == "x":  # the CAS: a Xet access token from `xet-read-token`/`xet-write-token`, never the hub's token
         self.grant = check_xet_token(self.server.secret, bearer)
         return
-    if kind == "s": return  # a signed fetch URL or client telemetry: the handler checks what it needs
+    if kind == "s":  # a signed fetch URL or client telemetry: the handler checks what it needs
+        if bearer and bearer.startswith("xet_"):  # telemetry with the client's Xet token: who it is, for `_admit`
+            try: self.grant = check_xet_token(self.server.secret, bearer)
+            except HubError: pass
+        return
     want = self.server.token
     if bearer and want and not hmac.compare_digest(bearer.encode(), want.encode()):
         raise HubError(401, "Invalid credentials in Authorization header")
@@ -442,12 +449,20 @@ def _base(self: HubHandler) -> str: return f"http://{self.headers.get('Host')}"
 def _url(self: HubHandler, meta: dict) -> str: return f"{self._base()}/{URL_PREFIXES[meta['type']]}{meta['id']}"
 
 # %% ../../nbs/localhub/03_http.ipynb #e15e48e0
+def _no_namespace(
+    name: str,  # the name asked for, e.g. "gpt2"
+    t: str | None = None,  # its API path segment ("models", "datasets", "spaces"); None: a model
+) -> HubError:
+    "The 404 `RepoNotFound` for a repo id without a namespace (`gpt2`-style): LocalHub keeps none."
+    return HubError(404, f"Repository Not Found: {REPO_TYPES.get(t, 'model')} {name[:100]} does not exist (LocalHub "
+                         "repo ids are 'namespace/name')", "RepoNotFound")
+
 @patch
 def _repo(self: HubHandler, t: str, ns: str, name: str, write: bool = False) -> dict:
     "The repo's record if this caller may see it; 404 `RepoNotFound` otherwise."
     typ = REPO_TYPES.get(t, t or "model")
     if typ == "model" and ns in ("datasets", "spaces"):  # `/datasets/<name>/resolve/...`: an id without namespace
-        return self._no_repo(name, ns)
+        raise _no_namespace(name, ns)
     meta = self.server.store.repo(typ, check_repo_id(f"{ns}/{name}"))
     if meta is not None and meta["private"] and not self.verified and self.authed:  # a token-less hub: no bearer counts
         raise HubError(401, f"{typ} {meta['id']} is private and this LocalHub has no token, so no bearer can prove "
@@ -479,25 +494,19 @@ def _card(self: HubHandler, c: dict) -> dict | None:
 def _flag(self: HubHandler, name: str) -> bool: return (self.query.get(name) or ["false"])[-1].lower() in ("1", "true")
 
 # %% ../../nbs/localhub/03_http.ipynb #5516a486
-@patch
+@route("GET", r"/api/whoami-v2")
 def _whoami(self: HubHandler):
     if not self.authed: raise HubError(401, "Invalid username or password: no token was sent")
     self._send(200, {"type": "user", "id": USER, "name": USER, "fullname": "LocalHub user", "email": None,
                      "emailVerified": False, "isPro": False, "canPay": False, "orgs": [], "avatarUrl": "",
                      "auth": {"type": "access_token", "accessToken": {"displayName": "localhub", "role": "write"}}})
 
-@patch
+@route("GET", r"/api/agent-harnesses")
 def _harnesses(self: HubHandler): self._send(200, {"standardEnvVars": [], "harnesses": {}})
-@patch
+@route("GET POST", r"/api/telemetry(?:/.*)?")
 def _telemetry(self: HubHandler): self._send(200, {})
 
-@patch
-def _no_repo(self: HubHandler, name: str, t: str | None = None):
-    "A repo id without a namespace (`gpt2`-style): LocalHub has no such repos, so 404 `RepoNotFound`."
-    raise HubError(404, f"Repository Not Found: {REPO_TYPES.get(t, 'model')} {name[:100]} does not exist (LocalHub "
-                        "repo ids are 'namespace/name')", "RepoNotFound")
-
-@patch
+@route("POST", r"/api/validate-yaml")  # the Hub answers it without a token
 def _validate_yaml(self: HubHandler):
     "Check a README's metadata, with or without a token; always answer JSON (the client reads the body first)."
     content = field(self._json(), "content", str, "")
@@ -519,7 +528,7 @@ NO_PRIVATE = ("this LocalHub has no token, so it cannot keep a repo private (any
 NO_GATED = ("this LocalHub has no token, so no one can sign in to a gated repo (any bearer would do): start it with a "
             "token (token=... or a token file) to gate repos")
 
-@patch
+@route("POST", r"/api/repos/create", "w")
 def _create_repo(self: HubHandler):
     body = self._json()
     typ, name = _repo_type(body), field(body, "name", str)
@@ -536,7 +545,7 @@ def _create_repo(self: HubHandler):
         return self._send(409, {"error": msg, "url": self._url(meta)}, {"X-Error-Message": msg})
     self._send(200, {"url": url, "name": meta["id"], "id": meta["id"]})
 
-@patch
+@route("POST DELETE", r"/api/repos/delete", "w")
 def _delete_repo(self: HubHandler):
     body = self._json()
     typ, repo_id = _repo_type(body), f"{field(body, 'organization', str, USER)}/{field(body, 'name', str)}"
@@ -544,14 +553,14 @@ def _delete_repo(self: HubHandler):
         raise HubError(404, REPO_NOT_FOUND, "RepoNotFound")
     self._send(200, {})
 
-@patch
+@route("POST", r"/api/repos/move", "w")
 def _move_repo(self: HubHandler):
     body = self._json()
     typ, src, dest = _repo_type(body), field(body, "fromRepo", str), field(body, "toRepo", str)
     self.server.store.move(typ, check_repo_id(src), check_repo_id(dest))
     self._send(200, {})
 
-@patch
+@route("PUT", _R + r"/settings", "w")
 def _settings(self: HubHandler, t, ns, name):
     meta, body = self._repo(t, ns, name), self._json()
     visibility, gated = field(body, "visibility", str, None), field(body, "gated", (str, bool), None)
@@ -560,14 +569,14 @@ def _settings(self: HubHandler, t, ns, name):
         raise HubError(400, "field 'visibility' must be public or private")
     if gated not in (None, False, "auto", "manual"):
         raise HubError(400, "field 'gated' must be false, 'auto' or 'manual'")
-    if writable := getattr(self.server.store, "_writable", None): writable(meta["type"], meta["id"])  # a mirror: 403
+    self.server.store.writable(meta["type"], meta["id"])  # a mirror's copy: a 403 before the checks below
     if private and not self.server.token: raise HubError(400, NO_PRIVATE)
     if gated and not self.server.token: raise HubError(400, NO_GATED)
     self.server.store.update_settings(meta["type"], meta["id"], private=private, gated=gated)
     self._send(200, {})
 
 # %% ../../nbs/localhub/03_http.ipynb #4304388f
-@patch
+@route("GET", r"/api/(?P<t>models|datasets|spaces)")
 def _list_repos(self: HubHandler, t):
     "`list_models`/`list_datasets`: filtered by `author` and `search`, private repos only with the token."
     author, search = (self.query.get("author") or [""])[-1].lower(), [s.lower() for s in self.query.get("search", [])]
@@ -582,13 +591,13 @@ def _list_repos(self: HubHandler, t):
         if limit and len(out) >= limit: break
     self._send(200, out)
 
-@patch
+@route("GET", _R + r"(?:/revision/(?P<rev>[^/]+))?")
 def _info(self: HubHandler, t, ns, name, rev="main"):
     meta = self._repo(t, ns, name)
     c = self._rev(meta, rev)
     self._send(200, info_json(meta, c, self._card(c)))
 
-@patch
+@route("GET", _R + r"/refs")
 def _refs(self: HubHandler, t, ns, name):
     "`list_repo_refs`: branches and tags, and the pull requests' `refs/pr/N` with `include_prs=1`."
     meta = self._repo(t, ns, name)
@@ -596,21 +605,21 @@ def _refs(self: HubHandler, t, ns, name):
         if self._flag("include_prs") else []
     self._send(200, refs_json(meta, pulls))
 
-@patch
+@route("GET", _R + r"/commits/(?P<rev>[^/]+)")
 def _commits(self: HubHandler, t, ns, name, rev):
     meta = self._repo(t, ns, name)
     history = self.server.store.history(meta["type"], meta["id"], self._rev(meta, rev)["id"])
     self._send(200, [commit_json(x) for x in history])
 
 # %% ../../nbs/localhub/03_http.ipynb #378bfeeb
-@patch
+@route("POST DELETE", _R + r"/branch/(?P<ref>[^/]+)", "w")
 def _branch(self: HubHandler, t, ns, name, ref):
     meta, store = self._repo(t, ns, name), self.server.store
     if self.command == "DELETE": store.drop_ref(meta["type"], meta["id"], "branch", ref)
     else: store.set_ref(meta["type"], meta["id"], "branch", ref, field(self._json(), "startingPoint", str, None))
     self._send(200, {})
 
-@patch
+@route("POST DELETE", _R + r"/tag/(?P<ref>[^/]+)", "w")
 def _tag(self: HubHandler, t, ns, name, ref):
     meta, store = self._repo(t, ns, name), self.server.store
     if self.command == "DELETE": store.drop_ref(meta["type"], meta["id"], "tag", ref)
@@ -628,7 +637,7 @@ def _entries(self: HubHandler, meta: dict, c: dict, dirs: list, paths: list, exp
         file_json(p, c["files"][p], last.get(p)) for p in paths
     ]
 
-@patch
+@route("GET", _R + r"/tree/(?P<rev>[^/]+)(?:/(?P<path>.*))?")  # olah asks for `tree/{rev}/`
 def _tree(self: HubHandler, t, ns, name, rev, path=""):
     meta = self._repo(t, ns, name)
     c, base = self._rev(meta, rev), path.strip("/")
@@ -637,7 +646,7 @@ def _tree(self: HubHandler, t, ns, name, rev, path=""):
         raise HubError(404, f"{base} is not a folder at {rev}", "EntryNotFound", {"X-Repo-Commit": c["id"]})
     self._send(200, self._entries(meta, c, *found, self._flag("expand")))
 
-@patch
+@route("POST", _R + r"/paths-info/(?P<rev>[^/]+)")
 def _paths_info(self: HubHandler, t, ns, name, rev):
     meta, body = self._repo(t, ns, name), self._json()
     c, paths = self._rev(meta, rev), body.get("paths") or []
@@ -677,7 +686,20 @@ def _git_sha1(self: HubHandler, e: dict) -> str:
         self.server.sha1s[e["sha256"]] = h.hexdigest()
     return self.server.sha1s[e["sha256"]]
 
+def _bytes(n: int) -> str: return f"{n / 1e6:,.1f} MB ({n:,} bytes)"
+
 @patch
+def _check_room(self: HubHandler, files: list) -> None:
+    "A 507 naming the disk and its free space if the large files a push announces (`files`) cannot fit on it."
+    root, need = self.server.store.root, sum(f["size"] for f in files)
+    free = shutil.disk_usage(root).free
+    if need > free:
+        raise HubError(507, f"Insufficient storage: the LocalHub disk at {root} has {_bytes(free)} free, and this push "
+                            f"brings up to {_bytes(need)} of large files ({len(files)}, e.g. {files[0]['path']}); free "
+                            "space there (LocalHub.gc or `adaptkit hub gc` reclaims Xet objects no repo names) and "
+                            "push again: nothing was uploaded")
+
+@route("POST", _R + r"/preupload/(?P<rev>[^/]+)", "w")
 def _preupload(self: HubHandler, t, ns, name, rev):
     meta, body, out = self._repo(t, ns, name), self._json(), []
     c = self._rev(meta, rev)
@@ -694,10 +716,12 @@ def _preupload(self: HubHandler, t, ns, name, rev):
         old = c["files"].get(path)  # its oid is the hash the client computes for `mode`: equal means unchanged
         if old is not None and not self._intact(old): old = None  # damaged on disk: the client uploads it again
         oid = None if old is None else old["sha256"] if mode == "lfs" else self._git_sha1(old)
-        out.append({"path": path, "uploadMode": mode, "shouldIgnore": is_ignored(path, ignore), "oid": oid})
-    self._send(200, {"files": out, "commitOid": c["id"]})
+        out.append({"path": path, "uploadMode": mode, "shouldIgnore": is_ignored(path, ignore), "oid": oid,
+                    "size": 0 if old is not None and old["size"] == size else size})  # likely unchanged: not counted
+    self._check_room([f for f in out if f["uploadMode"] == "lfs" and not f["shouldIgnore"] and f["size"]])
+    self._send(200, {"files": [{k: v for k, v in f.items() if k != "size"} for f in out], "commitOid": c["id"]})
 
-@patch
+@route("POST", _R + r"/commit/(?P<rev>[^/]+)", "w")
 def _commit(self: HubHandler, t, ns, name, rev):
     meta, store = self._repo(t, ns, name), self.server.store
     typ, repo_id, create_pr, num = meta["type"], meta["id"], self._flag("create_pr"), pull_number(rev)
@@ -724,7 +748,7 @@ def _gate(self: HubHandler, meta: dict) -> None:
         why = "send the hub's token" if self.server.token else "this LocalHub has no token, so no one can sign in"
         raise HubError(401, f"Access to {meta['id']} is restricted: it is gated; {why}", "GatedRepo")
 
-@patch
+@route("GET", _F + r"/resolve/(?P<rev>[^/]+)/(?P<path>.+)")
 def _resolve(self: HubHandler, ns, name, rev, path, t="model"):
     meta = self._repo(t, ns, name)
     self._gate(meta)
@@ -762,7 +786,7 @@ def _resolve(self: HubHandler, ns, name, rev, path, t="model"):
 def _sign(self: HubHandler, *parts) -> str:
     return hmac.new(self.server.secret, repr(parts).encode(), "sha256").hexdigest()
 
-@patch
+@route("POST", _F + r"\.git/info/lfs/objects/batch", "w")
 def _lfs_batch(self: HubHandler, ns, name, t="model"):
     meta, body, out, store = self._repo(t, ns, name), self._json(), [], self.server.store
     if body.get("operation") != "upload":
@@ -789,7 +813,7 @@ def _lfs_batch(self: HubHandler, ns, name, t="model"):
         out.append({"oid": oid, "size": size, **({} if stored else {"authenticated": True, "actions": actions})})
     self._send(200, {"transfer": "basic", "objects": out, "hash_algo": "sha256"}, ctype="application/vnd.git-lfs+json")
 
-@patch
+@route("PUT", _F + r"\.git/info/lfs/objects/(?P<oid>[0-9a-f]{64})")  # authorised by its signature
 def _lfs_upload(self: HubHandler, ns, name, oid, t="model"):
     try: size, sig = int(self.query["size"][0]), self.query["sig"][0]
     except (KeyError, ValueError):
@@ -800,7 +824,7 @@ def _lfs_upload(self: HubHandler, ns, name, oid, t="model"):
     self.server.store.blobs.put(self._body(), sha256=oid, size=size, git_sha1=False, threaded=True)
     self._send(200, b"")
 
-@patch
+@route("POST", _F + r"\.git/info/lfs/verify", "w")
 def _lfs_verify(self: HubHandler, ns, name, t="model"):
     self._repo(t, ns, name)
     body = self._json()
@@ -808,6 +832,30 @@ def _lfs_verify(self: HubHandler, ns, name, t="model"):
     if (e := self.server.store.lfs_entry(oid)) is None or e["size"] != size:
         raise HubError(404, f"LFS object {oid[:64]} with {size} bytes is not stored")
     self._send(200, {"oid": oid, "size": size})
+
+# %% ../../nbs/localhub/03_http.ipynb #e4a7b0c3
+@route("POST", _R + r"/lfs-files/duplicate", "w")
+def _duplicate(self: HubHandler, t, ns, name):
+    "Make Xet files of this repo available to a commit to `target` (`copy_files`); those that are not its: `failed`."
+    meta, body, store = self._repo(t, ns, name), self._json(), self.server.store
+    self._gate(meta)
+    target = field(body, "target", dict)
+    typ, dest_id = _repo_type(target), check_repo_id(field(target, "name", str, what="field 'target'"))
+    dest = store.repo(typ, dest_id)
+    if dest is None or (dest["private"] and not self.verified):
+        raise HubError(404, f"Repository Not Found: the target {typ} repo {dest_id} does not exist", "RepoNotFound")
+    store.writable(dest["type"], dest["id"])  # a mirror's copy is read-only
+    held, failed = store.xet_files(meta["type"], meta["id"], fresh=True), []
+    for n, f in enumerate(field(body, "files", list)):
+        what = f"files[{n}] of the request body"
+        if not isinstance(f, dict): raise HubError(400, f"{what} must be an object")
+        sha, xet = field(f, "sha256", str, what=what), field(f, "xetHash", str, what=what)
+        e = store.lfs_entry(sha) if re.fullmatch(r"[0-9a-f]{64}", sha) else None
+        if e is None or e.get("xet") != xet or xet not in held:
+            failed.append({"sha256": sha[:64], "error": f"{str(f.get('filename'))[:200]} (Xet hash {xet[:64]}) is not "
+                                                        f"a Xet file of the {meta['type']} repo {meta['id']}"})
+    self._send(200, {"failed": failed})
+
 
 # %% ../../nbs/localhub/03_http.ipynb #02237aa3
 def _b64(obj) -> str: return base64.urlsafe_b64encode(json.dumps(obj).encode()).rstrip(b"=").decode()
@@ -852,7 +900,7 @@ def check_xet_token(
     if exp <= time.time(): raise HubError(401, "this Xet access token has expired: ask the repo's token route again")
     return XetGrant(typ, repo_id, mode, repo, verified)
 
-@patch
+@route("GET", _R + r"/xet-(?P<mode>read|write)-token/(?P<rev>[^/]+)")  # its handler checks the token
 def _xet_token(self: HubHandler, t, ns, name, mode, rev):
     "A Xet access token for the repo: `read` for whoever may read it, `write` for whoever may push to `rev`."
     meta = self._repo(t, ns, name)
@@ -902,31 +950,44 @@ def _cas(self: HubHandler, cas: str, write: bool = False) -> None:
         raise HubError(403, "this Xet token only reads: uploads need a token from xet-write-token")
     self._granted(self.grant.repo_type, self.grant.repo_id, self.grant.repo_uid, self.grant.verified)
 
-@patch
+@route("GET", _CAS + r"/v1/chunks/(?:default|default-merkledb)/(?P<h>[0-9a-f]{64})", "x")
 def _cas_chunk(self: HubHandler, cas, h):
     "Global dedup: a keyed shard listing the xorb that holds chunk `h` (404 if no stored xorb does)."
     self._cas(cas, write=True)
     self._send(200, self.server.store.xet.dedup_shard(h), ctype="application/octet-stream")
 
-@patch
+@contextmanager
+def _full_stops_the_client():
+    "A full disk under a CAS upload answered 413: hf_xet retries any 5xx (a 507 for minutes), never a 413."
+    try: yield
+    except (XetError, HubError) as e:
+        if e.status != 507: raise
+        why = e.message if isinstance(e, HubError) else str(e)
+        _log.error("%s", why)  # hf_xet shows its user the status and the URL only: the operator reads it here
+        raise HubError(413, f"{why} (a 413, so that the client stops: the disk is full, not the upload too large)") \
+            from None
+
+@route("POST", _CAS + r"/v1/xorbs/default/(?P<h>[0-9a-f]{64})", "x")
 def _cas_xorb(self: HubHandler, cas, h):
     "Store the xorb uploaded under hash `h`, once, after checking it completely."
     self._cas(cas, write=True)
     data = b"".join(self._body(XORB_MAX_SERIALIZED + (4 << 20)))  # its chunks, then at most a footer
-    self._send(200, {"was_inserted": self.server.store.xet.put_xorb(h, data)})
+    with _full_stops_the_client(): inserted = self.server.store.xet.put_xorb(h, data)
+    self._send(200, {"was_inserted": inserted})
 
-@patch
+@route("POST", _CAS + r"/v1/shards", "x")
 def _cas_shard(self: HubHandler, cas):
     "Check a shard against the stored xorbs and record its files (by Xet hash and sha256)."
     self._cas(cas, write=True)
-    self.server.store.xet.put_shard(b"".join(self._body(MAX_SHARD)))
+    shard = b"".join(self._body(MAX_SHARD))
+    with _full_stops_the_client(): self.server.store.xet.put_shard(shard)
     self._send(200, {"result": 1})
 
-@patch
+@route("POST", _CAS + r"/(?:v1/xorb-grants(?:/.*)?|v2/shards)", "x")  # 404: the client uses v1
 def _cas_unserved(self: HubHandler, cas):
     raise HubError(404, "LocalHub's CAS does not serve this route (xorb grants, v2 shards): use the v1 routes")
 
-@patch
+@route("POST", rf"(?:{_CAS})?/v1/telemetry", "s")  # hf_xet may post it to the hub's root
 def _cas_telemetry(self: HubHandler, cas=None):
     for _ in self._body(MAX_JSON): pass
     self._send(204, b"")
@@ -940,7 +1001,7 @@ def _xorb_url(self: HubHandler, xorb: str, ranges: list, file: str = "") -> str:
     sig = self._sign("xorb", xorb, spec, exp, grant)
     return f"{self._base()}/xet/{self.server.store.xet.id}/xorbs/{xorb}?r={spec}&exp={exp}&g={grant}&sig={sig}"
 
-@patch
+@route("GET", _CAS + r"/v(?P<v>[12])/reconstructions/(?P<h>[0-9a-f]{64})", "x")
 def _cas_reconstruction(self: HubHandler, cas, v, h):
     "How to rebuild file `h` (or the `Range` asked): terms and signed fetch URLs; 404 unless the token's repo names it."
     self._cas(cas)
@@ -951,15 +1012,20 @@ def _cas_reconstruction(self: HubHandler, cas, v, h):
                                              xorb_url=lambda xorb, ranges: self._xorb_url(xorb, ranges, h)))
 
 @patch
-def _cas_fetch(self: HubHandler, cas, h):
-    "Bytes of a xorb through a signed URL: a 206 for a `Range` inside the ranges it was signed for; else a 403."
-    self._cas(cas)
+def _fetch_grant(self: HubHandler, h: str) -> tuple:
+    "(its ranges, the grant it carries) of a signed fetch URL for xorb `h`; a 403 if not signed here, or expired."
     q = {k: v[-1] for k, v in self.query.items()}
     spec, exp, grant, sig = q.get("r", ""), q.get("exp", ""), q.get("g", ""), q.get("sig", "")
     if not exp.isdigit() or not hmac.compare_digest(sig, self._sign("xorb", h, spec, int(exp), grant)):
         raise HubError(403, f"this URL for xorb {h} is not signed by this LocalHub (ask for a reconstruction)")
     if int(exp) <= time.time(): raise HubError(403, f"this URL for xorb {h} has expired (ask for a reconstruction)")
-    typ, repo_id, repo, verified, file = _unb64(grant)
+    return spec, _unb64(grant)
+
+@route("GET", _CAS + r"/xorbs/(?P<h>[0-9a-f]{64})", "s")  # a signed URL
+def _cas_fetch(self: HubHandler, cas, h):
+    "Bytes of a xorb through a signed URL: a 206 for a `Range` inside the ranges it was signed for; else a 403."
+    self._cas(cas)
+    spec, (typ, repo_id, repo, verified, file) = self._fetch_grant(h)
     self._granted(typ, repo_id, repo, verified, "fetch URL", 403)  # the repo as it is now, not as it was
     allowed = [tuple(map(int, r.split("-"))) for r in spec.split(",")]
     m = re.fullmatch(r"bytes=(\d+)-(\d+)", (self.headers.get("Range") or "").strip())
@@ -978,7 +1044,7 @@ def _cas_fetch(self: HubHandler, cas, h):
 # %% ../../nbs/localhub/03_http.ipynb #b1605c0d
 PAGE = 50  # discussions per page of `get_repo_discussions`
 
-@patch
+@route("GET POST", _R + r"/discussions", "w")  # GET reads: `w` only asks a token of writes
 def _discussions(self: HubHandler, t, ns, name):
     "GET: the repo's discussions, newest first, filtered by `type`, `status`, `author`, page `p`; POST: open one."
     meta, store = self._repo(t, ns, name), self.server.store
@@ -1002,7 +1068,7 @@ def _discussions(self: HubHandler, t, ns, name):
     self._send(200, {"discussions": [discussion_json(meta, d) for d in found[start:start + PAGE]],
                      "count": len(found), "start": start})
 
-@patch
+@route("GET", _R + r"/discussions/(?P<num>[0-9]{1,9})")
 def _discussion(self: HubHandler, t, ns, name, num):
     "`get_discussion_details`: the events, and a pull request's target, conflicting files and (`diff=1`) diff."
     meta, store = self._repo(t, ns, name), self.server.store
@@ -1016,7 +1082,7 @@ def _discussion(self: HubHandler, t, ns, name, num):
         diff = pull_diff(files(d["from"]), files(d["head"]), read)
     self._send(200, discussion_details_json(meta, d, store.pull_conflicts(typ, repo_id, d), diff))
 
-@patch
+@route("POST", _R + r"/discussions/(?P<num>[0-9]{1,9})/(?P<action>comment|status|title|merge)", "w")
 def _discuss(self: HubHandler, t, ns, name, num, action):
     "Comment on, close or reopen, rename, or merge discussion `num`; the answer carries the new event."
     meta, store, body = self._repo(t, ns, name), self.server.store, self._json()
@@ -1029,7 +1095,8 @@ def _discuss(self: HubHandler, t, ns, name, num, action):
     else: key, e = "newStatus", store.merge_pull(typ, repo_id, num, field(body, "comment", str, None))
     self._send(200, {key: event_json(e)})
 
-@patch
+@route("POST", _R + r"/discussions/(?P<num>[0-9]{1,9})/comment/(?P<cid>[0-9a-f]{1,64})/(?P<action>edit|hide)",
+       "w")
 def _edit_comment(self: HubHandler, t, ns, name, num, cid, action):
     "Edit a comment (`content`), or hide it for good."
     meta, body = self._repo(t, ns, name), self._json()
@@ -1037,9 +1104,18 @@ def _edit_comment(self: HubHandler, t, ns, name, num, cid, action):
     e = self.server.store.edit_comment(meta["type"], meta["id"], int(num), cid, text)
     self._send(200, {"updatedComment": event_json(e)})
 
+# %% ../../nbs/localhub/03_http.ipynb #b8d4f2e1
+@route("GET POST PUT DELETE", r"/api/(?P<t>models|datasets|spaces)/(?P<name>[^/]+)(?:/(?:revision|tree|paths-info"
+       r"|refs|commits|preupload|commit|settings|branch|tag|discussions|xet-[^/]+)(?:/.*)?)?")
+@route("GET", r"/(?P<name>[^/]+)/resolve/.+")
+def _no_repo(self: HubHandler, name: str, t: str | None = None):
+    "A repo id without a namespace (`gpt2`-style): LocalHub has no such repos, so 404 `RepoNotFound`."
+    raise _no_namespace(name, t)
+
+
 # %% ../../nbs/localhub/03_http.ipynb #7ea4d38e
 class HubServer(ThreadingHTTPServer):
-    "The threading HTTP server `HubHandler` answers for; LocalHub sets its store, token, limits and counters."
+    "The threading HTTP server `HubHandler` answers for: its store, token, signing key, Host names and counters."
     daemon_threads, block_on_close, request_queue_size = True, False, 128
     max_connections = 32  # connections served at once (a thread each); the next waits `slot_wait` s, then gets a 503
     slot_wait = 2.0  # seconds a new connection may wait for a free slot
@@ -1047,18 +1123,61 @@ class HubServer(ThreadingHTTPServer):
     body_grace = 10.0  # seconds any request body may take before `body_rate` counts (a whole-body deadline)
     body_rate = 1024  # bytes per second a body must average after `body_grace`; past that deadline: a 408, closed
     reserved = 8  # of `max_connections`, the slots requests without the token never hold (on a hub with a token)
-    request_log = None  # a file-like object that gets one line per request (`_log_line`); None: no request log
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self,
+                 address: tuple,  # (host, port) to bind; port 0 picks a free one
+                 store: RepoStore,  # the repos it serves (a `MirrorStore` for a mirror)
+                 secret: bytes,  # the key Xet tokens and upload and fetch URLs are signed with (`signing_key`)
+                 *,
+                 token: str | None = None,  # the bearer that writes and reads private repos; None: an open hub
+                 lfs: bool = True,  # the Hub's rule: Xet or LFS for large or binary files; False: all inline
+                 allowed_hosts=frozenset((n, None) for n in LOOPBACK_NAMES),  # (name, port or None): `hosts_served`
+                 socket_timeout: float = 60.0,  # seconds a socket may stay silent (headers or body) before it closes
+                 request_log=None,  # a file-like object that gets one line per request (`_log_line`); None: none
+                 counts: Counter | None = None):  # requests served, by route name (`Route.name`), added to
+        self.store, self.secret, self.token, self.lfs = store, secret, token, lfs
+        self.allowed_hosts, self.socket_timeout, self.request_log = allowed_hosts, socket_timeout, request_log
+        self.counts, self.counts_lock = Counter() if counts is None else counts, threading.Lock()
+        self.cards, self.rules, self.sha1s = {}, {}, {}  # a README's metadata, git rules, git blob ids: by blob
+        self.conns, self.anonymous = set(), 0  # the open connections; requests without the token being served
         self.slots, self.active, self.deadlines, self.deadlines_lock = threading.Condition(), 0, {}, threading.Lock()
-        self.log_lock, self.rules, self.sha1s, self.anonymous = threading.Lock(), {}, {}, 0
-        super().__init__(*args, **kwargs)
+        self.log_lock = threading.Lock()
+        super().__init__(address, HubHandler)
 
-    def host_allowed(self, host: str) -> bool:
-        "Whether a request's Host name names this server (an IP literal is always fine when bound to all addresses)."
-        if host in self.allowed_hosts: return True
-        wildcard = self.server_address[0] in ("0.0.0.0", "::")
+    def host_allowed(self, host: str, port: int | None) -> bool:
+        "Whether a request's Host (name, port) names this server: a name listed with that port, or on the bound port."
+        if (host, port) in self.allowed_hosts: return True  # `name:port`: the port its clients use (a forward)
+        if port not in (None, self.server_address[1]): return False
+        if (host, None) in self.allowed_hosts: return True
+        wildcard = self.server_address[0] in ("0.0.0.0", "::")  # an IP literal is fine: DNS rebinding needs a name
         return wildcard and re.fullmatch(r"[0-9.]+|[0-9a-f:]+", host) is not None
+
+    def served(self) -> str:
+        "The Hosts this server answers, as a 421 names them."
+        bound = self.server_address[1]
+        names = sorted(_netloc(n, p or bound) for n, p in self.allowed_hosts)
+        if self.server_address[0] in ("0.0.0.0", "::"): names.append(f"any IP address on port {bound}")
+        return ", ".join(names)
+
+def _netloc(host: str, port: int | None) -> str:
+    "A Host as a client writes it: `name:port`, `[v6]:port`, `name`."
+    host = f"[{host}]" if ":" in host else host
+    return f"{host}:{port}" if port else host
+
+def hosts_served(
+    entries,  # Host names: `name` (on the bound port), `name:port` (the port clients use), `[v6]:port`, a bare v6
+) -> frozenset:
+    "(name in lower case, port or None) for each Host a hub serves; a `ValueError` naming an entry that is no Host."
+    out = set()
+    for e in entries:
+        text = str(e).strip()
+        name, port = host_and_port(f"[{text}]" if text.count(":") > 1 and not text.startswith("[") else text)
+        if name is None or not re.fullmatch(r"[a-z0-9_.-]+|[0-9a-f:.]+", name) or not 0 < (port or 1) < 65536 \
+                or port == 0:
+            raise ValueError(f"allowed_hosts entry {e!r} is not a Host: give a name or address, with the port its "
+                             "clients use if it is not the bound one (hub.example.com, 127.0.0.1:9000, [::1]:9000)")
+        out.add((name, port))
+    return frozenset(out)
 
 class HubServer6(HubServer): address_family = socket.AF_INET6
 

@@ -124,6 +124,62 @@ class MirrorStore(RepoStore):
     def __repr__(self):
         return f"MirrorStore({str(self.root)!r}, upstream={self.upstream!r}, {'online' if self.online else 'offline'})"
 
+    def held(self, typ: str, repo_id: str) -> dict | None:
+        "The repo's record as this hub holds it (never asking the upstream); None if it holds none."
+        return super().repo(typ, repo_id)
+
+    def repo(self, typ: str, repo_id: str) -> dict | None:
+        "The held repo's record; else (online) the upstream's, kept once a revision is fetched; offline a 404."
+        meta = self.held(typ, repo_id)
+        if meta is not None: return meta
+        if not self.online:
+            raise HubError(404, f"Repository Not Found: {typ} {repo_id} is not mirrored here (this mirror is "
+                                "offline: it serves only what it holds)", "RepoNotFound")
+        try:
+            with self._asking(typ, repo_id): info = self.api.repo_info(repo_id, repo_type=typ, timeout=self.timeout)
+        except UpstreamDown as e:  # the client raises a 404 at once, with this message; a 5xx it would retry for 23 s
+            raise HubError(404, f"Repository Not Found: {typ} {repo_id} is not mirrored here, and {e.message}: this "
+                                "mirror serves what it holds until the upstream answers", "RepoNotFound") from None
+        self._names[(typ, repo_id.lower(), "main")] = (time.monotonic(), info.sha)
+        return self._record(typ, info)
+
+    def repos(self, typ: str):
+        "Every held repo with a `main` (one mirrored only at a tag or commit is not listed); listing fetches nothing."
+        try:
+            for m in super().repos(typ):
+                if "main" not in m["refs"]: continue
+                self._local.listing = (typ, m["id"].lower())  # while the caller looks at it, `resolve` stays local
+                yield m
+        finally: self._local.listing = None
+
+    def resolve(self, typ: str, repo_id: str, rev: str) -> dict | None:
+        "The commit `rev` names: held, or (online) the upstream's, fetched once; names follow the upstream when online."
+        meta, listing, base = self.held(typ, repo_id), self._listing(typ, repo_id), super()
+        if meta is not None and "mirror" not in meta: return base.resolve(typ, repo_id, rev)  # this hub's own
+        if self.online and not listing:
+            held = base.resolve(typ, repo_id, rev) if meta is not None and not _SHA1.fullmatch(rev) else None
+            if held is not None and time.monotonic() < self.down_until:  # it failed a moment ago: no waiting for it
+                return self._stale(held, rev, f"the upstream {self.upstream} failed less than {self.backoff:g} s ago")
+            try: return self._pull(typ, repo_id, rev, self.deadline if held is not None else None)
+            except UpstreamError as e:
+                if held is not None: return self._stale(held, rev, e.message)
+                if not isinstance(e, UpstreamDown): raise
+                raise HubError(404, f"Invalid rev id: {rev[:100]}: {typ} {repo_id} is not mirrored here at that "
+                                    f"revision, and {e.message}", "RevisionNotFound", {"X-Repo-Commit": ""}) from None
+        c = base.resolve(typ, repo_id, rev) if meta is not None else None
+        if c is None and meta is not None and not listing:
+            raise HubError(404, f"Invalid rev id: {rev[:100]}: {typ} {meta['id']} is mirrored here, but not at that "
+                                "revision (this mirror is offline: it serves only what it holds)", "RevisionNotFound",
+                           {"X-Repo-Commit": ""})
+        return c
+
+    def writable(self, typ: str, repo_id: str) -> dict:
+        "`RepoStore.writable`, and a 403 for a mirrored repo (held or upstream): every change asks it first."
+        if "mirror" in (self.repo(typ, repo_id) or {}):
+            raise HubError(403, f"{typ} {repo_id} is mirrored from {self.upstream or 'an upstream hub'}, and a "
+                                "mirror's copy is read-only: push to the upstream (or create a repo of this hub's own)")
+        return super().writable(typ, repo_id)
+
 # %% ../../nbs/localhub/05_mirror.ipynb #2a757004
 @patch
 @contextmanager
@@ -162,58 +218,10 @@ def _record(self: MirrorStore, typ: str, info) -> dict:
 
 # %% ../../nbs/localhub/05_mirror.ipynb #d70311d1
 @patch
-def repo(self: MirrorStore, typ: str, repo_id: str) -> dict | None:
-    "The held repo's record; else (online) the upstream's, kept once a revision is fetched; offline a 404."
-    meta = RepoStore.repo(self, typ, repo_id)
-    if meta is not None: return meta
-    if not self.online:
-        raise HubError(404, f"Repository Not Found: {typ} {repo_id} is not mirrored here (this mirror is offline: it "
-                            "serves only what it holds)", "RepoNotFound")
-    try:
-        with self._asking(typ, repo_id): info = self.api.repo_info(repo_id, repo_type=typ, timeout=self.timeout)
-    except UpstreamDown as e:  # the client raises a 404 at once, with this message; a 5xx it would retry for 23 s
-        raise HubError(404, f"Repository Not Found: {typ} {repo_id} is not mirrored here, and {e.message}: this "
-                            "mirror serves what it holds until the upstream answers", "RepoNotFound") from None
-    self._names[(typ, repo_id.lower(), "main")] = (time.monotonic(), info.sha)
-    return self._record(typ, info)
-
-@patch
-def repos(self: MirrorStore, typ: str):
-    "Every held repo with a `main` (one mirrored only at a tag or commit is not listed); listing fetches nothing."
-    try:
-        for m in RepoStore.repos(self, typ):
-            if "main" not in m["refs"]: continue
-            self._local.listing = (typ, m["id"].lower())  # while the caller looks at it, `resolve` stays local
-            yield m
-    finally: self._local.listing = None
-
-@patch
 def _listing(self: MirrorStore, typ: str, repo_id: str) -> bool:
     return getattr(self._local, "listing", None) == (typ, repo_id.lower())
 
 # %% ../../nbs/localhub/05_mirror.ipynb #c6793c1f
-@patch
-def resolve(self: MirrorStore, typ: str, repo_id: str, rev: str) -> dict | None:
-    "The commit `rev` names: held, or (online) the upstream's, fetched once; names follow the upstream when online."
-    meta, listing = RepoStore.repo(self, typ, repo_id), self._listing(typ, repo_id)
-    if meta is not None and "mirror" not in meta: return RepoStore.resolve(self, typ, repo_id, rev)  # this hub's own
-    if self.online and not listing:
-        held = RepoStore.resolve(self, typ, repo_id, rev) if meta is not None and not _SHA1.fullmatch(rev) else None
-        if held is not None and time.monotonic() < self.down_until:  # it failed a moment ago: no waiting for it
-            return self._stale(held, rev, f"the upstream {self.upstream} failed less than {self.backoff:g} s ago")
-        try: return self._pull(typ, repo_id, rev, self.deadline if held is not None else None)
-        except UpstreamError as e:
-            if held is not None: return self._stale(held, rev, e.message)
-            if not isinstance(e, UpstreamDown): raise
-            raise HubError(404, f"Invalid rev id: {rev[:100]}: {typ} {repo_id} is not mirrored here at that revision, "
-                                f"and {e.message}", "RevisionNotFound", {"X-Repo-Commit": ""}) from None
-    c = RepoStore.resolve(self, typ, repo_id, rev) if meta is not None else None
-    if c is None and meta is not None and not listing:
-        raise HubError(404, f"Invalid rev id: {rev[:100]}: {typ} {meta['id']} is mirrored here, but not at that "
-                            "revision (this mirror is offline: it serves only what it holds)", "RevisionNotFound",
-                       {"X-Repo-Commit": ""})
-    return c
-
 @patch
 def _stale(self: MirrorStore, held: dict, rev: str, why: str) -> dict:
     "Serve `held`, the last commit known here for name `rev`, noting for this request's answer that it may be stale."
@@ -257,7 +265,7 @@ def _kind(self: MirrorStore, typ: str, repo_id: str, name: str) -> str | None:
 @patch
 def _name(self: MirrorStore, typ: str, repo_id: str, rev: str, sha: str) -> None:
     "Point the held branch or tag `rev` at commit `sha`, as the upstream does."
-    name, meta = rev.removeprefix("refs/heads/").removeprefix("refs/tags/"), RepoStore.repo(self, typ, repo_id)
+    name, meta = rev.removeprefix("refs/heads/").removeprefix("refs/tags/"), self.held(typ, repo_id)
     if meta is None or meta["refs"].get(name) == sha or (meta["tags"].get(name) or {}).get("commit") == sha: return
     try: check_ref_name(name)
     except HubError: return
@@ -266,7 +274,7 @@ def _name(self: MirrorStore, typ: str, repo_id: str, rev: str, sha: str) -> None
             self._kind(typ, repo_id, name))
     if kind is None: return
     with self.lock(typ, repo_id):
-        if (meta := RepoStore.repo(self, typ, repo_id)) is None: return  # deleted meanwhile
+        if (meta := self.held(typ, repo_id)) is None: return  # deleted meanwhile
         if kind == "branch": meta["refs"][name] = sha
         else: meta["tags"][name] = {"commit": sha, "message": "", "date": _now()}
         self._save(meta)
@@ -278,7 +286,7 @@ def _adopt_names(self: MirrorStore, typ: str, repo_id: str) -> None:
         with self._asking(typ, repo_id): refs = self.api.list_repo_refs(repo_id, repo_type=typ)
     except HubError: return
     with self.lock(typ, repo_id):
-        if (meta := RepoStore.repo(self, typ, repo_id)) is None: return  # deleted meanwhile
+        if (meta := self.held(typ, repo_id)) is None: return  # deleted meanwhile
         for kind, found in (("refs", refs.branches), ("tags", refs.tags)):
             for r in found:
                 try: check_ref_name(r.name)
@@ -396,7 +404,7 @@ def _keep(self: MirrorStore, record: dict, c: dict) -> None:
     "Keep commit `c` of the mirrored repo `record` (a new repo's folder appears whole, with its record)."
     typ, repo_id = record["type"], record["id"]
     with self.lock(typ, repo_id):
-        meta = RepoStore.repo(self, typ, repo_id)
+        meta = self.held(typ, repo_id)
         if meta is not None and "mirror" not in meta:
             raise HubError(409, f"{typ} {repo_id} was created on this hub while it was being mirrored: not mirrored")
         if meta is None:
@@ -405,62 +413,6 @@ def _keep(self: MirrorStore, record: dict, c: dict) -> None:
         _write_json(self.dir(typ, repo_id) / "commits" / f"{c['id']}.json", c)
         meta.update(private=record["private"], gated=record["gated"])
         self._save(meta)
-
-# %% ../../nbs/localhub/05_mirror.ipynb #807a8d63
-@patch
-def _writable(self: MirrorStore, typ: str, repo_id: str) -> None:
-    "A 403 if the repo is mirrored (held or upstream); this hub's own repos pass."
-    if "mirror" in (self.repo(typ, repo_id) or {}):
-        raise HubError(403, f"{typ} {repo_id} is mirrored from {self.upstream or 'an upstream hub'}, and a mirror's "
-                            "copy is read-only: push to the upstream (or create a repo of this hub's own)")
-
-@patch
-def commit(self: MirrorStore, typ: str, repo_id: str, *args, **kwargs) -> dict:
-    "`RepoStore.commit`, refused on a mirrored repo."
-    self._writable(typ, repo_id)
-    return RepoStore.commit(self, typ, repo_id, *args, **kwargs)
-
-@patch
-def set_ref(self: MirrorStore, typ: str, repo_id: str, *args, **kwargs) -> dict:
-    "`RepoStore.set_ref`, refused on a mirrored repo."
-    self._writable(typ, repo_id)
-    return RepoStore.set_ref(self, typ, repo_id, *args, **kwargs)
-
-@patch
-def drop_ref(self: MirrorStore, typ: str, repo_id: str, *args, **kwargs) -> dict:
-    "`RepoStore.drop_ref`, refused on a mirrored repo."
-    self._writable(typ, repo_id)
-    return RepoStore.drop_ref(self, typ, repo_id, *args, **kwargs)
-
-@patch
-def update_settings(self: MirrorStore, typ: str, repo_id: str, *args, **kwargs) -> dict:
-    "`RepoStore.update_settings`, refused on a mirrored repo."
-    self._writable(typ, repo_id)
-    return RepoStore.update_settings(self, typ, repo_id, *args, **kwargs)
-
-@patch
-def move(self: MirrorStore, typ: str, src: str, dest: str) -> dict:
-    "`RepoStore.move`, refused on a mirrored repo."
-    self._writable(typ, src)
-    return RepoStore.move(self, typ, src, dest)
-
-@patch
-def open_discussion(self: MirrorStore, typ: str, repo_id: str, *args, **kwargs) -> tuple:
-    "`RepoStore.open_discussion` (discussions, pull requests), refused on a mirrored repo."
-    self._writable(typ, repo_id)
-    return RepoStore.open_discussion(self, typ, repo_id, *args, **kwargs)
-
-@patch
-def update_discussion(self: MirrorStore, typ: str, repo_id: str, *args, **kwargs) -> dict:
-    "`RepoStore.update_discussion` (comments, status, titles), refused on a mirrored repo."
-    self._writable(typ, repo_id)
-    return RepoStore.update_discussion(self, typ, repo_id, *args, **kwargs)
-
-@patch
-def merge_pull(self: MirrorStore, typ: str, repo_id: str, *args, **kwargs) -> dict:
-    "`RepoStore.merge_pull`, refused on a mirrored repo."
-    self._writable(typ, repo_id)
-    return RepoStore.merge_pull(self, typ, repo_id, *args, **kwargs)
 
 # %% ../../nbs/localhub/05_mirror.ipynb #391067c9
 EXPORT_FORMAT = "adaptkit-localhub-export"  # the manifest's `format` (its `version` is 1)

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from fastcore.basics import patch
 
-from .http import LOOPBACK_NAMES, HubHandler, HubServer, HubServer6
+from .http import LOOPBACK_NAMES, HubServer, HubServer6, hosts_served
 from .mirror import MirrorStore, check_mirror_options
 from .storage import RepoStore, RootInUseError
 from .xet import XET_RETENTION
@@ -95,7 +95,7 @@ def _unguarded(
                          "reach it could read them. Start it with its token (token= or token_file=; `hub serve "
                          "--token_file`, $ADAPTKIT_HUB_TOKEN), or with drop_privacy=True (`--drop_privacy`) to make "
                          "them public")
-    for m in found: RepoStore.update_settings(store, m["type"], m["id"], private=False)
+    store.make_public(found)
     _log.warning("LocalHub at %s runs without a token: made public: %s", store.root, names)
 
 class LocalHub:
@@ -109,7 +109,7 @@ class LocalHub:
                  token: str | None = None,  # if set, writes, private repos and gated files need this bearer token
                  token_file=None,  # or read the token from this file (not visible in the process list)
                  timeout: float = 60.0,  # seconds a socket may stay silent (headers or body) before it is closed
-                 allowed_hosts=(),  # Host names served besides the bound address and loopback names
+                 allowed_hosts=(),  # Hosts served besides the bound address and loopback names: `name`, `name:port`
                  upstream: str | None = None,  # mirror this Hub: fetch what is not held from it, once, and keep it
                  upstream_token: str | bool | None = None,  # token for the upstream (None: huggingface_hub's login)
                  offline: bool = False,  # a mirror that serves only what it holds (never contacts the upstream)
@@ -119,7 +119,7 @@ class LocalHub:
         check_mirror_options(upstream, refresh)
         self.root, self.host, self.lfs, self._port, self.timeout = Path(root), host, lfs, port, timeout
         self.token = token if token is not None or token_file is None else read_token_file(token_file)
-        self.allowed_hosts = {h.lower() for h in (host.strip("[]"), *allowed_hosts)} | set(LOOPBACK_NAMES)
+        self.allowed_hosts = hosts_served([host.strip("[]"), *LOOPBACK_NAMES, *allowed_hosts])
         self.upstream, self.upstream_token, self.offline, self.refresh = upstream, upstream_token, offline, refresh
         self.log, self._own_log, self.drop_privacy = log, False, drop_privacy
         self.server, self.thread, self.counts = None, None, Counter()
@@ -132,20 +132,17 @@ class LocalHub:
 
     def _bind(self) -> HubServer:
         "Open the store and create the HTTP server, bound but not serving yet."
-        store = self._store()
+        store, log = self._store(), None
         try:
             if self.token is None: _unguarded(store, self.drop_privacy)
             secret = signing_key(self.root, self.token)
-            s = (HubServer6 if ":" in self.host else HubServer)((self.host, self._port), HubHandler)
+            log, self._own_log = _open_log(self.log)
+            s = (HubServer6 if ":" in self.host else HubServer)(
+                (self.host, self._port), store, secret, token=self.token, lfs=self.lfs,
+                allowed_hosts=self.allowed_hosts, socket_timeout=self.timeout, request_log=log, counts=self.counts)
         except BaseException:
-            store.close()
-            raise
-        s.store, s.lfs, s.token, s.counts, s.counts_lock = store, self.lfs, self.token, self.counts, threading.Lock()
-        s.cards, s.conns, s.secret, s.socket_timeout = {}, set(), secret, self.timeout
-        s.allowed_hosts = self.allowed_hosts
-        try: s.request_log, self._own_log = _open_log(self.log)
-        except BaseException:
-            s.server_close()
+            if self._own_log: log.close()
+            self._own_log = False
             store.close()
             raise
         store.record_start(self.token is not None)
@@ -248,7 +245,7 @@ def serve(
     lfs: bool = True,  # the Hub's rule: LFS (Xet, or the LFS batch API) for large/binary files; False: all inline
     token: str | None = None,  # writes and private repos need this bearer token (default: $ADAPTKIT_HUB_TOKEN)
     token_file=None,  # or read the token from this file
-    allowed_hosts=(),  # Host names served besides the bound address and loopback names
+    allowed_hosts=(),  # Hosts served besides the bound address and loopback names: `name` or `name:port`
     upstream: str | None = None,  # mirror this Hub (fetch once what is not held, keep it)
     upstream_token_file=None,  # read the upstream's token from this file (default: huggingface_hub's login)
     offline: bool = False,  # serve only what is held, never contacting the upstream

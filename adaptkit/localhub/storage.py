@@ -449,6 +449,10 @@ class RepoStore:
         "The records of every private repo held, of any type (a mirror's too, listed or not)."
         return [m for typ in ("model", "dataset", "space") for m in RepoStore.repos(self, typ) if m["private"]]
 
+    def stale_note(self) -> str | None:
+        "Why this thread's last answer may be stale: never for a hub's own repos (a mirror's may be, `MirrorStore`)."
+        return None
+
     def record_start(self, token: bool) -> None:
         "Note in the root that its hub now runs with a token or without (`hub import` reads it)."
         _write_json(self.root / SERVED, {"token": bool(token), "started": _now()})
@@ -457,6 +461,10 @@ class RepoStore:
         if (meta := self.repo(typ, repo_id)) is None:
             raise HubError(404, f"Repository Not Found: {typ} {repo_id}", "RepoNotFound")
         return meta
+
+    def writable(self, typ: str, repo_id: str) -> dict:
+        "The record of a repo about to change (every change asks it first, under the repo's lock); a 404 if none."
+        return self._need(typ, repo_id)
 
 # %% ../../nbs/localhub/01_storage.ipynb #96a69e96
 def repo_uid(
@@ -502,27 +510,39 @@ def delete(self: RepoStore, typ: str, repo_id: str) -> bool:
 @patch
 def move(self: RepoStore, typ: str, src: str, dest: str) -> dict:
     "Rename repo `src` to `dest` (another name or namespace); 404 if `src` is missing, 409 if `dest` exists."
-    with self.lock(typ, src), self.names:
-        meta, target = self._need(typ, src), self.dir(typ, dest)
-        if target.exists() and target != self.dir(typ, src):
-            raise HubError(409, f"You already have a {typ} repo named {dest}")
-        target.parent.mkdir(parents=True, exist_ok=True)
-        os.rename(self.dir(typ, src), target)
-        try: _write_json(target / "repo.json", {**meta, "id": dest})
-        except BaseException:
-            os.rename(target, self.dir(typ, src))
-            raise
-        return {**meta, "id": dest}
+    with self.lock(typ, src):
+        self.writable(typ, src)  # asked before the hub-wide lock (a mirror may ask its upstream)
+        with self.names:
+            meta, target = self._need(typ, src), self.dir(typ, dest)
+            if target.exists() and target != self.dir(typ, src):
+                raise HubError(409, f"You already have a {typ} repo named {dest}")
+            target.parent.mkdir(parents=True, exist_ok=True)
+            os.rename(self.dir(typ, src), target)
+            try: _write_json(target / "repo.json", {**meta, "id": dest})
+            except BaseException:
+                os.rename(target, self.dir(typ, src))
+                raise
+            return {**meta, "id": dest}
 
 @patch
 def update_settings(self: RepoStore, typ: str, repo_id: str, private: bool | None = None, gated=None) -> dict:
     "Change a repo's visibility (`private`) and gating (`gated`: False, 'auto' or 'manual')."
     with self.lock(typ, repo_id):
-        meta = self._need(typ, repo_id)
+        meta = self.writable(typ, repo_id)
         if private is not None: meta["private"] = bool(private)
         if gated is not None: meta["gated"] = gated
         self._save(meta)
         return meta
+
+@patch
+def make_public(self: RepoStore,
+                records: list):  # repo records (`private_repos`)
+    "Make these repos public, a mirror's copies too: what a hub about to serve without a token does (`drop_privacy`)."
+    for m in records:
+        with self.lock(m["type"], m["id"]):
+            meta = self._need(m["type"], m["id"])
+            meta["private"] = False
+            self._save(meta)
 
 # %% ../../nbs/localhub/01_storage.ipynb #ba52b873
 def _xet_hashes(
@@ -650,7 +670,7 @@ def commit(self: RepoStore, typ: str, repo_id: str, branch: str, ops: list, titl
     "Apply `ops` [(op, path, entry)] on top of `branch` (or pull request `refs/pr/N`) as a new commit; move it there."
     branch, num = branch.removeprefix("refs/heads/"), pull_number(branch)
     with self.lock(typ, repo_id):
-        meta = self._need(typ, repo_id)
+        meta = self.writable(typ, repo_id)
         if num is not None:
             items = self.discussions(typ, repo_id)
             head = self.pull(typ, repo_id, num, True, items)["head"]
@@ -684,7 +704,7 @@ def history(self: RepoStore, typ: str, repo_id: str, sha: str) -> list:
 def set_ref(self: RepoStore, typ: str, repo_id: str, kind: str, name: str, rev: str | None, message: str = "") -> dict:
     "Create branch or tag (`kind`) `name` at `rev` (default: main's head); checks the repo, `rev`, the name, then 409."
     with self.lock(typ, repo_id):
-        meta = self._need(typ, repo_id)
+        meta = self.writable(typ, repo_id)
         c = self.resolve(typ, repo_id, rev or "main")
         if c is None: raise HubError(404, f"Invalid rev id: {str(rev)[:100]}", "RevisionNotFound")
         check_ref_name(name)
@@ -699,7 +719,7 @@ def set_ref(self: RepoStore, typ: str, repo_id: str, kind: str, name: str, rev: 
 def drop_ref(self: RepoStore, typ: str, repo_id: str, kind: str, name: str) -> dict:
     "Delete branch or tag (`kind`) `name`; `main` is protected; 404 `RevisionNotFound` if there is none."
     with self.lock(typ, repo_id):
-        meta = self._need(typ, repo_id)
+        meta = self.writable(typ, repo_id)
         refs = meta["refs"] if kind == "branch" else meta["tags"]
         if kind == "branch" and name == "main":  # the Hub's words (huggingface_hub's tests)
             raise HubError(403, "Cannot delete refs/heads/main: it is the repo's default branch")
@@ -790,7 +810,7 @@ def open_discussion(self: RepoStore, typ: str, repo_id: str, title: str, text: s
     "Open a discussion, or a pull request against `base` (`pull`; `ops`: with a first commit); (record, commit|None)."
     base, pull = base.removeprefix("refs/heads/"), pull or ops is not None
     with self.lock(typ, repo_id):
-        meta, items, c = self._need(typ, repo_id), self.discussions(typ, repo_id), None
+        meta, items, c = self.writable(typ, repo_id), self.discussions(typ, repo_id), None
         d = {"num": max((x["num"] for x in items), default=0) + 1, "title": title.strip()[:200] or "(no title)",
              "status": "open", "isPullRequest": pull, "createdAt": _now(), "author": USER,
              "events": [_comment_event(text)]}
@@ -817,7 +837,7 @@ def open_discussion(self: RepoStore, typ: str, repo_id: str, title: str, text: s
 def update_discussion(self: RepoStore, typ: str, repo_id: str, num: int, change) -> dict:
     "Apply `change(record)`, which returns the event it added, to discussion `num` under the repo's lock; that event."
     with self.lock(typ, repo_id):
-        self._need(typ, repo_id)
+        self.writable(typ, repo_id)
         items = self.discussions(typ, repo_id)
         event = change(self.discussion(typ, repo_id, num, items))
         self._save_discussions(typ, repo_id, items)
@@ -904,7 +924,7 @@ def pull_conflicts(self: RepoStore, typ: str, repo_id: str, d: dict) -> list:
 def merge_pull(self: RepoStore, typ: str, repo_id: str, num: int, comment: str | None = None) -> dict:
     "Merge open pull request `num` into its target: a fast-forward, a merge commit, or a 409; the `merged` event."
     with self.lock(typ, repo_id):
-        meta, items = self._need(typ, repo_id), self.discussions(typ, repo_id)
+        meta, items = self.writable(typ, repo_id), self.discussions(typ, repo_id)
         d = self.discussion(typ, repo_id, num, items)
         if not d["isPullRequest"]: raise HubError(400, f"#{num} of {repo_id} is a discussion, not a pull request")
         if d["status"] != "open":

@@ -151,7 +151,7 @@ def test_a_mirrored_repo_is_read_only_and_the_mirrors_own_repos_are_its_own(upst
         assert api.model_info("team/own").sha == commit and _asked(upstream) == asked  # never looked up upstream
         assert not HfApi(endpoint=upstream.endpoint, token=UP_TOKEN).repo_exists("team/own")
         api.delete_repo("team/tiny")  # drops the copy: the next request fetches it again
-        assert not RepoStore.repo(mirror.server.store, "model", "team/tiny")
+        assert not mirror.server.store.held("model", "team/tiny")
         assert api.model_info("team/tiny").sha == upstream.first
 
 
@@ -187,7 +187,7 @@ def test_bytes_that_differ_from_the_upstream_tree_are_refused_and_nothing_is_kep
         with pytest.raises(HfHubHTTPError, match=f"sent {path} of model team/tiny .* other bytes than its tree") as e:
             HfApi(endpoint=mirror.endpoint).model_info("team/tiny")
         assert e.value.response.status_code == 502
-        assert RepoStore.repo(store, "model", "team/tiny") is None and not list(store.tmp.iterdir())
+        assert store.held("model", "team/tiny") is None and not list(store.tmp.iterdir())
         monkeypatch.setattr(store.api, "hf_hub_download", real)
         assert _snapshot(mirror.endpoint, tmp_path, "c")[1]["config.json"] == FILES["config.json"]
 
@@ -395,7 +395,6 @@ XET_FILES = {"config.json": b'{"model_type": "llama"}', "a.bin": b"\0" + bytes(r
 def xet_upstream(tmp_path, monkeypatch):
     "A LocalHub with team/x pushed by the stock client with Xet on (its LFS files stored with Xet)."
     monkeypatch.setattr(constants, "HF_HUB_DISABLE_XET", False)  # the client as it comes
-    monkeypatch.setenv("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     with LocalHub(tmp_path / "upstream", token=UP_TOKEN) as hub:
         api = HfApi(endpoint=hub.endpoint, token=UP_TOKEN)
         api.create_repo("team/x")
@@ -490,7 +489,7 @@ def test_tampered_upstream_bytes_leave_no_blob_and_no_xorb_of_theirs(xet_upstrea
         with pytest.raises(HfHubHTTPError, match="sent model.safetensors of model team/x .* other bytes") as e:
             HfApi(endpoint=mirror.endpoint).model_info("team/x")
         assert e.value.response.status_code == 502 and asked.index("a.bin") < asked.index("model.safetensors")
-        assert RepoStore.repo(store, "model", "team/x") is None and not list(store.tmp.iterdir())
+        assert store.held("model", "team/x") is None and not list(store.tmp.iterdir())
         xorbs, files = _xet_state(mirror.root)
         assert files == [xet_upstream.infos["a.bin"].xet_hash]  # only a.bin's: kept for a gc, as a push's would be
         assert mirror.gc(older_than=0)["files"] == 1 and _xet_state(mirror.root) == ([], [])  # nothing names it

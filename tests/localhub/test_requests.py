@@ -6,7 +6,7 @@ import logging
 import pytest
 from huggingface_hub import HfApi
 
-from adaptkit.localhub.server import LocalHub, read_token_file
+from adaptkit.localhub.server import read_token_file
 from adaptkit.localhub.storage import HubError, RepoStore, check_path
 from adaptkit.localhub.wire import host_and_port
 
@@ -14,12 +14,12 @@ TOKEN = "hf_localhub_requests_token"
 
 
 @pytest.fixture
-def hub(tmp_path):
-    with LocalHub(tmp_path / "hub", token=TOKEN) as h:
-        api = HfApi(endpoint=h.endpoint, token=TOKEN)
-        api.create_repo("team/r")
-        api.upload_file(path_or_fileobj=b"hello", path_in_repo="a.txt", repo_id="team/r")
-        yield h
+def hub(hub):
+    "The `hub` fixture (tests/conftest.py, guarded by `TOKEN`), holding team/r with a.txt."
+    api = HfApi(endpoint=hub.endpoint, token=TOKEN)
+    api.create_repo("team/r")
+    api.upload_file(path_or_fileobj=b"hello", path_in_repo="a.txt", repo_id="team/r")
+    return hub
 
 
 def _get(hub, method, path, headers=None, host=True):

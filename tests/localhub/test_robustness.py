@@ -20,10 +20,10 @@ HALF = b"GET /api/models HTTP/1.1\r\nHost: 127"  # a request cut inside its head
 
 
 @pytest.fixture
-def hub(tmp_path):
-    with LocalHub(tmp_path / "hub", token=TOKEN) as h:
-        HfApi(endpoint=h.endpoint, token=TOKEN).create_repo("team/g")
-        yield h
+def hub(hub):
+    "The `hub` fixture (tests/conftest.py, guarded by `TOKEN`), holding the public repo team/g."
+    HfApi(endpoint=hub.endpoint, token=TOKEN).create_repo("team/g")
+    return hub
 
 
 def _connect(hub, data=b""):
@@ -213,5 +213,31 @@ def test_anonymous_requests_leave_the_reserved_slots_to_the_token(hub):
     assert sum(a.startswith(b"HTTP/1.1 503 ") for a in answers) == 2 and sum(a == b"" for a in answers) == 4, answers
     start = time.monotonic()
     assert HfApi(endpoint=hub.endpoint, token=TOKEN).list_repo_files("team/g") == [".gitattributes"]
+    assert time.monotonic() - start < 2
+    for s in slow: s.close()
+
+
+def test_cas_and_telemetry_requests_without_the_token_leave_the_reserved_slots(hub, raw):
+    """Issue 49, item 4. Before, the reservation skipped the CAS and telemetry routes: connections with no token (or an
+    anonymous Xet read token) trickling a body to `/v1/telemetry` or to a shard upload they are refused held every
+    slot, and a client with the token got a 503 for as long as they trickled. Now they count as requests without the
+    token; a Xet token counts as what it was asked with, so the token holder's own Xet requests are served."""
+    server = hub.server
+    server.max_connections, server.reserved, server.slot_wait, server.body_grace = 8, 3, 0.5, 60.0
+    token = lambda auth: json.loads(raw("GET", f"{hub.endpoint}/api/models/team/g/xet-read-token/main",
+                                        headers={"Authorization": f"Bearer {auth}"} if auth else {})[2])
+    anonymous, owner = token(None), token(TOKEN)  # team/g is public: anyone gets a read token
+    cas, bearer = anonymous["casUrl"].removeprefix(hub.endpoint), f"Authorization: Bearer {anonymous['accessToken']}"
+    heads = [_post_head(hub, "/v1/telemetry", 1000), _post_head(hub, f"{cas}/v1/telemetry", 1000),
+             _post_head(hub, f"{cas}/v1/shards", 1000, f"{bearer}\r\n".encode())]
+    slow = [_connect(hub, heads[i % 3] + b"{") for i in range(8)]  # one byte of each body, then nothing
+    time.sleep(1.0)
+    answers = [_answer(s, 0.05) for s in slow]
+    assert sum(a.startswith(b"HTTP/1.1 503 ") for a in answers) == 3 and sum(a == b"" for a in answers) == 5, answers
+    start = time.monotonic()
+    assert HfApi(endpoint=hub.endpoint, token=TOKEN).list_repo_files("team/g") == [".gitattributes"]
+    status, _, body = raw("POST", f"{owner['casUrl']}/v1/telemetry", b"{}",
+                          {"Authorization": f"Bearer {owner['accessToken']}", "Content-Type": "application/json"})
+    assert status == 204, body  # hf_xet's telemetry with the owner's Xet token: the owner's, not anonymous
     assert time.monotonic() - start < 2
     for s in slow: s.close()

@@ -16,7 +16,7 @@ import time
 import tracemalloc
 
 import pytest
-from huggingface_hub import CommitOperationAdd, CommitOperationDelete, HfApi
+from huggingface_hub import CommitOperationAdd, CommitOperationDelete, HfApi, hf_hub_download
 from huggingface_hub.errors import HfHubHTTPError
 
 from adaptkit.localhub.http import MAX_JSON
@@ -77,6 +77,71 @@ def test_foreign_host_is_refused(tmp_path):
             )[0]
             == 200
         )
+
+
+class _Forward:
+    "A loopback TCP port forward, as `ssh -L` or `docker run -p` make one: connections to `.port` go to `.target`."
+    def __init__(self):
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.sock.settimeout(0.2)
+        self.port, self.target, self.open = self.sock.getsockname()[1], None, True
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while self.open:
+            try: client, _ = self.sock.accept()
+            except TimeoutError: continue
+            except OSError: return
+            server = socket.create_connection(("127.0.0.1", self.target), timeout=30)
+            for a, b in ((client, server), (server, client)):
+                threading.Thread(target=_pipe, args=(a, b), daemon=True).start()
+
+    def close(self):
+        self.open = False
+        self.sock.close()
+
+
+def _pipe(a, b):
+    "Copy what `a` sends to `b` until `a` ends, then end `b`'s side too."
+    try:
+        while data := a.recv(1 << 16): b.sendall(data)
+    except OSError: pass
+    for s in (a, b):
+        try: s.shutdown(socket.SHUT_RDWR)
+        except OSError: pass
+
+
+def test_a_hub_behind_a_port_forward_serves_the_host_port_it_is_given(tmp_path, monkeypatch, random_bytes):
+    """Issue 47, item 4. Before, a request through a port forward (its Host names the forward's port) was a 421 that
+    hid the port, and no `allowed_hosts` value helped. Now `allowed_hosts` takes `name:port`: the stock client pushes
+    (through Xet: the CAS URL names the forward) and downloads through the forward, while other names and ports are
+    still refused (the DNS-rebinding guard) with a 421 that names the Host it refused and what the hub serves."""
+    forward = _Forward()
+    via = f"http://127.0.0.1:{forward.port}"
+    try:
+        with LocalHub(tmp_path / "hub", token=TOKEN) as hub:
+            forward.target = hub.port
+            with pytest.raises(HfHubHTTPError) as e: HfApi(endpoint=via, token=TOKEN).whoami()
+            assert e.value.response.status_code == 421
+            message = str(e.value)
+            assert f"does not serve Host '127.0.0.1:{forward.port}'" in message and f"127.0.0.1:{hub.port}" in message
+            assert f"allowed_hosts=['127.0.0.1:{forward.port}']" in message, message
+        with LocalHub(tmp_path / "hub", token=TOKEN, allowed_hosts=[f"127.0.0.1:{forward.port}"]) as hub:
+            forward.target, api, data = hub.port, HfApi(endpoint=via, token=TOKEN), random_bytes(300_000)
+            api.create_repo("team/fwd")
+            api.upload_file(path_or_fileobj=data, path_in_repo="w.bin", repo_id="team/fwd")
+            api.upload_file(path_or_fileobj=b"inline", path_in_repo="a.txt", repo_id="team/fwd")
+            got = hf_hub_download("team/fwd", "w.bin", endpoint=via, token=TOKEN, cache_dir=tmp_path / "c")
+            assert open(got, "rb").read() == data and api.get_paths_info("team/fwd", ["w.bin"])[0].xet_hash
+            assert hub.counts["cas-xorb"] >= 1  # pushed through Xet, via the forward
+            assert HfApi(endpoint=hub.endpoint, token=TOKEN).list_repo_files("team/fwd") == [".gitattributes", "a.txt",
+                                                                                             "w.bin"]
+            for host in [f"evil.example:{forward.port}", f"127.0.0.1:{forward.port + 1}", "127.0.0.1.evil.example"]:
+                status, _, body = _request(hub, "GET", "/api/models/team/fwd", headers={"Host": host})
+                assert status == 421 and f"does not serve Host {host!r}" in body["error"], (host, body)
+    finally: forward.close()
+    with pytest.raises(ValueError, match="'http://127.0.0.1:9000' is not a Host"):
+        LocalHub(tmp_path / "other", allowed_hosts=["http://127.0.0.1:9000"])
 
 
 def test_stalled_sockets_are_closed(tmp_path):
@@ -222,6 +287,63 @@ def test_full_disk_is_507_and_nothing_half_written(tmp_path, monkeypatch):
         assert not [p for p in (hub.root / "repos").rglob("*.tmp")]
 
 
+def _enospc(fd):
+    raise OSError(errno.ENOSPC, "No space left on device")
+
+
+def test_a_full_disk_stops_a_xet_push_at_once_and_the_log_names_the_store(tmp_path, monkeypatch, caplog,
+                                                                           random_bytes):
+    """Issue 49, item 6. Before, a Xet upload onto a full disk was a 507, which hf_xet retries (any 5xx) for about
+    four minutes, then shows only "507 Insufficient Storage". Now the CAS answers a full disk 413, which hf_xet does
+    not retry (a 4xx other than 408 and 429): the push stops at its first xorb, and LocalHub's log names the store
+    that is full (hf_xet shows the user only the status and the URL)."""
+    pytest.importorskip("hf_xet")
+    import adaptkit.localhub.xet as hubxet
+    with LocalHub(tmp_path / "hub", token=TOKEN) as hub:
+        api = HfApi(endpoint=hub.endpoint, token=TOKEN)
+        api.create_repo("team/full")
+        real_fsync, data = os.fsync, random_bytes(300_000)
+        monkeypatch.setattr(hubxet.os, "fsync", _enospc)
+        start = time.monotonic()
+        with caplog.at_level(logging.ERROR, logger="adaptkit.localhub"):
+            with pytest.raises(ConnectionError, match="413"):
+                api.upload_file(path_or_fileobj=data, path_in_repo="w.bin", repo_id="team/full")
+        assert time.monotonic() - start < 30 and hub.counts["cas-xorb"] == 1  # asked once: not retried
+        monkeypatch.setattr(hubxet.os, "fsync", real_fsync)
+        assert f"the Xet store at {hub.root / 'xet'} is full" in caplog.text, caplog.text
+        assert not list((hub.root / "xet" / "tmp").iterdir()) and not list((hub.root / "xet" / "xorbs").rglob("*"))
+        assert api.list_repo_files("team/full") == [".gitattributes"]
+        api.upload_file(path_or_fileobj=data, path_in_repo="w.bin", repo_id="team/full")  # room again: it goes through
+        assert api.get_paths_info("team/full", ["w.bin"])[0].xet_hash
+
+
+def test_a_push_the_disk_cannot_hold_is_refused_before_any_upload_naming_the_disk(tmp_path, monkeypatch,
+                                                                                   random_bytes):
+    """Issue 49, item 6. A push whose large files are bigger than the free space of the hub's disk is refused at its
+    preupload with a 507 that the stock client shows as it is (it does not retry a 507 there): the disk, what is free
+    and what the push brings, before a byte is uploaded. Inline files and files already stored at their path with
+    their size are not counted."""
+    import adaptkit.localhub.http as hubhttp
+    with LocalHub(tmp_path / "hub", token=TOKEN) as hub:
+        api = HfApi(endpoint=hub.endpoint, token=TOKEN)
+        api.create_repo("team/small")
+        data = random_bytes(300_000)
+        api.upload_file(path_or_fileobj=data, path_in_repo="kept.bin", repo_id="team/small")
+        real = hubhttp.shutil.disk_usage
+        monkeypatch.setattr(hubhttp.shutil, "disk_usage",
+                            lambda p: real(p)._replace(free=200_000) if str(p).startswith(str(hub.root)) else real(p))
+        before = dict(hub.counts)
+        with pytest.raises(HfHubHTTPError, match=r"disk at .* has 0\.2 MB \(200,000 bytes\) free, and this push brings "
+                                                 r"up to 0\.3 MB \(300,001 bytes\)") as e:
+            api.upload_file(path_or_fileobj=b"\0" + data, path_in_repo="w.bin", repo_id="team/small")
+        assert e.value.response.status_code == 507 and str(hub.root) in str(e.value)
+        assert {k: hub.counts[k] - before.get(k, 0) for k in ("xet-token", "cas-xorb", "lfs-batch", "commit")} == {
+            "xet-token": 0, "cas-xorb": 0, "lfs-batch": 0, "commit": 0}
+        api.upload_file(path_or_fileobj=b"a small inline file", path_in_repo="a.txt", repo_id="team/small")
+        api.upload_file(path_or_fileobj=data, path_in_repo="kept.bin", repo_id="team/small")  # held: not counted
+        assert api.list_repo_files("team/small") == [".gitattributes", "a.txt", "kept.bin"]
+
+
 def test_inline_upload_is_streamed_not_held(tmp_path):
     "A 24 MiB inline file, sent in pieces: the server never holds the line (32 MiB of base64) in memory."
     data = os.urandom(24 << 20)
@@ -276,10 +398,10 @@ def test_token_from_file_and_environment(tmp_path):
 # --- LocalHub: token file, store, wire and HTTP checks ------------------------------------------------------------
 
 @pytest.fixture
-def hub(tmp_path):
-    with LocalHub(tmp_path / "guarded-hub", token=TOKEN) as h:
-        HfApi(endpoint=h.endpoint, token=TOKEN).create_repo("team/g")
-        yield h
+def hub(hub):
+    "The `hub` fixture (tests/conftest.py, guarded by `TOKEN`), holding the public repo team/g."
+    HfApi(endpoint=hub.endpoint, token=TOKEN).create_repo("team/g")
+    return hub
 
 
 def test_an_empty_token_file_is_named(tmp_path, caplog):

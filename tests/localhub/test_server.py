@@ -40,18 +40,10 @@ def _files(root: Path) -> dict:
             if p.is_file() and ".cache" not in p.parts and p.name != ".gitattributes"}
 
 
-def _http(method, url, body=None, headers=None):
-    "A raw request (standard library, no client-side validation): (status, headers, body bytes)."
-    req = urllib.request.Request(url, data=body, method=method, headers=headers or {})
-    try:
-        with urllib.request.urlopen(req, timeout=30) as r: return r.status, r.headers, r.read()
-    except urllib.error.HTTPError as e: return e.code, e.headers, e.read()
-
-
-def _ndjson_commit(hub, repo_id, lines, token=TOKEN):
+def _ndjson_commit(raw, hub, repo_id, lines, token=TOKEN):
     body = b"".join(json.dumps(x).encode() + b"\n" for x in [{"key": "header", "value": {"summary": "raw"}}, *lines])
-    return _http("POST", f"{hub.endpoint}/api/models/{repo_id}/commit/main", body,
-                 {"Content-Type": "application/x-ndjson", "Authorization": f"Bearer {token}"})
+    return raw("POST", f"{hub.endpoint}/api/models/{repo_id}/commit/main", body,
+               {"Content-Type": "application/x-ndjson", "Authorization": f"Bearer {token}"})
 
 
 def test_upload_folder_round_trip_default_client(hub, api, folder, tmp_path):
@@ -96,20 +88,20 @@ def test_upload_folder_round_trip_inline_hub(tmp_path, folder):
         assert Path(one).read_bytes() == data
 
 
-def test_range_and_head(hub, api, folder):
+def test_range_and_head(raw, hub, api, folder):
     api.create_repo("team/art")
     api.upload_folder(folder_path=folder, repo_id="team/art")
     url = hf_hub_url("team/art", "model.safetensors", endpoint=hub.endpoint)
     data = (folder / "model.safetensors").read_bytes()
-    status, headers, body = _http("GET", url, headers={"Range": "bytes=100-199"})
+    status, headers, body = raw("GET", url, headers={"Range": "bytes=100-199"})
     assert (status, body, headers["Content-Range"]) == (206, data[100:200], f"bytes 100-199/{len(data)}")
-    assert _http("GET", url, headers={"Range": "bytes=-10"})[2] == data[-10:]
-    assert _http("GET", url, headers={"Range": f"bytes={len(data)}-"})[0] == 416
-    status, headers, body = _http("HEAD", url)
+    assert raw("GET", url, headers={"Range": "bytes=-10"})[2] == data[-10:]
+    assert raw("GET", url, headers={"Range": f"bytes={len(data)}-"})[0] == 416
+    status, headers, body = raw("HEAD", url)
     assert status == 200 and body == b"" and int(headers["Content-Length"]) == len(data)
     # an LFS file stored with Xet: X-Linked-* headers and its Xet hash, as on the Hub
     assert headers["X-Linked-Size"] == str(len(data)) and len(headers["X-Xet-Hash"]) == 64 and headers["X-Repo-Commit"]
-    readme = _http("HEAD", hf_hub_url("team/art", "README.md", endpoint=hub.endpoint))[1]
+    readme = raw("HEAD", hf_hub_url("team/art", "README.md", endpoint=hub.endpoint))[1]
     assert "X-Linked-Size" not in readme and "X-Xet-Hash" not in readme  # a small text file: regular
 
 
@@ -134,7 +126,7 @@ def test_lfs_batch_path_with_xet_disabled(tmp_path, folder, monkeypatch):
         assert Path(got).read_bytes() == (folder / "model.safetensors").read_bytes()
 
 
-def test_lfs_protocol_raw(tmp_path):
+def test_lfs_protocol_raw(raw, tmp_path):
     "The LFS batch/PUT/verify protocol by hand: chunked uploads, and every way an upload can be wrong."
     import http.client
     with LocalHub(tmp_path / "hub", lfs=True, token=TOKEN) as hub:
@@ -142,18 +134,18 @@ def test_lfs_protocol_raw(tmp_path):
         auth = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}
         data = b"\0lfs object\0" * 5000
         oid = hashlib.sha256(data).hexdigest()
-        batch = lambda objects, h=auth: _http("POST", f"{hub.endpoint}/team/raw.git/info/lfs/objects/batch",
-                                              json.dumps({"operation": "upload", "objects": objects}).encode(), h)
+        batch = lambda objects, h=auth: raw("POST", f"{hub.endpoint}/team/raw.git/info/lfs/objects/batch",
+                                            json.dumps({"operation": "upload", "objects": objects}).encode(), h)
         assert batch([{"oid": oid, "size": len(data)}], {})[0] == 401  # writes need the token
         status, _, body = batch([{"oid": oid, "size": len(data)}, {"oid": "../../etc", "size": 1}])
         ok, bad = json.loads(body)["objects"]
         assert status == 200 and bad["error"]["code"] == 422 and set(ok["actions"]) == {"upload", "verify"}
         href = ok["actions"]["upload"]["href"]
-        assert _http("PUT", href.replace("sig=", "sig=0"), data)[0] == 403
-        assert _http("PUT", href, data[:-1] + b"!")[0] == 400 and not list((hub.root / "blobs" / "tmp").iterdir())
+        assert raw("PUT", href.replace("sig=", "sig=0"), data)[0] == 403
+        assert raw("PUT", href, data[:-1] + b"!")[0] == 400 and not list((hub.root / "blobs" / "tmp").iterdir())
         assert (
             _ndjson_commit(
-                hub, "team/raw", [{"key": "lfsFile", "value": {"path": "o.bin", "algo": "sha256", "oid": oid}}]
+                raw, hub, "team/raw", [{"key": "lfsFile", "value": {"path": "o.bin", "algo": "sha256", "oid": oid}}]
             )[0]
             == 400
         )
@@ -162,9 +154,10 @@ def test_lfs_protocol_raw(tmp_path):
         conn.request("PUT", f"{url.path}?{url.query}", body=iter([data[:1000], data[1000:]]), encode_chunked=True)
         assert conn.getresponse().status == 200
         verify = json.dumps({"oid": oid, "size": len(data)}).encode()
-        assert _http("POST", ok["actions"]["verify"]["href"], verify, auth)[0] == 200
+        assert raw("POST", ok["actions"]["verify"]["href"], verify, auth)[0] == 200
         assert "actions" not in json.loads(batch([{"oid": oid, "size": len(data)}])[2])["objects"][0]  # stored now
         status, _, body = _ndjson_commit(
+            raw,
             hub,
             "team/raw",
             [{"key": "lfsFile", "value": {"path": "o.bin", "algo": "sha256", "oid": oid, "size": len(data)}}],
@@ -230,7 +223,7 @@ def test_transformers_and_peft_load_from_localhub(hub, api, tiny_llama, tmp_path
         )
 
 
-def test_private_repos_and_tokens(hub, api, tmp_path):
+def test_private_repos_and_tokens(raw, hub, api, tmp_path):
     api.create_repo("team/secret", private=True)
     api.upload_file(path_or_fileobj=b"top secret", path_in_repo="s.txt", repo_id="team/secret")
     api.create_repo("team/open")
@@ -240,7 +233,7 @@ def test_private_repos_and_tokens(hub, api, tmp_path):
     with pytest.raises(RepositoryNotFoundError): anon.list_repo_files("team/secret")
     with pytest.raises(RepositoryNotFoundError):
         hf_hub_download("team/secret", "s.txt", endpoint=hub.endpoint, token=False, cache_dir=tmp_path / "c")
-    assert _http("GET", hf_hub_url("team/secret", "s.txt", endpoint=hub.endpoint))[0] == 404
+    assert raw("GET", hf_hub_url("team/secret", "s.txt", endpoint=hub.endpoint))[0] == 404
     assert anon.model_info("team/open").id == "team/open"  # public reads need no token
     assert (
         Path(
@@ -256,7 +249,7 @@ def test_private_repos_and_tokens(hub, api, tmp_path):
     with pytest.raises(HfHubHTTPError) as e:
         anon.upload_file(path_or_fileobj=b"x", path_in_repo="x", repo_id="team/open")
     assert e.value.response.status_code == 401
-    assert _ndjson_commit(hub, "team/open", [], token="hf_wrong")[0] == 401
+    assert _ndjson_commit(raw, hub, "team/open", [], token="hf_wrong")[0] == 401
     assert api.model_info("team/secret").private and api.whoami()["name"] == "localhub"
 
 
@@ -287,18 +280,20 @@ def test_restart_keeps_everything(tmp_path, folder):
         assert api.list_repo_files("team/art", revision=c1) == sorted([".gitattributes", *_files(folder)])
 
 
-def test_corrupted_blob_is_not_served(hub, api, tmp_path):
+def test_corrupted_blob_is_not_served(raw, hub, api, tmp_path):
     "A text file, so inline and stored as a blob (a binary one would be stored with Xet)."
     api.create_repo("team/c")
     data = b"precious bytes " * 1000
     api.upload_file(path_or_fileobj=data, path_in_repo="p.txt", repo_id="team/c")
     blob = hub.root / "blobs" / hashlib.sha256(data).hexdigest()[:2] / hashlib.sha256(data).hexdigest()
-    raw = bytearray(blob.read_bytes()); raw[10] ^= 0xFF; blob.write_bytes(bytes(raw))
+    damaged = bytearray(blob.read_bytes())
+    damaged[10] ^= 0xFF
+    blob.write_bytes(bytes(damaged))
     with pytest.raises(HfHubHTTPError, match="corrupted") as e:
         hf_hub_download("team/c", "p.txt", endpoint=hub.endpoint, token=TOKEN, cache_dir=tmp_path / "c")
     assert e.value.response.status_code == 500
     assert not [p for p in (tmp_path / "c").rglob("p.txt")]  # nothing half-downloaded left in the cache
-    status, _, body = _http(
+    status, _, body = raw(
         "GET", hf_hub_url("team/c", "p.txt", endpoint=hub.endpoint), headers={"Authorization": f"Bearer {TOKEN}"}
     )
     assert status == 500 and b"precious" not in body
@@ -313,21 +308,21 @@ def test_corrupted_blob_is_not_served(hub, api, tmp_path):
     )
 
 
-def test_traversal_and_malformed_ids_are_refused(hub, api, tmp_path):
+def test_traversal_and_malformed_ids_are_refused(raw, hub, api, tmp_path):
     api.create_repo("team/t")
     content = base64.b64encode(b"pwned").decode()
     for path, want in [("../x", 422), ("/etc/passwd", 400), ("a/../../x", 422), ("a\\..\\x", 422), ("./a", 400),
                        ("a//b", 400), (".git/config", 400), ("", 400)]:  # climbing out: 422, as the Hub for ..\x
         status, _, body = _ndjson_commit(
-            hub, "team/t", [{"key": "file", "value": {"path": path, "content": content, "encoding": "base64"}}]
+            raw, hub, "team/t", [{"key": "file", "value": {"path": path, "content": content, "encoding": "base64"}}]
         )
         assert status == want and b"Invalid path" in body, (path, status, body)
-    status, _, _ = _ndjson_commit(hub, "team/t", [{"key": "deletedFolder", "value": {"path": "../"}}])
+    status, _, _ = _ndjson_commit(raw, hub, "team/t", [{"key": "deletedFolder", "value": {"path": "../"}}])
     assert status == 422
     pre = json.dumps({"files": [{"path": "../x", "sample": "", "size": 1}]}).encode()
-    assert _http("POST", f"{hub.endpoint}/api/models/team/t/preupload/main", pre,
-                 {"Content-Type": "application/json", "Authorization": f"Bearer {TOKEN}"})[0] == 422
-    assert _http("GET", f"{hub.endpoint}/team/t/resolve/main/%2E%2E/%2E%2E/etc/passwd")[0] == 422
+    assert raw("POST", f"{hub.endpoint}/api/models/team/t/preupload/main", pre,
+               {"Content-Type": "application/json", "Authorization": f"Bearer {TOKEN}"})[0] == 422
+    assert raw("GET", f"{hub.endpoint}/team/t/resolve/main/%2E%2E/%2E%2E/etc/passwd")[0] == 422
     assert (
         api.list_repo_files("team/t") == [".gitattributes"]
         and not (tmp_path / "x").exists()
@@ -336,11 +331,11 @@ def test_traversal_and_malformed_ids_are_refused(hub, api, tmp_path):
     for org, name in [("team", "bad--name"), ("team", "bad..name"), ("team", "-x"), ("team", "a/b"), ("", "x"),
                       ("api", "x"), ("team", "x" * 97), ("team", "x.git"), ("tëam", "x")]:
         body = json.dumps({"name": name, "organization": org, "type": "model"}).encode()
-        status, _, _ = _http("POST", f"{hub.endpoint}/api/repos/create", body,
-                             {"Content-Type": "application/json", "Authorization": f"Bearer {TOKEN}"})
+        status, _, _ = raw("POST", f"{hub.endpoint}/api/repos/create", body,
+                           {"Content-Type": "application/json", "Authorization": f"Bearer {TOKEN}"})
         assert status == 400, (org, name, status)
-    assert _http("GET", f"{hub.endpoint}/api/models/team/bad..x")[0] == 400
-    assert _http("GET", f"{hub.endpoint}/api/models/%2E%2E/repos")[0] == 400
+    assert raw("GET", f"{hub.endpoint}/api/models/team/bad..x")[0] == 400
+    assert raw("GET", f"{hub.endpoint}/api/models/%2E%2E/repos")[0] == 400
     assert sorted(p.name for p in (hub.root / "repos" / "model").iterdir()) == ["team"]
 
 

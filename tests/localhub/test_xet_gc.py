@@ -41,10 +41,8 @@ KINDS = ("xorbs", "files", "sha256", "dedup")
 
 
 @pytest.fixture(autouse=True)
-def xet_client(tmp_path, monkeypatch):
+def xet_client():
     "A fresh hf_xet session on the test's own cache, which every push of the test shares (as one user's pushes do)."
-    monkeypatch.setenv("HF_XET_CACHE", str(tmp_path / "xet-cache"))
-    monkeypatch.setenv("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     _xet.abort_xet_session()  # the next transfer opens a session that reads HF_XET_CACHE
     yield
     _xet.abort_xet_session()

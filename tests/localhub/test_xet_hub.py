@@ -4,11 +4,8 @@ took, so every test can tell that Xet (or LFS) was really used. Nothing here tou
 import hashlib
 import json
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
-import numpy as np
 import pytest
 from huggingface_hub import HfApi, constants, hf_hub_download, snapshot_download
 from huggingface_hub.errors import GatedRepoError, HfHubHTTPError
@@ -19,13 +16,6 @@ from adaptkit.localhub.http import NO_GATED
 hf_xet = pytest.importorskip("hf_xet")
 
 TOKEN = "hf_localhub_xet_token"
-
-
-@pytest.fixture(autouse=True)
-def xet_cache(tmp_path, monkeypatch):
-    "hf_xet's cache and logs in the test's folder (a session made in this test reads them), progress bars off."
-    monkeypatch.setenv("HF_XET_CACHE", str(tmp_path / "xet-cache"))
-    monkeypatch.setenv("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 
 
 @pytest.fixture
@@ -47,35 +37,24 @@ def _hit(hub, method, part, status=None) -> int:
     return sum(m == method and part in t and (status is None or s == str(status)) for m, t, s in _hits(hub))
 
 
-def _random(n, seed=0) -> bytes: return np.random.default_rng(seed).integers(0, 256, n, dtype=np.uint8).tobytes()
-
-
 def _xorbs(hub) -> list: return sorted((hub.root / "xet" / "xorbs").glob("*/*"))
 
 
 def _stored(hub) -> int: return sum(p.stat().st_size for p in _xorbs(hub))
 
 
-def _http(method, url, body=None, headers=None):
-    "(status, headers, body) of one raw request."
-    request = urllib.request.Request(url, data=body, method=method, headers=headers or {})
-    try:
-        with urllib.request.urlopen(request, timeout=30) as r: return r.status, r.headers, r.read()
-    except urllib.error.HTTPError as e: return e.code, e.headers, e.read()
-
-
 @pytest.fixture
-def folder(tmp_path):
+def folder(random_bytes, tmp_path):
     "A model folder: a 2 MB binary (LFS by the Hub's rule), a small config (regular), a binary in a subfolder."
     d = tmp_path / "model"
     (d / "extra").mkdir(parents=True)
-    (d / "model.safetensors").write_bytes(_random(2_000_000))
+    (d / "model.safetensors").write_bytes(random_bytes(2_000_000))
     (d / "config.json").write_text(json.dumps({"hidden_size": 32}))
-    (d / "extra" / "head.bin").write_bytes(b"\0" + _random(300_000, 1))
+    (d / "extra" / "head.bin").write_bytes(b"\0" + random_bytes(300_000, 1))
     return d
 
 
-def test_stock_client_pushes_and_pulls_through_xet(xhub, folder, tmp_path):
+def test_stock_client_pushes_and_pulls_through_xet(random_bytes, xhub, folder, tmp_path):
     api = HfApi(endpoint=xhub.endpoint, token=TOKEN)
     api.create_repo("team/m")
     api.upload_folder(folder_path=folder, repo_id="team/m")
@@ -108,7 +87,7 @@ def test_stock_client_pushes_and_pulls_through_xet(xhub, folder, tmp_path):
     assert api.get_paths_info("team/copy", ["w.safetensors"])[0].xet_hash == infos["model.safetensors"].xet_hash
     # a new version with 100 KB changed in the middle: only about that much more is stored
     data = bytearray((folder / "model.safetensors").read_bytes())
-    data[1_000_000:1_100_000] = _random(100_000, 2)
+    data[1_000_000:1_100_000] = random_bytes(100_000, 2)
     (tmp_path / "v2.safetensors").write_bytes(data)
     stored = _stored(xhub)
     api.upload_file(path_or_fileobj=str(tmp_path / "v2.safetensors"), path_in_repo="model.safetensors",
@@ -117,11 +96,12 @@ def test_stock_client_pushes_and_pulls_through_xet(xhub, folder, tmp_path):
     got = hf_hub_download("team/m", "model.safetensors", endpoint=xhub.endpoint, token=TOKEN, cache_dir=tmp_path / "c2")
     assert Path(got).read_bytes() == bytes(data)
     # a pull request through Xet: the write token for a PR being opened is asked with revision None
-    pr = api.upload_file(path_or_fileobj=_random(50_000, 3), path_in_repo="pr.bin", repo_id="team/m", create_pr=True)
+    pr = api.upload_file(path_or_fileobj=random_bytes(50_000, 3), path_in_repo="pr.bin", repo_id="team/m",
+                         create_pr=True)
     assert _hit(xhub, "GET", "/api/models/team/m/xet-write-token/None", 200) == 1
     got = hf_hub_download("team/m", "pr.bin", revision=pr.pr_revision, endpoint=xhub.endpoint, token=TOKEN,
                           cache_dir=tmp_path / "c3")
-    assert Path(got).read_bytes() == _random(50_000, 3)
+    assert Path(got).read_bytes() == random_bytes(50_000, 3)
 
 
 def test_client_without_xet_uses_lfs_and_reads_xet_files(xhub, folder, tmp_path, monkeypatch):
@@ -152,57 +132,57 @@ def test_client_without_xet_uses_lfs_and_reads_xet_files(xhub, folder, tmp_path,
     assert Path(got).read_bytes() == (folder / "extra" / "head.bin").read_bytes()
 
 
-def test_range_requests_on_a_xet_file(xhub, tmp_path):
+def test_range_requests_on_a_xet_file(random_bytes, raw, xhub, tmp_path):
     api = HfApi(endpoint=xhub.endpoint, token=TOKEN)
     api.create_repo("team/m")
-    data = _random(1_500_000, 4)
+    data = random_bytes(1_500_000, 4)
     api.upload_file(path_or_fileobj=data, path_in_repo="w.bin", repo_id="team/m")
     url, auth = f"{xhub.endpoint}/team/m/resolve/main/w.bin", {"Authorization": f"Bearer {TOKEN}"}
-    status, headers, body = _http("HEAD", url, headers=auth)
+    status, headers, body = raw("HEAD", url, headers=auth)
     assert status == 200 and headers["X-Xet-Hash"] == hash_file(data).xet_hash
     route = headers["X-Xet-Refresh-Route"]
     assert "/api/models/team/m/xet-read-token/" in route and f"<{route}>" in headers["Link"]
-    status, headers, body = _http("GET", url, headers={**auth, "Range": "bytes=200000-299999"})
+    status, headers, body = raw("GET", url, headers={**auth, "Range": "bytes=200000-299999"})
     assert (status, body, headers["Content-Range"]) == (206, data[200_000:300_000], f"bytes 200000-299999/{len(data)}")
-    assert _http("GET", url, headers={**auth, "Range": "bytes=-10"})[2] == data[-10:]
-    assert _http("GET", url, headers={**auth, "Range": f"bytes={len(data)}-"})[0] == 416
+    assert raw("GET", url, headers={**auth, "Range": "bytes=-10"})[2] == data[-10:]
+    assert raw("GET", url, headers={**auth, "Range": f"bytes={len(data)}-"})[0] == 416
     # hf_xet asks for byte ranges too: the reconstruction honours Range
     session = hf_xet.XetSession(hf_xet.XetConfig().with_config({"client.retry_max_attempts": 1}))
     with session.new_download_stream_group(token_refresh_url=route, token_refresh_headers=auth) as group:
         info = hf_xet.XetFileInfo(hash_file(data).xet_hash, len(data))
         for start, end in [(0, 10), (131_000, 400_000), (len(data) - 7, len(data))]:
             assert b"".join(group.download_stream(info, start, end)) == data[start:end]
-    token = json.loads(_http("GET", route, headers=auth)[2])
+    token = json.loads(raw("GET", route, headers=auth)[2])
     cas = token["casUrl"]
-    status, _, body = _http("GET", f"{cas}/v1/reconstructions/{hash_file(data).xet_hash}",
-                            headers={"Authorization": f"Bearer {token['accessToken']}", "Range": "bytes=700000-700999"})
+    status, _, body = raw("GET", f"{cas}/v1/reconstructions/{hash_file(data).xet_hash}",
+                          headers={"Authorization": f"Bearer {token['accessToken']}", "Range": "bytes=700000-700999"})
     plan = json.loads(body)
     assert status == 200 and sum(t["unpacked_length"] for t in plan["terms"]) - plan["offset_into_first_range"] >= 1000
     assert sum(t["unpacked_length"] for t in plan["terms"]) < len(data) // 2  # only the chunks the range needs
 
 
-def _token(hub, repo, mode, auth=TOKEN, rev="main"):
-    return _http("GET", f"{hub.endpoint}/api/models/{repo}/xet-{mode}-token/{rev}",
-                 headers={"Authorization": f"Bearer {auth}"} if auth else {})
+def _token(raw, hub, repo, mode, auth=TOKEN, rev="main"):
+    return raw("GET", f"{hub.endpoint}/api/models/{repo}/xet-{mode}-token/{rev}",
+               headers={"Authorization": f"Bearer {auth}"} if auth else {})
 
 
-def test_xet_tokens_are_checked_on_every_route(xhub, tmp_path):
+def test_xet_tokens_are_checked_on_every_route(random_bytes, raw, xhub, tmp_path):
     api = HfApi(endpoint=xhub.endpoint, token=TOKEN)
     for repo, private in (("team/open", False), ("team/secret", True)):
         api.create_repo(repo, private=private)
-        api.upload_file(path_or_fileobj=_random(200_000, int(private)), path_in_repo="w.bin", repo_id=repo)
-    secret_hash = hash_file(_random(200_000, 1)).xet_hash
-    open_hash = hash_file(_random(200_000, 0)).xet_hash
+        api.upload_file(path_or_fileobj=random_bytes(200_000, int(private)), path_in_repo="w.bin", repo_id=repo)
+    secret_hash = hash_file(random_bytes(200_000, 1)).xet_hash
+    open_hash = hash_file(random_bytes(200_000, 0)).xet_hash
     # the token routes follow the repo's rules
-    status, headers, body = _token(xhub, "team/open", "write")
+    status, headers, body = _token(raw, xhub, "team/open", "write")
     write = json.loads(body)
     assert status == 200 and headers["X-Xet-Access-Token"] == write["accessToken"]
     assert headers["X-Xet-Cas-Url"] == write["casUrl"] and int(headers["X-Xet-Token-Expiration"]) == write["exp"]
-    assert _token(xhub, "team/open", "write", auth=None)[0] == 401  # writes need the hub's token
-    assert _token(xhub, "team/open", "write", auth="hf_wrong")[0] == 401
-    assert _token(xhub, "team/open", "write", rev="nobranch")[0] == 404
-    assert _token(xhub, "team/secret", "read", auth=None)[0] == 404  # private: as if it did not exist
-    status, _, body = _token(xhub, "team/open", "read", auth=None)  # public: anyone may read
+    assert _token(raw, xhub, "team/open", "write", auth=None)[0] == 401  # writes need the hub's token
+    assert _token(raw, xhub, "team/open", "write", auth="hf_wrong")[0] == 401
+    assert _token(raw, xhub, "team/open", "write", rev="nobranch")[0] == 404
+    assert _token(raw, xhub, "team/secret", "read", auth=None)[0] == 404  # private: as if it did not exist
+    status, _, body = _token(raw, xhub, "team/open", "read", auth=None)  # public: anyone may read
     read, cas = json.loads(body), write["casUrl"]
     assert status == 200 and read["casUrl"] == cas
     secret = xhub.server.secret
@@ -215,37 +195,37 @@ def test_xet_tokens_are_checked_on_every_route(xhub, tmp_path):
               ("GET", f"{cas}/v2/reconstructions/{open_hash}", None, False)]
     for method, url, body, writes in routes:
         for bad in (None, "hf_localhub_xet_token", forged, expired):  # none, the hub's own token, forged, expired
-            status, _, answer = _http(method, url, body, {"Authorization": f"Bearer {bad}"} if bad else {})
+            status, _, answer = raw(method, url, body, {"Authorization": f"Bearer {bad}"} if bad else {})
             assert status == 401, (method, url, bad, answer)
-        status, _, answer = _http(method, url, body, {"Authorization": f"Bearer {read['accessToken']}"})
+        status, _, answer = raw(method, url, body, {"Authorization": f"Bearer {read['accessToken']}"})
         assert status == (403 if writes else 200), (method, url, answer)
         if writes: assert b"only reads" in answer
-        status, _, answer = _http(method, url, body, {"Authorization": f"Bearer {write['accessToken']}"})
+        status, _, answer = raw(method, url, body, {"Authorization": f"Bearer {write['accessToken']}"})
         assert status == (404 if "chunks" in url else 400 if writes else 200), (method, url, answer)
     # a token for one repo does not reconstruct a file only another (private) repo names
-    status, _, answer = _http("GET", f"{cas}/v1/reconstructions/{secret_hash}",
-                              headers={"Authorization": f"Bearer {read['accessToken']}"})
+    status, _, answer = raw("GET", f"{cas}/v1/reconstructions/{secret_hash}",
+                            headers={"Authorization": f"Bearer {read['accessToken']}"})
     assert status == 404 and b"is not a file of the model repo team/open" in answer
     # another root's CAS address is refused
     other = cas.rsplit("/", 1)[0] + "/" + "0" * 16
-    assert _http("GET", f"{other}/v1/reconstructions/{open_hash}",
-                 headers={"Authorization": f"Bearer {read['accessToken']}"})[0] == 404
+    assert raw("GET", f"{other}/v1/reconstructions/{open_hash}",
+               headers={"Authorization": f"Bearer {read['accessToken']}"})[0] == 404
     # a fetch URL serves the ranges it was signed for, until it expires, and nothing else
-    plan = json.loads(_http("GET", f"{cas}/v1/reconstructions/{open_hash}",
-                            headers={"Authorization": f"Bearer {read['accessToken']}"})[2])
+    plan = json.loads(raw("GET", f"{cas}/v1/reconstructions/{open_hash}",
+                          headers={"Authorization": f"Bearer {read['accessToken']}"})[2])
     (fetch,) = [f for fs in plan["fetch_info"].values() for f in fs]
     url, first, last = fetch["url"], fetch["url_range"]["start"], fetch["url_range"]["end"]
-    status, headers, body = _http("GET", url, headers={"Range": f"bytes={first}-{last}"})
+    status, headers, body = raw("GET", url, headers={"Range": f"bytes={first}-{last}"})
     assert status == 206 and len(body) == last - first + 1 and headers["Content-Range"].startswith(f"bytes {first}-")
-    assert _http("GET", url, headers={"Range": f"bytes={first}-{last + 1}"})[0] == 403
-    assert _http("GET", url.replace("sig=", "sig=0"), headers={"Range": f"bytes={first}-{last}"})[0] == 403
-    assert _http("GET", url.replace("&exp=", "&exp=1"), headers={"Range": f"bytes={first}-{last}"})[0] == 403
+    assert raw("GET", url, headers={"Range": f"bytes={first}-{last + 1}"})[0] == 403
+    assert raw("GET", url.replace("sig=", "sig=0"), headers={"Range": f"bytes={first}-{last}"})[0] == 403
+    assert raw("GET", url.replace("&exp=", "&exp=1"), headers={"Range": f"bytes={first}-{last}"})[0] == 403
 
 
-def test_a_gc_collects_the_xet_objects_only_a_deleted_repo_named(xhub):
+def test_a_gc_collects_the_xet_objects_only_a_deleted_repo_named(random_bytes, xhub):
     "Deleting a repo frees nothing (tests/localhub/test_xet_gc.py says why); a gc frees what no repo names any more."
     api = HfApi(endpoint=xhub.endpoint, token=TOKEN)
-    shared, own = _random(600_000, 5), _random(600_000, 6)
+    shared, own = random_bytes(600_000, 5), random_bytes(600_000, 6)
     api.create_repo("team/a")
     api.upload_file(path_or_fileobj=shared, path_in_repo="shared.bin", repo_id="team/a")
     after_a, store = _xorbs(xhub), xhub.server.store.xet
@@ -265,7 +245,7 @@ def test_a_gc_collects_the_xet_objects_only_a_deleted_repo_named(xhub):
     assert _xorbs(xhub) == [] and list((xhub.root / "xet" / "files").glob("*/*")) == []
 
 
-def test_a_gated_repo_needs_a_real_identity(tmp_path):
+def test_a_gated_repo_needs_a_real_identity(raw, tmp_path):
     "Issue 38: a hub started without a token cannot check a bearer, so no bearer opens a gated repo there."
     root = tmp_path / "hub"
     with LocalHub(root, token=TOKEN) as hub:
@@ -273,15 +253,15 @@ def test_a_gated_repo_needs_a_real_identity(tmp_path):
         api.create_repo("team/g")
         api.upload_file(path_or_fileobj=b"weights", path_in_repo="w.txt", repo_id="team/g")
         api.update_repo_settings("team/g", gated="auto")
-        assert _http("GET", f"{hub.endpoint}/team/g/resolve/main/w.txt",
-                     headers={"Authorization": f"Bearer {TOKEN}"})[2] == b"weights"
-        assert _http("GET", f"{hub.endpoint}/team/g/resolve/main/w.txt",
-                     headers={"Authorization": "Bearer hf_anything"})[0] == 401  # a wrong token, as before
+        assert raw("GET", f"{hub.endpoint}/team/g/resolve/main/w.txt",
+                   headers={"Authorization": f"Bearer {TOKEN}"})[2] == b"weights"
+        assert raw("GET", f"{hub.endpoint}/team/g/resolve/main/w.txt",
+                   headers={"Authorization": "Bearer hf_anything"})[0] == 401  # a wrong token, as before
     with LocalHub(root) as hub:  # the same root, served without a token
         for auth in ({}, {"Authorization": "Bearer hf_anything"}):
-            status, headers, _ = _http("GET", f"{hub.endpoint}/team/g/resolve/main/w.txt", headers=auth)
+            status, headers, _ = raw("GET", f"{hub.endpoint}/team/g/resolve/main/w.txt", headers=auth)
             assert (status, headers["X-Error-Code"]) == (401, "GatedRepo"), auth
-            assert _http("GET", f"{hub.endpoint}/api/models/team/g/xet-read-token/main", headers=auth)[0] == 401
+            assert raw("GET", f"{hub.endpoint}/api/models/team/g/xet-read-token/main", headers=auth)[0] == 401
         with pytest.raises(GatedRepoError):
             hf_hub_download("team/g", "w.txt", endpoint=hub.endpoint, token="hf_anything", cache_dir=tmp_path / "c")
         api = HfApi(endpoint=hub.endpoint, token="hf_anything")
@@ -290,28 +270,28 @@ def test_a_gated_repo_needs_a_real_identity(tmp_path):
             api.update_repo_settings("team/g", gated="manual")
         assert e.value.response.status_code == 400 and NO_GATED in e.value.response.json()["error"]
         api.update_repo_settings("team/g", gated=False)  # un-gating needs no identity: it opens the repo
-        assert _http("GET", f"{hub.endpoint}/team/g/resolve/main/w.txt")[2] == b"weights"
+        assert raw("GET", f"{hub.endpoint}/team/g/resolve/main/w.txt")[2] == b"weights"
 
 
-def test_preupload_does_not_vouch_for_a_xet_file_missing_a_xorb(xhub):
+def test_preupload_does_not_vouch_for_a_xet_file_missing_a_xorb(random_bytes, raw, xhub):
     "A Xet file whose xorb is gone from disk is not reported as stored, so a client uploads it again."
     api = HfApi(endpoint=xhub.endpoint, token=TOKEN)
     api.create_repo("team/m")
-    data = _random(300_000, 8)
+    data = random_bytes(300_000, 8)
     api.upload_file(path_or_fileobj=data, path_in_repo="w.bin", repo_id="team/m")
     body = json.dumps({"files": [{"path": "w.bin", "size": len(data), "sample": ""}]}).encode()
-    preupload = lambda: json.loads(_http("POST", f"{xhub.endpoint}/api/models/team/m/preupload/main", body, {
+    preupload = lambda: json.loads(raw("POST", f"{xhub.endpoint}/api/models/team/m/preupload/main", body, {
         "Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"})[2])["files"][0]
     assert preupload()["oid"] == hashlib.sha256(data).hexdigest() and preupload()["uploadMode"] == "lfs"
     for p in _xorbs(xhub): p.unlink()
     assert preupload()["oid"] is None
 
 
-def test_export_and_import_carry_xet_stored_files(xhub, tmp_path):
+def test_export_and_import_carry_xet_stored_files(random_bytes, xhub, tmp_path):
     from adaptkit.localhub.mirror import export_repos, import_repos
     api = HfApi(endpoint=xhub.endpoint, token=TOKEN)
     api.create_repo("team/m")
-    data = _random(400_000, 9)
+    data = random_bytes(400_000, 9)
     api.upload_file(path_or_fileobj=data, path_in_repo="w.bin", repo_id="team/m")
     assert api.get_paths_info("team/m", ["w.bin"])[0].xet_hash  # stored with Xet
     export_repos(xhub.root, ["team/m"], tmp_path / "bundle.tar")  # from a running hub
@@ -335,7 +315,7 @@ print(hf_hub_download(sys.argv[1], sys.argv[2], endpoint=sys.argv[3], token=sys.
 """
 
 
-def test_outside_check_a_24_mib_binary_as_a_user_pushes_it(tmp_path, monkeypatch):
+def test_outside_check_a_24_mib_binary_as_a_user_pushes_it(random_bytes, tmp_path, monkeypatch):
     """Issue 36's outside check, as written: a `LocalHub(root, token=...)` in its default mode, the stock client with
     Xet on pushes a 24 MiB binary; paths-info shows LFS with a Xet hash; a second push with 1 MiB changed stores
     <= 3 MiB more under the root's CAS store; downloads with Xet on and Xet off (`HF_HUB_DISABLE_XET=1`, another
@@ -345,7 +325,7 @@ def test_outside_check_a_24_mib_binary_as_a_user_pushes_it(tmp_path, monkeypatch
     import sys
     assert not constants.HF_HUB_DISABLE_XET  # the client as it comes: Xet on
     root, size = tmp_path / "root", 24 * 2**20
-    data = bytearray(_random(size, 11))
+    data = bytearray(random_bytes(size, 11))
     with LocalHub(root, token=TOKEN, log=tmp_path / "requests.log") as hub:
         hub.log_path = tmp_path / "requests.log"
         api = HfApi(endpoint=hub.endpoint, token=TOKEN)
@@ -358,7 +338,7 @@ def test_outside_check_a_24_mib_binary_as_a_user_pushes_it(tmp_path, monkeypatch
         cas = root / "xet"
         assert cas.is_dir() and _disk(cas) >= size  # the CAS store under the root holds the file
         stored = _disk(cas)
-        data[12 * 2**20:13 * 2**20] = _random(2**20, 12)  # 1 MiB changed in the middle
+        data[12 * 2**20:13 * 2**20] = random_bytes(2**20, 12)  # 1 MiB changed in the middle
         api.upload_file(path_or_fileobj=bytes(data), path_in_repo="weights.bin", repo_id="user/big")
         assert _hit(hub, "POST", "/v1/shards", 200) == 2
         assert _disk(cas) - stored <= 3 * 2**20, _disk(cas) - stored
@@ -373,3 +353,40 @@ def test_outside_check_a_24_mib_binary_as_a_user_pushes_it(tmp_path, monkeypatch
         assert out.returncode == 0, out.stderr
         assert Path(out.stdout.strip().splitlines()[-1]).read_bytes() == data
         assert _hit(hub, "GET", "/user/big/resolve/main/weights.bin", 200) == 1  # the plain bytes, from resolve
+
+
+def test_copy_files_between_repos_with_the_stock_client(xhub, folder, raw, tmp_path):
+    """Issue 47, item 3. Before, `copy_files` between repos got a 404 from `lfs-files/duplicate`. Now the stock client
+    copies a folder from one repo to another (its Xet files by reference, its regular files by content), and the
+    route keeps the repos' rules: a write (the token), a source the caller may read, a target that exists, and only
+    Xet files the source names."""
+    api = HfApi(endpoint=xhub.endpoint, token=TOKEN)
+    api.create_repo("team/src", private=True)
+    api.upload_folder(folder_path=folder, repo_id="team/src")
+    api.create_repo("team/dst")
+    stored = _stored(xhub)
+    api.copy_files("hf://team/src/", "hf://team/dst/")
+    assert _hit(xhub, "POST", "/api/models/team/src/lfs-files/duplicate", 200) == 1
+    assert _stored(xhub) == stored  # nothing copied: the Xet store is shared
+    got = Path(snapshot_download("team/dst", endpoint=xhub.endpoint, token=TOKEN, cache_dir=tmp_path / "c"))
+    for p in ("model.safetensors", "config.json", "extra/head.bin"):
+        assert (got / p).read_bytes() == (folder / p).read_bytes(), p
+    info = {f.path: f for f in api.get_paths_info("team/dst", ["model.safetensors", "config.json"])}
+    assert info["model.safetensors"].xet_hash and info["config.json"].lfs is None
+    src_file = api.get_paths_info("team/src", ["model.safetensors"])[0]
+    url, body = f"{xhub.endpoint}/api/models/team/src/lfs-files/duplicate", {
+        "target": {"type": "model", "name": "team/dst"},
+        "files": [{"xetHash": src_file.xet_hash, "sha256": src_file.lfs.sha256, "filename": "model.safetensors"}]}
+    ask = lambda b, auth=TOKEN, u=url: raw("POST", u, json.dumps(b).encode(), {
+        "Content-Type": "application/json", **({"Authorization": f"Bearer {auth}"} if auth else {})})
+    assert ask(body)[0] == 200 and json.loads(ask(body)[2]) == {"failed": []}
+    assert ask(body, auth=None)[0] == 401  # a write: the hub's token
+    assert ask(body, u=url.replace("team/src", "team/none"))[0] == 404
+    assert ask({**body, "target": {"type": "model", "name": "team/none"}})[0] == 404
+    api.create_repo("team/other")
+    api.upload_file(path_or_fileobj=b"\0" + bytes(range(256)) * 2000, path_in_repo="o.bin", repo_id="team/other")
+    other = api.get_paths_info("team/other", ["o.bin"])[0]
+    status, _, answer = ask({**body, "files": [{"xetHash": other.xet_hash, "sha256": other.lfs.sha256,
+                                                "filename": "o.bin"}]})  # held by the store, but not team/src's
+    assert status == 200 and "o.bin" in json.loads(answer)["failed"][0]["error"], answer
+    assert "is not a Xet file of the model repo team/src" in json.loads(answer)["failed"][0]["error"]

@@ -5,11 +5,8 @@ it too. Nothing here touches the network."""
 import hashlib
 import json
 import logging
-import urllib.error
-import urllib.request
 from pathlib import Path
 
-import numpy as np
 import pytest
 from huggingface_hub import hf_hub_download
 
@@ -35,22 +32,6 @@ pytest.importorskip("hf_xet")
 TOKEN = "hf_localhub_integrity_token"
 
 
-@pytest.fixture(autouse=True)
-def quiet(monkeypatch):
-    monkeypatch.setenv("HF_HUB_DISABLE_PROGRESS_BARS", "1")
-
-
-def _random(n, seed=0) -> bytes: return np.random.default_rng(seed).integers(0, 256, n, dtype=np.uint8).tobytes()
-
-
-def _http(method, url, headers=None):
-    "(status, headers, body) of one raw request."
-    request = urllib.request.Request(url, method=method, headers=headers or {})
-    try:
-        with urllib.request.urlopen(request, timeout=30) as r: return r.status, r.headers, r.read()
-    except urllib.error.HTTPError as e: return e.code, e.headers, e.read()
-
-
 def _xorbs(root: Path) -> list: return sorted((root / "xorbs").glob("*/*"))
 
 
@@ -62,35 +43,35 @@ def _flip(path: Path, at: int = 5000) -> None:
 
 
 @pytest.fixture
-def pushed(hub, api):
+def pushed(random_bytes, hub, api):
     "1 MiB pushed with Xet to `me/r` as `w.bin`: (bytes, the xorb's path)."
-    data = _random(1 << 20)
+    data = random_bytes(1 << 20)
     api.create_repo("me/r")
     api.upload_file(path_or_fileobj=data, path_in_repo="w.bin", repo_id="me/r")
     (xorb,) = _xorbs(hub.root / "xet")
     return data, xorb
 
 
-def test_a_damaged_xorb_is_refused_naming_the_file_and_the_xorb(hub, pushed, caplog):
+def test_a_damaged_xorb_is_refused_naming_the_file_and_the_xorb(raw, hub, pushed, caplog):
     data, xorb = pushed
     file = hash_file(data).xet_hash
     auth = {"Authorization": f"Bearer {TOKEN}"}
-    token = json.loads(_http("GET", f"{hub.endpoint}/api/models/me/r/xet-read-token/main", auth)[2])
+    token = json.loads(raw("GET", f"{hub.endpoint}/api/models/me/r/xet-read-token/main", headers=auth)[2])
     bearer = {"Authorization": f"Bearer {token['accessToken']}"}
-    plan = json.loads(_http("GET", f"{token['casUrl']}/v1/reconstructions/{file}", bearer)[2])
+    plan = json.loads(raw("GET", f"{token['casUrl']}/v1/reconstructions/{file}", headers=bearer)[2])
     (fetch,) = [f for fs in plan["fetch_info"].values() for f in fs]
     url, rng = fetch["url"], {"Range": f"bytes={fetch['url_range']['start']}-{fetch['url_range']['end']}"}
-    assert _http("GET", url, rng)[0] == 206
+    assert raw("GET", url, headers=rng)[0] == 206
     _flip(xorb)
     with caplog.at_level(logging.ERROR, logger="adaptkit.localhub"):
-        status, _, body = _http("GET", url, rng)  # the fetch hf_xet makes: refused before a byte is sent
+        status, _, body = raw("GET", url, headers=rng)  # the fetch hf_xet makes: refused before a byte is sent
     assert status == 500 and xorb.name.encode() in body and file.encode() in body, body
     assert any(xorb.name in r.getMessage() and file in r.getMessage() for r in caplog.records), caplog.text
-    status, _, body = _http("GET", url, rng)  # moved aside: asked again, it is gone, and says why
+    status, _, body = raw("GET", url, headers=rng)  # moved aside: asked again, it is gone, and says why
     assert status == 404 and xorb.name.encode() in body and b"damaged" in body, body
-    status, _, body = _http("GET", f"{token['casUrl']}/v1/reconstructions/{file}", bearer)
+    status, _, body = raw("GET", f"{token['casUrl']}/v1/reconstructions/{file}", headers=bearer)
     assert status == 404 and xorb.name.encode() in body and file.encode() in body, body
-    status, _, body = _http("GET", f"{hub.endpoint}/me/r/resolve/main/w.bin", auth)  # the plain download too
+    status, _, body = raw("GET", f"{hub.endpoint}/me/r/resolve/main/w.bin", headers=auth)  # the plain download too
     assert status == 500 and file.encode() in body, body
 
 
@@ -117,9 +98,9 @@ def test_a_push_repairs_a_damage_no_download_found(hub, api, pushed, tmp_path):
     assert Path(got).read_bytes() == data
 
 
-def _two_xorb_file(store: RepoStore) -> dict:
+def _two_xorb_file(random_bytes, store: RepoStore) -> dict:
     "A Xet file of two xorbs (200 KB each), recorded as an upload would; its commit entry."
-    parts = [_random(200_000, 1), _random(200_000, 2)]
+    parts = [random_bytes(200_000, 1), random_bytes(200_000, 2)]
     terms, chunks = [], []
     for part in parts:
         pieces = list(iter_chunks(part))
@@ -135,10 +116,10 @@ def _two_xorb_file(store: RepoStore) -> dict:
     return {"sha256": rec.sha256, "size": rec.size, "sha1": None, "lfs": True, "xet": rec.hash}
 
 
-def test_a_file_is_intact_only_when_every_xorb_it_names_is(tmp_path):
+def test_a_file_is_intact_only_when_every_xorb_it_names_is(random_bytes, tmp_path):
     store = RepoStore(tmp_path / "hub")
     try:
-        e = _two_xorb_file(store)
+        e = _two_xorb_file(random_bytes, store)
         assert store.entry_intact(e)
         for path in _xorbs(store.xet.root):  # either one missing: not intact (a client is asked to upload it again)
             aside = path.with_name("aside")
@@ -154,9 +135,9 @@ def test_a_file_is_intact_only_when_every_xorb_it_names_is(tmp_path):
     finally: store.close()
 
 
-def test_the_store_never_vouches_for_a_damaged_xorb_and_stores_it_anew(tmp_path):
+def test_the_store_never_vouches_for_a_damaged_xorb_and_stores_it_anew(random_bytes, tmp_path):
     store = XetStore(tmp_path / "xet")
-    content = _random(300_000, 4)
+    content = random_bytes(300_000, 4)
     rec = store.put_file(content)
     (path,) = _xorbs(store.root)
     xhex, blob = serialize_xorb(iter_chunks(content))

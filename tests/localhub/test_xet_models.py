@@ -21,7 +21,6 @@ def xhub(tmp_path, monkeypatch):
     transformers' shared `HfApi` is made again (it keeps the endpoint it was first made with)."""
     import huggingface_hub.hf_api
     import transformers.utils.hub
-    monkeypatch.setenv("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     log = tmp_path / "requests.log"
     with LocalHub(tmp_path / "hub", token=TOKEN, log=log) as hub:
         hub.log_path = log
