@@ -12,6 +12,7 @@ import json
 import math
 import os
 import re
+import struct
 import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
@@ -28,7 +29,8 @@ if TYPE_CHECKING:  # transformers is imported where a model or tokenizer is made
 __all__ = ['CHATML_TEMPLATE', 'SMOLLM2_REPO', 'load_causal_lm', 'load_tokenizer', 'load_base', 'load_adapter', 'tiny_tokenizer',
            'tiny_causal_lm', 'default_bf16', 'merged', 'GeneratedText', 'generate_batched', 'encode_completion',
            'completion_collator', 'completion_logprobs', 'BaseMismatchError', 'fingerprint', 'fingerprint_mismatch',
-           'check_base', 'check_adapter_base', 'from_gguf', 'cache_dir', 'packaged_file', 'smollm2']
+           'check_base', 'check_adapter_base', 'gguf_tensors', 'from_gguf', 'tiny_gguf', 'cache_dir', 'packaged_file',
+           'smollm2']
 
 # %% ../nbs/03_models.ipynb #798be5b5
 def load_causal_lm(
@@ -557,7 +559,108 @@ def plain_name(name: str | Path) -> str:
         if kind in ("models", "datasets", "spaces") and repo: return f"{repo.replace('--', '/')}@{parts[-1][:12]}"
     return str(name)
 
+# %% ../nbs/03_models.ipynb #05655c21
+_GGUF_SCALAR = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}  # metadata value type -> bytes
+
+def _gguf_string(buf, pos: int) -> tuple[str, int]:
+    "The GGUF string at `pos` (a u64 length, then UTF-8 bytes) and the offset just past it."
+    n = struct.unpack_from("<Q", buf, pos)[0]
+    return bytes(buf[pos + 8:pos + 8 + n]).decode("utf-8"), pos + 8 + n
+
+def _gguf_skip(buf, pos: int, kind: int) -> int:
+    "The offset just past the metadata value of type `kind` at `pos` (strings and arrays walked, nothing decoded)."
+    if kind in _GGUF_SCALAR: return pos + _GGUF_SCALAR[kind]
+    if kind == 8: return pos + 8 + struct.unpack_from("<Q", buf, pos)[0]
+    if kind != 9: raise ValueError(f"unknown GGUF metadata value type {kind} at byte {pos}")
+    item, count = struct.unpack_from("<IQ", buf, pos)
+    if item in _GGUF_SCALAR: return pos + 12 + count * _GGUF_SCALAR[item]
+    pos += 12
+    for _ in range(count): pos = _gguf_skip(buf, pos, item)
+    return pos
+
+def gguf_tensors(
+    path: str | Path,  # a .gguf file
+) -> tuple[str, dict]:
+    "The GGUF file's architecture and tensors by name: (ggml type, memory-mapped data as `gguf.dequantize` takes it)."
+    from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, quant_shape_to_byte_shape
+    data = np.memmap(path, mode="r", dtype=np.uint8)
+    magic, version, n_tensors, n_kv = struct.unpack_from("<4sIQQ", data, 0)
+    if magic != b"GGUF" or version not in (2, 3): raise ValueError(f"{path}: not a little-endian GGUF v2 or v3 file")
+    pos, alignment, arch = 24, 32, None
+    for _ in range(n_kv):
+        key, pos = _gguf_string(data, pos)
+        kind = struct.unpack_from("<I", data, pos)[0]
+        if key == "general.alignment": alignment = struct.unpack_from("<I", data, pos + 4)[0]
+        if key == "general.architecture": arch = _gguf_string(data, pos + 4)[0]
+        pos = _gguf_skip(data, pos + 4, kind)
+    table = []
+    for _ in range(n_tensors):
+        name, pos = _gguf_string(data, pos)
+        n_dims = struct.unpack_from("<I", data, pos)[0]
+        dims = struct.unpack_from(f"<{n_dims}Q", data, pos + 4)
+        kind, offset = struct.unpack_from("<IQ", data, pos + 4 + 8 * n_dims)
+        table.append((name, GGMLQuantizationType(kind), tuple(reversed(dims)), offset))
+        pos += 16 + 8 * n_dims
+    start, tensors = -(-pos // alignment) * alignment, {}  # the data begins at the next multiple of the alignment
+    for name, kind, shape, offset in table:
+        block, size = GGML_QUANT_SIZES[kind]
+        end = start + offset + math.prod(shape) // block * size
+        if end > data.size: raise ValueError(f"{path}: tensor {name!r} ends at byte {end}, past the end of the file")
+        raw = data[start + offset:end]
+        if kind == GGMLQuantizationType.F32: raw = raw.view(np.float32).reshape(shape)
+        elif kind == GGMLQuantizationType.F16: raw = raw.view(np.float16).reshape(shape)
+        else: raw = raw.reshape(quant_shape_to_byte_shape(shape, kind))
+        tensors[name] = (kind, raw)
+    return arch, tensors
+
 # %% ../nbs/03_models.ipynb #ae1c69cf
+def _gguf_names(model, processor, arch: str) -> dict[str, str]:
+    "GGUF tensor name -> `model`'s state-dict name, as transformers' `get_gguf_hf_weights_map` finds it, one table."
+    from gguf import MODEL_ARCH_NAMES, get_tensor_name_map
+    arch_id = next((k for k, v in MODEL_ARCH_NAMES.items() if v == arch), None)
+    if arch_id is None: raise ValueError(f"the GGUF architecture {arch!r} is not one gguf-py knows")
+    table = get_tensor_name_map(arch_id, model.config.num_hidden_layers)
+    def walk(module, qual: str) -> dict:
+        found = {}
+        for hf_name in module.state_dict():
+            hf_name = processor.preprocess_name(hf_name)
+            name, suffix = hf_name, ""
+            if hf_name.endswith((".weight", ".bias")):
+                name, suffix = hf_name.rsplit(".", 1)
+                suffix = "." + suffix
+            if (gguf_name := table.get_name(name)) is None:
+                processor.perform_fallback_tensor_mapping(found, suffix, qual, hf_name)
+            else: found[gguf_name + suffix] = qual + hf_name
+        for child, sub in module.named_children():  # names inside a submodule, where the whole model's missed them
+            found.update({k: v for k, v in walk(sub, f"{qual}{child}.").items() if k not in found})
+        return found
+    return walk(model, "")
+
+def _gguf_state_dict(path: Path, model, config: dict, dtype: torch.dtype) -> dict[str, torch.Tensor]:
+    "The GGUF file's tensors dequantized by gguf, then processed and named for `model` as transformers' loader does."
+    from gguf import dequantize
+    from transformers.modeling_gguf_pytorch_utils import TENSOR_PROCESSORS, TensorProcessor
+    arch, tensors = gguf_tensors(path)
+    processor = TENSOR_PROCESSORS.get(arch, TensorProcessor)(config=config)
+    names, parsed = _gguf_names(model, processor, arch), {"tensors": {}}  # some processors write to parsed themselves
+    for name, (kind, raw) in tensors.items():
+        out = processor.process(weights=dequantize(raw, kind), name=name, tensor_key_mapping=names,
+                                parsed_parameters=parsed)
+        if out.name not in names: continue
+        w = out.weights  # a view of the read-only map for float tensors: copied, as transformers does
+        parsed["tensors"][names[out.name]] = torch.from_numpy(np.ascontiguousarray(w) if w.flags.writeable
+                                                              else w.copy()).to(dtype)
+    return parsed["tensors"]
+
+def _gguf_tokenizer(path: Path, config):
+    "The tokenizer `AutoTokenizer.from_pretrained(folder, gguf_file=)` builds, without reading the metadata again."
+    from transformers import AutoTokenizer, TokenizersBackend
+    from transformers.models.auto.tokenization_auto import TOKENIZER_MAPPING
+    kw = dict(gguf_file=path.name)
+    if (path.parent / "tokenizer_config.json").exists() or getattr(config, "tokenizer_class", None):
+        return AutoTokenizer.from_pretrained(path.parent, **kw)  # AutoTokenizer reads them: let it choose
+    return TOKENIZER_MAPPING.get(type(config), TokenizersBackend).from_pretrained(path.parent, **kw)
+
 def from_gguf(
     path: str | Path,  # a .gguf file
     out_dir: str | Path,  # where the plain checkpoint goes (replaced if it exists)
@@ -566,22 +669,84 @@ def from_gguf(
     dtype: torch.dtype = torch.float32,  # dtype of the saved weights
 ) -> Path:
     "Convert the GGUF file at `path` into a plain, saveable, trainable transformers checkpoint in `out_dir`."
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from accelerate import init_empty_weights
+    from transformers import AutoConfig, AutoModelForCausalLM
+    from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint
     path = Path(path)
     if path.suffix != ".gguf" or not path.is_file(): raise FileNotFoundError(f"{path}: not a .gguf file")
-    kw = dict(gguf_file=path.name)
-    tok = AutoTokenizer.from_pretrained(path.parent, **kw)
-    quantized = AutoModelForCausalLM.from_pretrained(path.parent, dtype=dtype, **kw)
-    config = quantized.config
-    del config.quantization_config
-    model = AutoModelForCausalLM.from_config(config, dtype=dtype)
-    model.load_state_dict(quantized.state_dict())
-    model.generation_config = quantized.generation_config
+    parsed = load_gguf_checkpoint(str(path))  # the config as transformers reads it, once
+    config = AutoConfig.for_model(**parsed["config"])
+    tok = _gguf_tokenizer(path, config)
+    with init_empty_weights(): model = AutoModelForCausalLM.from_config(config, dtype=dtype)  # weights on meta
+    model.load_state_dict(_gguf_state_dict(path, model, parsed["config"], dtype), strict=False, assign=True)
+    model.tie_weights()
+    if missing := [n for n, p in model.named_parameters() if p.is_meta]:
+        raise ValueError(f"{path}: no tensor for {len(missing)} weights of {type(model).__name__}, e.g. {missing[0]!r}")
     provenance = {"source": {"gguf_file": path.name, "base_model": base_model}}
     def write(tmp):
         model.save_pretrained(tmp); tok.save_pretrained(tmp)
         (tmp / "adaptkit.json").write_text(json.dumps(provenance, indent=2) + "\n")
     return write_folder(out_dir, write)
+
+# %% ../nbs/03_models.ipynb #823303a3
+def _byte_level_vocab() -> tuple[list[str], list[str]]:
+    "Three special tokens, GPT-2's 256 byte symbols and five merges: a byte-level BPE vocabulary that encodes any text."
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    symbols = printable + [256 + i for i in range(256 - len(printable))]  # GPT-2's bytes_to_unicode, in its order
+    merges = ["Ġ t", "h e", "Ġt he", "i n", "Ġ a"]
+    tokens = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", *map(chr, symbols), *(m.replace(" ", "") for m in merges)]
+    return tokens, merges
+
+def tiny_gguf(
+    path: str | Path,  # the .gguf file to write
+    arch: str = "llama",  # "llama" (a byte-level BPE vocabulary, as SmolLM2's) or "gemma3" (SentencePiece, as Gemma's)
+    *,
+    seed: int = 0,  # seed of the random weights
+) -> Path:
+    "A tiny random GGUF file (2 layers, hidden 64) with quantized (Q8_0, Q4_1, Q5_0, Q4_0), F16 and F32 tensors."
+    import gguf
+    from gguf import GGMLQuantizationType as Q
+    if arch not in ("llama", "gemma3"): raise ValueError(f"tiny_gguf writes 'llama' or 'gemma3', not {arch!r}")
+    rng, path = np.random.default_rng(seed), Path(path)
+    hidden, ffn, layers, heads, kv, head_dim = 64, 128, 2, 4, 2, 16
+    w = gguf.GGUFWriter(path, arch)
+    w.add_name(f"tiny {arch}")
+    w.add_context_length(128); w.add_embedding_length(hidden); w.add_block_count(layers)
+    w.add_feed_forward_length(ffn); w.add_head_count(heads); w.add_head_count_kv(kv)
+    w.add_layer_norm_rms_eps(1e-6); w.add_rope_freq_base(10000.0)
+    if arch == "gemma3":
+        w.add_key_length(head_dim); w.add_value_length(head_dim); w.add_sliding_window(16)
+        tokens = ["<pad>", "<eos>", "<bos>", "<unk>", *(f"<0x{b:02X}>" for b in range(256)), "▁", "▁the", "▁a", "he"]
+        w.add_tokenizer_model("llama"); w.add_tokenizer_pre("default"); w.add_token_list(tokens)
+        w.add_token_scores([0.0] * 4 + [-1000.0] * 256 + [-1.0, -2.0, -3.0, -4.0])
+        w.add_token_types([3, 3, 3, 2, *[6] * 256, 1, 1, 1, 1])
+        w.add_bos_token_id(2); w.add_eos_token_id(1); w.add_unk_token_id(3); w.add_pad_token_id(0)
+        w.add_add_bos_token(True)
+    else:
+        w.add_rope_dimension_count(head_dim)
+        tokens, merges = _byte_level_vocab()
+        w.add_tokenizer_model("gpt2"); w.add_tokenizer_pre("smollm"); w.add_token_list(tokens)
+        w.add_token_merges(merges); w.add_token_types([3, 3, 3] + [1] * (len(tokens) - 3))
+        w.add_bos_token_id(1); w.add_eos_token_id(2); w.add_unk_token_id(0); w.add_pad_token_id(2)
+        w.add_chat_template("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
+                            "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+    shapes = {"token_embd.weight": (len(tokens), hidden), "output_norm.weight": (hidden,)}
+    block = {"attn_norm": (hidden,), "attn_q": (heads * head_dim, hidden), "attn_k": (kv * head_dim, hidden),
+             "attn_v": (kv * head_dim, hidden), "attn_output": (hidden, heads * head_dim), "ffn_norm": (hidden,),
+             "ffn_gate": (ffn, hidden), "ffn_up": (ffn, hidden), "ffn_down": (hidden, ffn)}
+    if arch == "gemma3":
+        block |= {"attn_q_norm": (head_dim,), "attn_k_norm": (head_dim,), "post_attention_norm": (hidden,),
+                  "post_ffw_norm": (hidden,)}
+    for i in range(layers): shapes |= {f"blk.{i}.{k}.weight": s for k, s in block.items()}
+    kinds = [Q.Q8_0, Q.Q4_1, Q.Q5_0, Q.Q4_0, Q.F16]
+    for j, (name, shape) in enumerate(shapes.items()):
+        x = (rng.standard_normal(shape) * 0.1 + (len(shape) == 1)).astype(np.float32)  # norms near 1
+        kind = Q.F32 if len(shape) == 1 else kinds[j % len(kinds)]
+        if kind == Q.F32: w.add_tensor(name, x)
+        elif kind == Q.F16: w.add_tensor(name, x.astype(np.float16))
+        else: w.add_tensor(name, gguf.quantize(x, kind), raw_dtype=kind)
+    w.write_header_to_file(); w.write_kv_data_to_file(); w.write_tensors_to_file(); w.close()
+    return path
 
 # %% ../nbs/03_models.ipynb #cea484c5
 SMOLLM2_REPO = "HuggingFaceTB/SmolLM2-135M-Instruct"
