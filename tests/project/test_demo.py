@@ -123,3 +123,17 @@ def test_the_demo_runs_every_step_through_the_hub(tiny_bases, tmp_path, monkeypa
 def test_the_default_models_are_the_real_ones():
     "`make demo` (no DemoModels) starts from SmolLM2, Gemma and MiniLM with its own settings."
     assert DemoModels() == DemoModels(None, None, None, (14, 29), None, 96)
+
+
+def test_a_gain_is_claimed_only_when_its_interval_is_above_zero():
+    "Each stage's verdict: the paired gain with its 95% interval, 'better' only when the interval's low end is above 0."
+    from adaptkit.demo import _gain
+    fields, said = _gain([0] * 10, [0] * 10)
+    assert not fields["shows_gain"] and said == "no gain shown: +0.000 [+0.000, +0.000]"
+    fields, said = _gain([0] * 20, [1] * 20, "better than the LoRA")
+    assert fields["shows_gain"] and said == "better than the LoRA by +1.000 [+1.000, +1.000]"
+    fields, said = _gain([0] * 19 + [1], [1] + [0] * 19, none="no reduction shown")  # same mean, other items
+    assert not fields["shows_gain"] and said.startswith("no reduction shown: +0.000 [-")
+    fields, _ = _gain([0] * 30, [1] * 3 + [0] * 27)  # +0.1 on 30 items: the interval reaches 0
+    assert fields["gain"]["low"] == 0 and not fields["shows_gain"]
+    with pytest.raises(ValueError): _gain([0, 1], [1])  # scores of other items cannot be paired
