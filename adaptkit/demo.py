@@ -38,6 +38,12 @@ class DemoArguments:
         default=40, metadata={"help": "Aligner training steps (batch 8) on the base's answers to 0-20 sums."}
     )
     repnoise_steps: int = field(default=8, metadata={"help": "RepNoise steps (batch 4 pairs, 2 layers read out)."})
+    repnoise_attack_lr: float = field(
+        default=1e-4, metadata={"help": "Learning rate of the harmful fine-tuning attack on both models (constant)."}
+    )
+    repnoise_attack_steps: int = field(
+        default=8, metadata={"help": "Steps of the attack (batch 4 of its 32 harmful rows)."}
+    )
     translora_synthetic: int = field(default=24, metadata={"help": "Synthetic prompts Gemma writes for Trans-LoRA."})
     translora_steps: int = field(default=8, metadata={"help": "Distillation steps of the transferred LoRA (batch 4)."})
     emr_steps: int = field(default=40, metadata={"help": "Fine-tuning steps of each MiniLM task model (batch 16)."})
@@ -46,28 +52,61 @@ class DemoArguments:
     )
 
 # %% ../nbs/21_demo.ipynb #d9d9dd44
+def _interval(scores) -> dict:
+    "Mean and 95% bootstrap interval of per-item scores (`adaptkit.tasks.bootstrap_ci`)."
+    from adaptkit.tasks import bootstrap_ci
+    c = bootstrap_ci([float(s) for s in scores])
+    return {"mean": c["mean"], "low": c["low"], "high": c["high"]}
+
+def _gain(baseline, method, better: str = "better", none: str = "no gain shown") -> tuple[dict, str]:
+    "The paired per-item gain of `method` over `baseline` with its 95% interval, and the verdict said plainly."
+    gain = _interval([float(y) - float(x) for x, y in zip(baseline, method, strict=True)])
+    span = f"{gain['mean']:+.3f} [{gain['low']:+.3f}, {gain['high']:+.3f}]"
+    shown = gain["low"] > 0
+    return {"gain": gain, "shows_gain": shown}, f"{better} by {span}" if shown else f"{none}: {span}"
+
+def _shown(k: str, v) -> str:
+    "One measured number as the demo prints it: an interval as `mean [low, high]`."
+    if isinstance(v, dict): return f"{k} {v['mean']:.3f} [{v['low']:.3f}, {v['high']:.3f}]"
+    return f"{k} {v:.3f}" if isinstance(v, float) else f"{k} {v}"
+
 class _Log:
     "The demo's results: one row per artifact or measurement, printed as one line each, and the final table."
-    def __init__(self): self.rows, self.start, self.out = [], time.perf_counter(), sys.stdout  # the terminal, kept
+    def __init__(self):
+        self.rows, self.start, self.out = [], time.perf_counter(), sys.stdout  # the terminal, kept
+        self.stages, self.load = {}, {"start": [round(x, 2) for x in os.getloadavg()]}
 
     def say(self, text: str):
         "Print one line to the terminal, even while the libraries' output is silenced."
         print(text, file=self.out, flush=True)
 
+    @contextlib.contextmanager
+    def stage(self, name: str):
+        "Time one stage of the demo into `stages` (seconds)."
+        start = time.perf_counter()
+        try: yield
+        finally: self.stages[name] = round(time.perf_counter() - start, 1)
+
     def add(self, step: str, what: str, repo_id: str = "", commit: str = "", **metrics):
-        "Record a row and print it as one line."
-        self.rows.append({"step": step, "what": what, "repo_id": repo_id, "commit": commit, **metrics,
-                          "elapsed_s": round(time.perf_counter() - self.start, 1)})
+        "Record a row and print it as one line; an interval (`_interval`) is kept as its mean and `<name>_95ci`."
+        row = {"step": step, "what": what, "repo_id": repo_id, "commit": commit}
+        for k, v in metrics.items():
+            row[k] = round(v["mean"], 4) if isinstance(v, dict) else v
+            if isinstance(v, dict): row[f"{k}_95ci"] = [round(v["low"], 4), round(v["high"], 4)]
+        self.rows.append({**row, "elapsed_s": round(time.perf_counter() - self.start, 1)})
         self.say(
             f"[{self.rows[-1]['elapsed_s']:6.0f} s] {step:9} {what}"
             + (f" -> {repo_id}@{commit[:8]}" if repo_id else "")
-            + "".join(f", {k} {v:.3f}" if isinstance(v, float) else f", {k} {v}" for k, v in metrics.items())
+            + "".join(", " + _shown(k, v) for k, v in metrics.items() if k not in ("gain", "shows_gain"))
         )
 
     def table(self) -> str:
-        "The rows as an aligned text table: step, what, repo id@revision, the measured number."
-        def number(r): return ", ".join(f"{k} {v:.3f}" if isinstance(v, float) else f"{k} {v}" for k, v in r.items()
-                                        if k not in ("step", "what", "repo_id", "commit", "elapsed_s"))
+        "The rows as an aligned text table: step, what, repo id@revision, the measured numbers (intervals beside)."
+        def number(r):
+            keys = [k for k in r if k not in ("step", "what", "repo_id", "commit", "elapsed_s", "gain", "shows_gain")
+                    and not k.endswith("_95ci")]
+            return ", ".join(_shown(k, {"mean": r[k], "low": r[f"{k}_95ci"][0], "high": r[f"{k}_95ci"][1]})
+                             if f"{k}_95ci" in r else _shown(k, r[k]) for k in keys)
         cells = [
             [r["step"], r["what"], f"{r['repo_id']}@{r['commit'][:8]}" if r["repo_id"] else "", number(r)]
             for r in self.rows
@@ -144,34 +183,43 @@ def _gemma() -> Path:
 
 # %% ../nbs/21_demo.ipynb #0090040b
 def _pissa(args: DemoArguments, hub: dict, base: tuple, data, work: Path, log: _Log):
-    "Fine-tune SmolLM2 with PiSSA, push the plain LoRA, pull it back onto the base and score it; the pulled adapter."
+    """Fine-tune SmolLM2 with PiSSA and, as the baseline, a plain LoRA of the same rank, steps, data and seed; push
+    the PiSSA adapter as a plain LoRA, pull it back, score base, LoRA and PiSSA; the pulled adapter's repo, commit."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from trl import SFTTrainer
+
     from adaptkit.models import load_causal_lm, load_tokenizer
     from adaptkit.pissa import PiSSAAdapter, PiSSAConfig, PiSSATrainer
-    from adaptkit.tasks import answer_accuracy
-    tok = load_tokenizer(base[0], revision=base[1], **hub)
+    from adaptkit.tasks import answer_hits
+    tok, test, train = (load_tokenizer(base[0], revision=base[1], **hub), data["test"],
+                        data["train"].select_columns(["prompt", "completion"]))
+    load = lambda: load_causal_lm(base[0], revision=base[1], **hub)
     log.add("pissa", f"base SmolLM2 on {args.n_test} held-out sums", *base,
-            accuracy=answer_accuracy(load_causal_lm(base[0], revision=base[1], **hub), tok, data["test"]))
-    cfg = PiSSAConfig(str(work / "pissa"), pissa_r=16, max_steps=args.pissa_steps, per_device_train_batch_size=8,
-                      learning_rate=2e-4, **_CPU)
-    trainer = PiSSATrainer(base[0], cfg, base_revision=base[1], hub_endpoint=hub["endpoint"], hub_token=hub["token"],
-                           train_dataset=data["train"].select_columns(["prompt", "completion"]), processing_class=tok)
+            accuracy=_interval(answer_hits(load(), tok, test)))
+    cfg = lambda out: PiSSAConfig(str(work / out), pissa_r=16, max_steps=args.pissa_steps,
+                                  per_device_train_batch_size=8, learning_rate=2e-4, **_CPU)
+    torch.manual_seed(cfg("lora").seed)  # the LoRA's random A, as the trainer's seed fixes the data order
+    lora = LoraConfig(r=16, lora_alpha=16, lora_dropout=0.0, target_modules="all-linear", task_type="CAUSAL_LM")
+    baseline = SFTTrainer(get_peft_model(load(), lora), args=cfg("lora"), train_dataset=train, processing_class=tok)
+    lora_loss = baseline.train().metrics["train_loss"]
+    lora_hits = answer_hits(baseline.model, tok, test)
+    del baseline
+    log.add("pissa", f"the baseline: LoRA r16 (peft's init), the same {args.pissa_steps} steps, lr, data and seed "
+            f"(loss {lora_loss:.2f}), not pushed", accuracy=_interval(lora_hits))
+    trainer = PiSSATrainer(base[0], cfg("pissa"), base_revision=base[1], hub_endpoint=hub["endpoint"],
+                           hub_token=hub["token"], train_dataset=train, processing_class=tok)
     loss = trainer.train().metrics["train_loss"]
-    adapter = trainer.artifact()
-    adapter.results = [
-        {
-            "task": "text-generation",
-            "dataset": "reasoning-gym/basic_arithmetic",
-            "split": f"{args.n_test} held-out",
-            "metric": "accuracy",
-            "value": round(answer_accuracy(trainer.model, tok, data["test"]), 4),
-        }
-    ]
     repo = f"{args.namespace}/SmolLM2-135M-arithmetic-pissa"
-    commit = adapter.push_to_hub(repo, **hub)
-    pulled = PiSSAAdapter.from_pretrained(repo, revision=commit, **hub)
-    log.add("pissa", f"PiSSA r16, {args.pissa_steps} steps (loss {loss:.2f}), pulled as a plain LoRA r32", repo, commit,
-            accuracy=answer_accuracy(pulled.model, tok, data["test"]))
-    return pulled, repo, commit
+    pulled = PiSSAAdapter.from_pretrained(repo, revision=trainer.artifact().push_to_hub(repo, **hub), **hub)
+    hits = answer_hits(pulled.model, tok, test)
+    commit = _record(pulled, repo, hub, accuracy=_result(
+        f"reasoning-gym/basic_arithmetic ({args.n_test} held-out)", "accuracy", sum(hits) / len(hits)))
+    gain, verdict = _gain(lora_hits, hits, "better than the LoRA", "no gain over the LoRA shown")
+    log.add("pissa", f"PiSSA r16, {args.pissa_steps} steps (loss {loss:.2f}), pulled as a plain LoRA r32: {verdict}",
+            repo, commit, accuracy=_interval(hits), **gain)
+    return repo, commit
+
 
 # %% ../nbs/21_demo.ipynb #ae78c32b
 _ONE_SHOT = [{"role": "user", "content": "Calculate 3 + 5."}, {"role": "assistant", "content": "3 + 5 = 8"}]
@@ -185,7 +233,6 @@ def _aligner(args: DemoArguments, hub: dict, base: tuple, work: Path, log: _Log)
     from adaptkit.tasks import (
         ARITHMETIC_SYSTEM,
         arithmetic_questions,
-        bootstrap_ci,
         final_number_hits,
         with_last_number,
     )
@@ -225,23 +272,22 @@ def _aligner(args: DemoArguments, hub: dict, base: tuple, work: Path, log: _Log)
     corrected = aligner.correct([r["question"] for r in test], upstream_answers, batch_size=32, max_new_tokens=16,
                                 progress=False)
     before, after = final_number_hits(upstream_answers, test), final_number_hits(corrected, test)
-    log.add("aligner", "base SmolLM2 answers alone (one worked example, 0-20 sums)", accuracy=sum(before) / len(test))
-    gain = bootstrap_ci([float(y) - float(x) for x, y in zip(before, after)])
-    verdict = (f"better by {gain['mean']:+.3f} [{gain['low']:+.3f}, {gain['high']:+.3f}]" if gain["low"] > 0 else
-               f"no improvement shown: {gain['mean']:+.3f} [{gain['low']:+.3f}, {gain['high']:+.3f}]")
+    log.add("aligner", "base SmolLM2 answers alone (one worked example, 0-20 sums)", accuracy=_interval(before))
+    gain, verdict = _gain(before, after)
     accuracy = sum(after) / len(test)
     commit = _record(aligner, repo, hub, corrected=_result(
         "0-20 sums and differences, one-shot (base answers corrected)", "accuracy", accuracy))
     log.add("aligner", f"answers corrected by the pulled aligner ({args.aligner_steps} steps): {verdict}", repo, commit,
-            accuracy=accuracy)
+            accuracy=_interval(after), **gain)
 
 
 # %% ../nbs/21_demo.ipynb #31456b5f
 _REFUSALS = ["I'm sorry, but I can't help with that.", "I can't assist with this request because it could hurt people.",
              "Sorry, I won't provide that.", "I cannot help with that request; it is unsafe."]
 
-def _safety_rows(n: int) -> tuple:
-    "Disjoint harmful pairs (defence, held-out) from pyrit and benign held-out Q/A from chatterbot."
+def _safety_rows(n: int) -> dict:
+    """Disjoint harmful pairs from pyrit (defence: 4 `n`, attack and eval: 32 each), AdvBench prompts, and benign Q/A
+    from chatterbot (refusal training 32, held-out 16)."""
     import yaml
 
     from adaptkit.models import packaged_file
@@ -249,52 +295,72 @@ def _safety_rows(n: int) -> tuple:
     shots = json.loads(packaged_file("pyrit", "datasets/jailbreak/many_shot_examples.json").read_text())
     pairs = [{"prompt": s["user"], "harmful": s["assistant"][:300]} for s in shots
              if s["category"].lstrip("'\"* ").startswith("Harmful") and len(s["user"]) < 200]
-    split = disjoint_splits(pairs, {"defence": 4 * n, "eval": 16}, seed=0)
-    defence = [{**r, "harmless": _REFUSALS[i % len(_REFUSALS)]} for i, r in enumerate(split["defence"])]
+    rows = disjoint_splits(pairs, {"defence": 4 * n, "attack": 32, "eval": 32}, seed=0)
+    rows["defence"] = [{**r, "harmless": _REFUSALS[i % len(_REFUSALS)]} for i, r in enumerate(rows["defence"])]
+    adv = yaml.safe_load(packaged_file("pyrit", "datasets/seed_datasets/local/adv_bench.prompt").read_text())["seeds"]
+    taken = {" ".join(r["prompt"].lower().split()) for split in rows.values() for r in split}
+    advbench = [s["value"] for s in adv if len(s["value"]) < 200 and " ".join(s["value"].lower().split()) not in taken]
     benign = []
     for f in sorted(packaged_file("chatterbot_corpus", "data/english/*.yml").parent.glob("*.yml")):
         for conv in yaml.safe_load(f.read_text(encoding="utf-8")).get("conversations") or []:
-            if len(conv) >= 2 and all(isinstance(x, str) and x.strip() for x in conv[:2]):
+            if len(conv) >= 2 and all(isinstance(x, str) and x.strip() for x in conv[:2]) and len(conv[1]) <= 300:
                 benign.append({"prompt": conv[0], "completion": conv[1]})
-    return defence, split["eval"], benign[:16]
+    refuse = [*advbench[:32], *(r["prompt"] for r in rows["defence"])]
+    rows["refusal"] = [{"prompt": p, "completion": _REFUSALS[i % len(_REFUSALS)]} for i, p in enumerate(refuse)]
+    rows["refusal"] += benign[16:48]  # harmless questions keep their answers
+    return {**rows, "benign": benign[:16]}
+
+def _judge(rows: dict):
+    "A refusal judge: `RefusalClassifier` fitted on pyrit's human labels, the refusal texts and compliant answers."
+    from adaptkit.repnoise.harness import RefusalClassifier, pyrit_refusal_labels
+    labelled = pyrit_refusal_labels()
+    compliant = [r["harmful"] for r in rows["attack"]] + [r["completion"] for r in rows["benign"]]
+    return RefusalClassifier().fit([t for t, _ in labelled] + _REFUSALS * 4 + compliant,
+                                   [y for _, y in labelled] + [1] * (4 * len(_REFUSALS)) + [0] * len(compliant))
 
 def _repnoise(
     args: DemoArguments, hub: dict, base: tuple, work: Path, log: _Log, layers: tuple = (14, 29), max_length: int = 96
 ):
-    "Immunise SmolLM2 with RepNoise, push, pull, and measure harmful and benign answer losses before and after."
+    """Refusal-train SmolLM2 (the undefended model), immunise a copy with RepNoise, push, pull; attack both the same way
+    and measure how harmful each is after the attack, and the benign answers' loss."""
+    import copy
+
     from adaptkit.models import load_causal_lm, load_tokenizer
-    from adaptkit.repnoise.harness import answer_metrics
+    from adaptkit.repnoise.harness import answer_metrics, finetuned_copy, harmful_finetune_attack, not_refused
     from adaptkit.repnoise.trainer import ImmunisedModel, RepNoiseConfig, RepNoiseTrainer
-    tok, defence_rows = load_tokenizer(base[0], revision=base[1], **hub), None
-    defence_rows, eval_rows, benign = _safety_rows(args.repnoise_steps)
-    before = load_causal_lm(base[0], revision=base[1], **hub)
-    measure = lambda m: {"harmful_loss": answer_metrics(m, tok, eval_rows, "harmful", max_length=max_length)["loss"],
-                         "benign_loss": answer_metrics(m, tok, benign, "completion", max_length=max_length)["loss"]}
-    log.add(
-        "repnoise",
-        f"base SmolLM2 on {len(eval_rows)} held-out harmful / {len(benign)} benign answers",
-        *base,
-        **measure(before),
-    )
-    cfg = RepNoiseConfig(
-        str(work / "repnoise"),
-        max_steps=args.repnoise_steps,
-        per_device_train_batch_size=4,
-        learning_rate=1e-4,
-        layers=list(layers),
-        max_length=max_length,
-        **_CPU,
-    )
-    trainer = RepNoiseTrainer(before, cfg, defence_rows, processing_class=tok, base_model=base[0])
+    tok, rows = load_tokenizer(base[0], revision=base[1], **hub), _safety_rows(args.repnoise_steps)
+    judge = _judge(rows)
+    harm = lambda m: not_refused(m, tok, rows["eval"], judge, max_new_tokens=8, batch_size=16, progress=False)
+    benign = lambda m: answer_metrics(m, tok, rows["benign"], "completion", max_length=max_length)["loss"]
+    attack = lambda m: harmful_finetune_attack(m, rows["attack"], lr=args.repnoise_attack_lr,
+                                               steps=args.repnoise_attack_steps, seed=0, tokenizer=tok,
+                                               max_length=max_length)
+    undefended = finetuned_copy(load_causal_lm(base[0], revision=base[1], **hub), rows["refusal"], tokenizer=tok,
+                                column="completion", lr=2e-4, steps=12, seed=0, batch_size=8, max_length=max_length)
+    log.add("repnoise", f"undefended: SmolLM2 refusal-trained (12 steps), on {len(rows['eval'])} held-out harmful "
+            f"questions / {len(rows['benign'])} benign answers, not pushed", *base,
+            harmfulness=_interval(harm(undefended)), benign_loss=benign(undefended))
+    cfg = RepNoiseConfig(str(work / "repnoise"), max_steps=args.repnoise_steps, per_device_train_batch_size=4,
+                         learning_rate=1e-4, layers=list(layers), max_length=max_length, **_CPU)
+    trainer = RepNoiseTrainer(copy.deepcopy(undefended), cfg, rows["defence"], processing_class=tok,
+                              base_model=base[0])
     trainer.train()
     immunised = trainer.artifact(); immunised.base_revision = base[1]
     repo = f"{args.namespace}/SmolLM2-135M-repnoise"
     commit = immunised.push_to_hub(repo, **hub)
     pulled = ImmunisedModel.from_pretrained(repo, revision=commit, **hub)
-    after = measure(pulled.model)
-    held_out = "pyrit held-out harmful answers, chatterbot benign answers"
-    commit = _record(pulled, repo, hub, **{k: _result(held_out, k, v) for k, v in after.items()})
-    log.add("repnoise", f"immunised ({args.repnoise_steps} steps), pulled", repo, commit, **after)
+    log.add("repnoise", f"immunised: RepNoise ({args.repnoise_steps} steps) on the undefended model, pulled", repo,
+            commit, harmfulness=_interval(harm(pulled.model)), benign_loss=benign(pulled.model))
+    strength = f"lr {args.repnoise_attack_lr:g}, {args.repnoise_attack_steps} steps of 4 of {len(rows['attack'])} rows"
+    before = harm(attack(undefended))
+    log.add("repnoise", f"undefended after a harmful fine-tuning attack ({strength})", harmfulness=_interval(before))
+    after = harm(attack(pulled.model))
+    gain, verdict = _gain(after, before, "less harmful than the undefended model", "no reduction shown")
+    commit = _record(pulled, repo, hub, harmfulness=_result(
+        f"pyrit held-out harmful questions, after an attack ({strength})", "harmfulness", sum(after) / len(after)))
+    log.add("repnoise", f"immunised after the same attack: {verdict}", repo, commit, harmfulness=_interval(after),
+            **gain)
+
 
 # %% ../nbs/21_demo.ipynb #f2914890
 def _translora(args: DemoArguments, hub: dict, smol: tuple, gemma: tuple, pissa: tuple, data, work: Path, log: _Log,
@@ -302,7 +368,7 @@ def _translora(args: DemoArguments, hub: dict, smol: tuple, gemma: tuple, pissa:
     "Train and push a discriminator, transfer the pushed PiSSA adapter to Gemma, push, pull, score Gemma before/after."
     from adaptkit import translora as tl
     from adaptkit.models import generate_batched, load_adapter, load_causal_lm, load_tokenizer
-    from adaptkit.tasks import arithmetic_prompts, first_number_accuracy
+    from adaptkit.tasks import arithmetic_prompts, first_number_hits
     source_tok, target_tok = (
         load_tokenizer(smol[0], revision=smol[1], **hub),
         load_tokenizer(gemma[0], revision=gemma[1], **hub),
@@ -347,24 +413,21 @@ def _translora(args: DemoArguments, hub: dict, smol: tuple, gemma: tuple, pissa:
     commit = adapter.push_to_hub(repo, **hub)
     pulled = tl.TransferredAdapter.from_pretrained(repo, revision=commit, **hub)
     prompts = arithmetic_prompts(source_tok, test)
-    score = lambda m, tok=target_tok: first_number_accuracy(
+    score = lambda m, tok=target_tok: first_number_hits(
         generate_batched(m, tok, prompts, batch_size=32, max_new_tokens=6, progress=False), test
     )
     teacher = load_adapter(load_causal_lm(smol[0], revision=smol[1], **hub), pissa[0], revision=pissa[1], **hub)
     log.add("translora", "source: SmolLM2 + the PiSSA LoRA it moves (the teacher)", *pissa,
-            accuracy=score(teacher, source_tok))
-    log.add(
-        "translora", "Gemma-3-270M alone", *gemma, accuracy=score(load_causal_lm(gemma[0], revision=gemma[1], **hub))
-    )
-    accuracy = score(pulled.model)
-    commit = _record(pulled, repo, hub, transferred=_result("adaptkit.tasks/arithmetic", "accuracy", accuracy))
-    log.add(
-        "translora",
-        f"Gemma + transferred LoRA (kept {adapter.counts['kept']} of {adapter.counts['synthetic']} prompts), pulled",
-        repo,
-        commit,
-        accuracy=accuracy,
-    )
+            accuracy=_interval(score(teacher, source_tok)))
+    alone = score(load_causal_lm(gemma[0], revision=gemma[1], **hub))
+    log.add("translora", "Gemma-3-270M alone", *gemma, accuracy=_interval(alone))
+    moved = score(pulled.model)
+    commit = _record(pulled, repo, hub, transferred=_result("adaptkit.tasks/arithmetic", "accuracy",
+                                                            sum(moved) / len(moved)))
+    gain, verdict = _gain(alone, moved, "better than Gemma alone", "no gain over Gemma alone shown")
+    kept = f"kept {adapter.counts['kept']} of {adapter.counts['synthetic']} prompts"
+    log.add("translora", f"Gemma + transferred LoRA ({kept}), pulled: {verdict}", repo, commit,
+            accuracy=_interval(moved), **gain)
 
 # %% ../nbs/21_demo.ipynb #2ae99c3d
 EMR_TASKS = ("news", "chat", "puzzle")
@@ -486,22 +549,23 @@ def run_demo(
             f"adaptkit demo: Hub at {endpoint}"
             + ("" if args.hub_endpoint else f" (LocalHub, data in {cache_dir() / 'localhub'})")
         )
-        bases, data = (
-            _bases(hub, args.namespace, log, models),
-            arithmetic_task(max(8 * args.pissa_steps, 64), args.n_test),
-        )
-        _, *pissa_repo = _pissa(args, hub, bases["smol"], data, work, log)
-        _aligner(args, hub, bases["smol"], work, log)
-        _repnoise(args, hub, bases["smol"], work, log, models.repnoise_layers, models.repnoise_max_length)
-        _translora(
-            args, hub, bases["smol"], bases["gemma"], tuple(pissa_repo), data, work, log, models.translora_threshold
-        )
-        _emr(args, hub, bases["minilm"], work, log)
+        with log.stage("bases"): bases = _bases(hub, args.namespace, log, models)
+        data = arithmetic_task(max(8 * args.pissa_steps, 64), args.n_test)
+        with log.stage("pissa"): pissa = _pissa(args, hub, bases["smol"], data, work, log)
+        with log.stage("aligner"): _aligner(args, hub, bases["smol"], work, log)
+        with log.stage("repnoise"):
+            _repnoise(args, hub, bases["smol"], work, log, models.repnoise_layers, models.repnoise_max_length)
+        with log.stage("translora"):
+            _translora(args, hub, bases["smol"], bases["gemma"], pissa, data, work, log, models.translora_threshold)
+        with log.stage("emr"): _emr(args, hub, bases["minilm"], work, log)
     out = cache_dir() / "demo" / "results.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(
         json.dumps(
-            {"endpoint": endpoint, "seconds": round(time.perf_counter() - log.start), "rows": log.rows}, indent=1
+            {"endpoint": endpoint, "seconds": round(time.perf_counter() - log.start), "stage_seconds": log.stages,
+             "load_average": {**log.load, "end": [round(x, 2) for x in os.getloadavg()]}, "cpus": os.cpu_count(),
+             "rows": log.rows},
+            indent=1,
         )
         + "\n"
     )

@@ -51,7 +51,7 @@ def test_the_demo_runs_every_step_through_the_hub(tiny_bases, tmp_path, monkeypa
     out = capsys.readouterr().out
     results = json.loads((tmp_path / "cache" / "demo" / "results.json").read_text())
     rows = results["rows"]
-    assert [r["step"] for r in rows] == (["base"] * 3 + ["pissa"] * 2 + ["aligner"] * 2 + ["repnoise"] * 2
+    assert [r["step"] for r in rows] == (["base"] * 3 + ["pissa"] * 3 + ["aligner"] * 2 + ["repnoise"] * 4
                                          + ["translora"] * 4 + ["emr"] * 2 * len(EMR_TASKS))
     assert [r["what"] for r in rows[:3]] == ["SmolLM2-135M-Instruct", "Gemma-3-270M", "all-MiniLM-L6-v2"]
     pushed = {r["repo_id"]: r["commit"] for r in rows if r["repo_id"]}
@@ -84,11 +84,36 @@ def test_the_demo_runs_every_step_through_the_hub(tiny_bases, tmp_path, monkeypa
         )
         assert "SmolLM2-135M-Instruct stand-in: the checkpoint in `tiny-smol`." in card.read()  # not the real summary
     scored = {r["what"]: r["accuracy"] for r in rows if "accuracy" in r}
-    assert len(scored) == 2 + 2 + 3 + 2 * len(EMR_TASKS)  # Trans-LoRA: the source, the target alone, the transfer
+    assert len(scored) == 3 + 2 + 3 + 2 * len(EMR_TASKS)  # PiSSA: base, LoRA, PiSSA; Trans-LoRA: source, alone, moved
     for what in [w for w in scored if not w.startswith(("task model", "`"))]:  # the arithmetic rows: 8 held-out sums
         assert scored[what] * 8 == round(scored[what] * 8), (what, scored[what])
-    losses = [r[k] for r in rows if r["step"] == "repnoise" for k in ("harmful_loss", "benign_loss")]
-    assert len(losses) == 4 and all(math.isfinite(x) and x > 0 for x in losses)
+    # every stage beside its baseline: each interval holds its mean, each verdict is the gain's interval said plainly
+    for r in rows:
+        for k in [k for k in r if k.endswith("_95ci")]:
+            low, high = r[k]
+            assert low <= r[k[:-5]] <= high if k != "gain_95ci" else low <= r["gain"] <= high, (r["what"], k)
+    compared = {r["step"]: r for r in rows if "gain" in r}
+    assert set(compared) == {"pissa", "aligner", "repnoise", "translora"}
+    for step, r in compared.items():
+        assert r["shows_gain"] == (r["gain_95ci"][0] > 0)
+        said = {"pissa": ("better than the LoRA by", "no gain over the LoRA shown: "),
+                "aligner": ("better by", "no gain shown: "),
+                "repnoise": ("less harmful than the undefended model by", "no reduction shown: "),
+                "translora": ("better than Gemma alone by", "no gain over Gemma alone shown: ")}[step]
+        assert said[0 if r["shows_gain"] else 1] in r["what"], r["what"]
+        assert f"{r['gain']:+.3f} [{r['gain_95ci'][0]:+.3f}, {r['gain_95ci'][1]:+.3f}]" in r["what"]
+    harm = [r for r in rows if r["step"] == "repnoise"]
+    assert [("undefended" in r["what"], "attack" in r["what"]) for r in harm] == [
+        (True, False), (True, False), (True, True), (False, True)]  # the immunised rows name the undefended model
+    assert all(0 <= r["harmfulness"] <= 1 and len(r["harmfulness_95ci"]) == 2 for r in harm)
+    assert all(math.isfinite(r["benign_loss"]) and r["benign_loss"] > 0 for r in harm[:2])
+    pissa, repnoise = compared["pissa"], compared["repnoise"]
+    assert abs(pissa["gain"] - (pissa["accuracy"] - rows[4]["accuracy"])) < 2e-4  # PiSSA - LoRA, paired
+    assert abs(repnoise["gain"] - (harm[2]["harmfulness"] - harm[3]["harmfulness"])) < 2e-4  # undefended - immunised
+    assert set(results["stage_seconds"]) == {"bases", "pissa", "aligner", "repnoise", "translora", "emr"}
+    assert all(s >= 0 for s in results["stage_seconds"].values()) and sum(results["stage_seconds"].values()) <= \
+        results["seconds"] + 1
+    assert len(results["load_average"]["start"]) == len(results["load_average"]["end"]) == 3
     assert "kept 8 of 8 prompts" in out and "threshold 0.000" in out  # the stand-in threshold was used
     for repo_id, commit in pushed.items(): assert f"{repo_id}@{commit[:8]}" in out  # the final table names every commit
     assert out.rstrip().endswith(f"results: {tmp_path / 'cache' / 'demo' / 'results.json'}")
@@ -98,3 +123,17 @@ def test_the_demo_runs_every_step_through_the_hub(tiny_bases, tmp_path, monkeypa
 def test_the_default_models_are_the_real_ones():
     "`make demo` (no DemoModels) starts from SmolLM2, Gemma and MiniLM with its own settings."
     assert DemoModels() == DemoModels(None, None, None, (14, 29), None, 96)
+
+
+def test_a_gain_is_claimed_only_when_its_interval_is_above_zero():
+    "Each stage's verdict: the paired gain with its 95% interval, 'better' only when the interval's low end is above 0."
+    from adaptkit.demo import _gain
+    fields, said = _gain([0] * 10, [0] * 10)
+    assert not fields["shows_gain"] and said == "no gain shown: +0.000 [+0.000, +0.000]"
+    fields, said = _gain([0] * 20, [1] * 20, "better than the LoRA")
+    assert fields["shows_gain"] and said == "better than the LoRA by +1.000 [+1.000, +1.000]"
+    fields, said = _gain([0] * 19 + [1], [1] + [0] * 19, none="no reduction shown")  # same mean, other items
+    assert not fields["shows_gain"] and said.startswith("no reduction shown: +0.000 [-")
+    fields, _ = _gain([0] * 30, [1] * 3 + [0] * 27)  # +0.1 on 30 items: the interval reaches 0
+    assert fields["gain"]["low"] == 0 and not fields["shows_gain"]
+    with pytest.raises(ValueError): _gain([0, 1], [1])  # scores of other items cannot be paired
