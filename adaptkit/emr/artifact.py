@@ -176,7 +176,8 @@ class MergedModel(Artifact):
         """The merged model's card, its metadata as mergekit writes a merge's: every input from a Hub a `base_model`
         (the base first), `base_model_relation: merge`, the tags `merge` (and `mergekit` for mergekit's methods)."""
         card = super().model_card(repo_id, name=name, hub_url=hub_url)
-        if (hub := [split_revision(s)[0] for s in self.sources.values() if split_revision(s)[1]]):
+        hub = [split_revision(s)[0] for s in self.sources.values() if split_revision(s)[1]]
+        if self.base_model and hub:  # the base read on the Hub: a folder pushed elsewhere names no Hub repo
             card.data.base_model, card.data.base_model_relation = list(dict.fromkeys(hub)), "merge"
         return card
 

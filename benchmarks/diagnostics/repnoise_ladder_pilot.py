@@ -9,6 +9,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import torch
+
 from adaptkit.models import load_causal_lm
 from adaptkit.repnoise import (
     RefusalClassifier,
@@ -26,7 +28,7 @@ g = {}
 for i in (1, 3, 5):  # imports/settings, data, splits
     exec("".join(nb["cells"][i]["source"]).replace("#| slow", ""), g)
 S, tok, TR = g["S"], g["tok"], g["TRAIN_REFUSALS"]
-out = {"load_average_at_start": os.getloadavg(), "rungs": []}
+out = {"load_average_at_start": os.getloadavg(), "torch_threads": torch.get_num_threads(), "rungs": []}
 t0 = time.perf_counter()
 # held-out AdvBench prompts (not the 48 used in refusal training, not any pair's prompt)
 norm = g["norm"]

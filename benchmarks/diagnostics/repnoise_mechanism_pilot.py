@@ -9,6 +9,8 @@ import os
 import time
 from pathlib import Path
 
+import torch
+
 from adaptkit.models import load_causal_lm
 from adaptkit.repnoise import (
     RefusalKeywords,
@@ -34,7 +36,7 @@ undef = finetuned_copy(load_causal_lm(g["folder"]), refusal_rows, tokenizer=tok,
                        max_length=72, **g["REFUSAL"])
 ARMS = {"control": {"alpha": 0.0, "beta": 0.0}, "paper": {"alpha": 1.0, "beta": 0.001},
         "beta 1": {"alpha": 1.0, "beta": 1.0}, "alpha 4": {"alpha": 4.0, "beta": 0.001}}
-out = {"load_average_at_start": os.getloadavg(), "arms": {}}
+out = {"load_average_at_start": os.getloadavg(), "torch_threads": torch.get_num_threads(), "arms": {}}
 def read(model, name):
     t = time.perf_counter()
     r = representation_readouts(model, tok, harmful_eval, harmless_eval, max_length=72)

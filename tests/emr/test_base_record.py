@@ -64,7 +64,7 @@ def test_a_merge_of_repos_read_from_a_localhub_records_the_repo_and_commit(hub, 
                           out_dir=tmp_path / "merged", progress=False)
     assert _base_of(merged) == ("team/base", commit, None)
     assert trainer_stamp("team/base", hub.endpoint)[:2] == ("team/base", commit)
-    assert _recorded(tmp_path / "merged") == (("team/base", commit, None), "team/base")
+    assert _recorded(tmp_path / "merged") == (("team/base", commit, None), ["team/base", "team/t0", "team/t1"])
     bundle = emr_merge("team/base", repos, endpoint=hub.endpoint, out_dir=tmp_path / "bundle", progress=False)
     assert _base_of(bundle) == ("team/base", commit, None)
     assert _recorded(tmp_path / "bundle") == (("team/base", commit, None), "team/base")

@@ -344,7 +344,8 @@ def test_every_benchmark_records_the_load_and_torch_threads_at_its_start(monkeyp
     for p in _benchmarks():
         text = p.read_text(encoding="utf-8")
         through_bench = "quiet_start(" in text and "write_result(" in text
-        if not through_bench and not ("load_average_at_start" in text and "torch_threads" in text):
+        threads = "torch_threads" in text or "threads_at_start(" in text  # _bench.threads_at_start records them
+        if not through_bench and not ("load_average_at_start" in text and threads):
             missing.append(str(p.relative_to(ROOT)))
     assert not missing, f"benchmarks that record neither the load nor the threads at their start: {missing}"
     monkeypatch.setenv("ADAPTKIT_BENCH_ALLOW_LOADED", "1")
