@@ -126,8 +126,10 @@ def _quiet():
     tf_bars, hf_bars = transformers.utils.logging.is_progress_bar_enabled(), hf_utils.are_progress_bars_disabled()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        transformers.logging.set_verbosity_error(); transformers.utils.logging.disable_progress_bar()
-        datasets.disable_progress_bars(); hf_utils.disable_progress_bars()
+        transformers.logging.set_verbosity_error()
+        transformers.utils.logging.disable_progress_bar()
+        datasets.disable_progress_bars()
+        hf_utils.disable_progress_bars()
         logging.getLogger("adaptkit").setLevel(logging.ERROR)
         try:
             with open(os.devnull, "w") as null, contextlib.redirect_stdout(null), contextlib.redirect_stderr(null):
@@ -319,7 +321,7 @@ def _judge(rows: dict):
                                    [y for _, y in labelled] + [1] * (4 * len(_REFUSALS)) + [0] * len(compliant))
 
 def _repnoise(
-    args: DemoArguments, hub: dict, base: tuple, work: Path, log: _Log, layers: tuple = (14, 29), max_length: int = 96
+    args: DemoArguments, hub: dict, base: tuple, work: Path, log: _Log, layers: tuple = (14, 29), max_length: int = 72
 ):
     """Refusal-train SmolLM2 (the undefended model), immunise a copy with RepNoise, push, pull; attack both the same way
     and measure how harmful each is after the attack, and the benign answers' loss."""
@@ -345,7 +347,8 @@ def _repnoise(
     trainer = RepNoiseTrainer(copy.deepcopy(undefended), cfg, rows["defence"], processing_class=tok,
                               base_model=base[0])
     trainer.train()
-    immunised = trainer.artifact(); immunised.base_revision = base[1]
+    immunised = trainer.artifact()
+    immunised.base_revision = base[1]
     repo = f"{args.namespace}/SmolLM2-135M-repnoise"
     commit = immunised.push_to_hub(repo, **hub)
     pulled = ImmunisedModel.from_pretrained(repo, revision=commit, **hub)
@@ -363,6 +366,28 @@ def _repnoise(
 
 
 # %% ../nbs/21_demo.ipynb #f2914890
+def _discriminator(args: DemoArguments, hub: dict, smol: tuple, real: list, synthesis, work: Path, log: _Log,
+                   threshold: float | None = None):
+    """Train a discriminator on real prompts against SmolLM2's synthetic ones, push it, pull it, set its threshold on
+    held-out real prompts (None: what keeps 3/4 of them) and log its held-out accuracy; the pulled discriminator."""
+    from adaptkit import translora as tl
+    from adaptkit.models import load_causal_lm, load_tokenizer
+    source_tok = load_tokenizer(smol[0], revision=smol[1], **hub)
+    fake = tl.synthesize_prompts(
+        load_causal_lm(smol[0], revision=smol[1], **hub), source_tok, real[:5], synthesis, n=24, progress=False
+    )
+    disc = tl.train_discriminator(smol[0], source_tok, real[5:21], fake[:16], tl.DiscriminatorConfig(
+        str(work / "disc"), num_train_epochs=3, per_device_train_batch_size=8, learning_rate=1e-3, **_CPU),
+        endpoint=hub["endpoint"], token=hub["token"])
+    repo = f"{args.namespace}/SmolLM2-135M-arithmetic-discriminator"
+    commit = disc.push_to_hub(repo, **hub)
+    disc = tl.Discriminator.from_pretrained(repo, revision=commit, **hub)
+    real_scores = sorted(disc.score(real[21:29]))
+    disc.threshold = min(disc.threshold, real_scores[len(real_scores) // 4]) if threshold is None else threshold
+    log.add("translora", "discriminator (real vs SmolLM2's synthetic prompts), pulled", repo, commit,
+            held_out_accuracy=disc.evaluate(real[29:40], fake[16:])["accuracy"], threshold=round(disc.threshold, 3))
+    return disc
+
 def _translora(args: DemoArguments, hub: dict, smol: tuple, gemma: tuple, pissa: tuple, data, work: Path, log: _Log,
                threshold: float | None = None):
     "Train and push a discriminator, transfer the pushed PiSSA adapter to Gemma, push, pull, score Gemma before/after."
@@ -381,20 +406,7 @@ def _translora(args: DemoArguments, hub: dict, smol: tuple, gemma: tuple, pissa:
         generation_batch_size=12,
         completion_max_new_tokens=6,
     )
-    fake = tl.synthesize_prompts(
-        load_causal_lm(smol[0], revision=smol[1], **hub), source_tok, seeds, synthesis, n=24, progress=False
-    )
-    disc = tl.train_discriminator(smol[0], source_tok, real[5:21], fake[:16], tl.DiscriminatorConfig(
-        str(work / "disc"), num_train_epochs=3, per_device_train_batch_size=8, learning_rate=1e-3, **_CPU),
-        endpoint=hub["endpoint"], token=hub["token"])
-    disc_repo = f"{args.namespace}/SmolLM2-135M-arithmetic-discriminator"
-    disc_commit = disc.push_to_hub(disc_repo, **hub)
-    disc = tl.Discriminator.from_pretrained(disc_repo, revision=disc_commit, **hub)
-    real_scores = sorted(disc.score(real[21:29]))
-    # 3/4 of real kept
-    disc.threshold = min(disc.threshold, real_scores[len(real_scores) // 4]) if threshold is None else threshold
-    log.add("translora", "discriminator (real vs SmolLM2's synthetic prompts), pulled", disc_repo, disc_commit,
-            held_out_accuracy=disc.evaluate(real[29:40], fake[16:])["accuracy"], threshold=round(disc.threshold, 3))
+    disc = _discriminator(args, hub, smol, real, synthesis, work, log, threshold)
     distillation = tl.DistillationConfig(
         str(work / "distill"), max_steps=args.translora_steps, per_device_train_batch_size=4, learning_rate=5e-4, **_CPU
     )
@@ -491,7 +503,9 @@ class DemoModels:
     repnoise_layers: tuple = (14, 29)  # hidden states RepNoise reads out (of SmolLM2's 30 layers)
     # P(real) a synthetic prompt needs; None: what keeps 3/4 of held-out real ones
     translora_threshold: float | None = None
-    repnoise_max_length: int = 96  # tokens per RepNoise prompt + answer (a tiny byte-level tokenizer needs more)
+    # tokens per RepNoise prompt + answer (a tiny byte-level tokenizer needs more); 72 measured against 96 on the
+    # real models: the stage 139 s instead of 158 s, with the same verdict
+    repnoise_max_length: int = 72
 
 def _bases(hub: dict, ns: str, log: _Log, models: DemoModels) -> dict:
     "Push the three bases; their (repo id, commit)."

@@ -122,7 +122,7 @@ def test_the_demo_runs_every_step_through_the_hub(tiny_bases, tmp_path, monkeypa
 
 def test_the_default_models_are_the_real_ones():
     "`make demo` (no DemoModels) starts from SmolLM2, Gemma and MiniLM with its own settings."
-    assert DemoModels() == DemoModels(None, None, None, (14, 29), None, 96)
+    assert DemoModels() == DemoModels(None, None, None, (14, 29), None, 72)
 
 
 def test_a_gain_is_claimed_only_when_its_interval_is_above_zero():
