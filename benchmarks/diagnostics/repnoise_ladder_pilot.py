@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import torch
+from _tutorial12 import ROOT, tutorial_setup
 
 from adaptkit.models import load_causal_lm
 from adaptkit.repnoise import (
@@ -22,11 +23,7 @@ from adaptkit.repnoise import (
     pyrit_refusal_labels,
 )
 
-ROOT = Path(__file__).resolve().parents[2]
-nb = json.loads((ROOT / "nbs/tutorials/12_repro_repnoise.ipynb").read_text())
-g = {}
-for i in (1, 3, 5):  # imports/settings, data, splits
-    exec("".join(nb["cells"][i]["source"]).replace("#| slow", ""), g)
+g = tutorial_setup()
 S, tok, TR = g["S"], g["tok"], g["TRAIN_REFUSALS"]
 out = {"load_average_at_start": os.getloadavg(), "torch_threads": torch.get_num_threads(), "rungs": []}
 t0 = time.perf_counter()

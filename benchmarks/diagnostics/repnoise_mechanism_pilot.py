@@ -7,9 +7,9 @@ import copy
 import json
 import os
 import time
-from pathlib import Path
 
 import torch
+from _tutorial12 import ROOT, tutorial_setup
 
 from adaptkit.models import load_causal_lm
 from adaptkit.repnoise import (
@@ -22,11 +22,7 @@ from adaptkit.repnoise import (
     representation_readouts,
 )
 
-ROOT = Path(__file__).resolve().parents[2]
-nb = json.loads((ROOT / "nbs/tutorials/12_repro_repnoise.ipynb").read_text())
-g = {}
-for i in (1, 3, 5):
-    exec("".join(nb["cells"][i]["source"]).replace("#| slow", ""), g)
+g = tutorial_setup()
 S, tok, TR = g["S"], g["tok"], g["TRAIN_REFUSALS"]
 harmful_eval, harmless_eval = S["eval_A"] + S["eval_B"], S["benign_eval"][:56]
 judge = RefusalKeywords()
