@@ -334,7 +334,8 @@ BENCHMARKS = ROOT / "benchmarks"
 
 
 def _benchmarks() -> list[Path]:
-    return sorted(p for p in BENCHMARKS.rglob("*.py") if p.name != "_bench.py")
+    "The benchmark scripts: not their shared modules (`_bench.py`, `diagnostics/_tutorial12.py`), which time nothing."
+    return sorted(p for p in BENCHMARKS.rglob("*.py") if not p.name.startswith("_"))
 
 
 def test_every_benchmark_records_the_load_and_torch_threads_at_its_start(monkeypatch):
@@ -380,8 +381,9 @@ def benchmark_import_problems(paths) -> list[str]:
 
 def test_every_benchmark_still_imports_what_it_uses(monkeypatch):
     "After files moved (emr.merge's pieces, repnoise.trainer): every name a benchmark imports is still there."
-    monkeypatch.syspath_prepend(str(BENCHMARKS))  # `_bench`, as each script puts it on its path
-    assert not benchmark_import_problems(_benchmarks())
+    for folder in (BENCHMARKS, BENCHMARKS / "diagnostics"):  # `_bench`, `_tutorial12`: each script's own folder
+        monkeypatch.syspath_prepend(str(folder))
+    assert not benchmark_import_problems(sorted(BENCHMARKS.rglob("*.py")))
 
 
 def test_a_moved_name_in_a_benchmark_is_named(tmp_path):
