@@ -6,7 +6,8 @@
 __all__ = []
 
 # %% ../../nbs/localhub/00_localhub.ipynb #2a4ac5c3
-from . import http, mirror, server, storage, wire, xet
+from . import buckets, http, mirror, server, storage, wire, xet
+from .buckets import *
 from .http import *
 from .mirror import *
 from .server import *
@@ -14,4 +15,5 @@ from .storage import *
 from .wire import *
 from .xet import *
 
-__all__ = [*storage.__all__, *wire.__all__, *http.__all__, *server.__all__, *mirror.__all__, *xet.__all__]
+__all__ = [*storage.__all__, *wire.__all__, *http.__all__, *server.__all__, *mirror.__all__, *xet.__all__,
+           *buckets.__all__]

@@ -30,6 +30,7 @@ from urllib.parse import parse_qs, unquote, unquote_plus, urlsplit
 from fastcore.basics import patch
 
 from adaptkit.localhub.storage import (
+    BUCKET,
     CHUNK,
     REPO_NOT_FOUND,
     USER,
@@ -328,6 +329,12 @@ def _admit(self: HubHandler, args: dict) -> None:
     self._anonymous = True
 
 @patch
+def _need_writer(self: HubHandler) -> None:
+    "A 401 unless this request may write: it shows the hub's token (on a hub without one, anyone may)."
+    if self.server.token and not self.verified:
+        raise HubError(401, "This LocalHub needs its token to write: pass token=... (Authorization: Bearer)")
+
+@patch
 def _check_request(self: HubHandler, kind: str) -> None:
     "Refuse a foreign Host (421), a cross-site write (403), a wrong or missing token (401)."
     host, port = host_and_port(self.headers.get("Host") or "")
@@ -356,8 +363,7 @@ def _check_request(self: HubHandler, kind: str) -> None:
     origin = self.headers.get("Origin")
     if origin and host_and_port(urlsplit(origin).netloc) != (host, port):
         raise HubError(403, f"cross-site request refused: Origin {origin[:100]!r} is not this hub")
-    if kind == "w" and want and not self.authed:
-        raise HubError(401, "This LocalHub needs its token to write: pass token=... (Authorization: Bearer)")
+    if kind == "w": self._need_writer()
     ctype = self.headers.get("Content-Type", "").split(";")[0].strip().lower()
     bare = not ctype and self._left == 0 and self._src is None  # no body at all (`merge_pull_request`, no comment)
     if self.command == "POST" and kind == "w" and not bearer and ctype not in JSON_TYPES and not bare:
@@ -556,7 +562,8 @@ def _delete_repo(self: HubHandler):
 @route("POST", r"/api/repos/move", "w")
 def _move_repo(self: HubHandler):
     body = self._json()
-    typ, src, dest = _repo_type(body), field(body, "fromRepo", str), field(body, "toRepo", str)
+    typ = BUCKET if body.get("type") == BUCKET else _repo_type(body)  # `move_bucket` sends type "bucket"
+    src, dest = field(body, "fromRepo", str), field(body, "toRepo", str)
     self.server.store.move(typ, check_repo_id(src), check_repo_id(dest))
     self._send(200, {})
 
@@ -761,6 +768,11 @@ def _resolve(self: HubHandler, ns, name, rev, path, t="model"):
     if e.get("xet"):  # the client with hf_xet downloads through the CAS, with a read token from this route
         route = f"{self._base()}/api/{meta['type']}s/{meta['id']}/xet-read-token/{c['id']}"
         headers.update({"X-Xet-Hash": e["xet"], "X-Xet-Refresh-Route": route, "Link": f'<{route}>; rel="xet-auth"'})
+    self._send_file(e, headers)
+
+@patch
+def _send_file(self: HubHandler, e: dict, headers: dict) -> None:
+    "Answer file entry `e` with `headers`: all of it, or the one `Range` asked (a 206); HEAD gets the headers only."
     rng = parse_range(self.headers.get("Range"), e["size"])
     start, stop = rng or (0, e["size"])
     if rng: headers["Content-Range"] = f"bytes {start}-{stop - 1}/{e['size']}"
@@ -863,7 +875,7 @@ def _unb64(text: str): return json.loads(base64.urlsafe_b64decode(text + "=" * (
 
 class XetGrant(NamedTuple):
     "What a Xet access token was made for: which repo, which mode, and whether its asker sent the hub's token."
-    repo_type: str  # "model", "dataset" or "space"
+    repo_type: str  # "model", "dataset", "space" or "bucket"
     repo_id: str  # in lower case
     mode: str  # "r" (downloads) or "w" (uploads and downloads)
     repo_uid: str  # the repo's creation id (`repo_uid`): a repo made later under its name is another repo
@@ -906,13 +918,17 @@ def _xet_token(self: HubHandler, t, ns, name, mode, rev):
     meta = self._repo(t, ns, name)
     self._gate(meta)
     if mode == "write":
-        if self.server.token and not self.verified:
-            raise HubError(401, "This LocalHub needs its token to write: pass token=... (Authorization: Bearer)")
+        self._need_writer()
         num = pull_number(rev)
         if num is not None: self.server.store.pull(meta["type"], meta["id"], num, writable=True)
         elif rev != "None" and rev.removeprefix("refs/heads/") not in meta["refs"]:
             raise HubError(404, f"Invalid rev id: {rev[:100]} is not a branch of {meta['id']}", "RevisionNotFound")
     else: self._rev(meta, rev)
+    self._send_xet_token(meta, mode)
+
+@patch
+def _send_xet_token(self: HubHandler, meta: dict, mode: str) -> None:
+    "Answer a Xet access token (`mode` read or write) for repo or bucket `meta`, and the CAS address, as the Hub does."
     token, exp = make_xet_token(self.server.secret, meta["type"], meta["id"], mode[0], repo=repo_uid(meta),
                                 verified=self.verified)
     cas = f"{self._base()}/xet/{self.server.store.xet.id}"

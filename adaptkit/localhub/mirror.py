@@ -38,6 +38,7 @@ from huggingface_hub.errors import (
 from huggingface_hub.hf_api import RepoFile
 
 from adaptkit.localhub.storage import (
+    BUCKET,
     CHUNK,
     BlobStore,
     HubError,
@@ -131,7 +132,7 @@ class MirrorStore(RepoStore):
     def repo(self, typ: str, repo_id: str) -> dict | None:
         "The held repo's record; else (online) the upstream's, kept once a revision is fetched; offline a 404."
         meta = self.held(typ, repo_id)
-        if meta is not None: return meta
+        if meta is not None or typ == BUCKET: return meta  # a bucket is this hub's own: never asked upstream
         if not self.online:
             raise HubError(404, f"Repository Not Found: {typ} {repo_id} is not mirrored here (this mirror is "
                                 "offline: it serves only what it holds)", "RepoNotFound")

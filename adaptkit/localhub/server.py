@@ -215,7 +215,7 @@ def parse_age(
 def gc(self: LocalHub,
        older_than=XET_RETENTION,  # only what was last used longer ago goes: seconds, or "22d", "36h", "3w"
       ) -> dict:
-    "Reclaim the Xet objects no commit names and nothing used within `older_than`: the files, xorbs and bytes freed."
+    "Reclaim the Xet objects no commit or bucket names, nothing used within `older_than`: files, xorbs, bytes freed."
     seconds = parse_age(older_than)
     if self.server is not None: return self.server.store.collect_xet(seconds)  # served: beside its uploads
     if not (self.root / "repos").is_dir(): raise FileNotFoundError(f"no LocalHub root at {self.root} (no repos/)")

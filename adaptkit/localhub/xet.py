@@ -917,7 +917,6 @@ def _check_shard_xorb(self: XetStore, sx: ShardXorb):
 @patch
 def _check_shard_file(self: XetStore, f: ShardFile, verify_sha256: bool) -> XetFile:
     where = f"shard file {f.hex}"
-    if f.sha256 is None: raise XetError(f"{where}: no sha256 (an uploaded file needs its metadata entry)")
     chunks, terms = [], []
     for k, t in enumerate(f.terms):
         xhex = hash_to_hex(t.xorb)
@@ -938,13 +937,14 @@ def _check_shard_file(self: XetStore, f: ShardFile, verify_sha256: bool) -> XetF
         terms.append((xhex, t.start, t.end, t.size))
     if file_hash(chunks) != f.hash:
         raise XetError(f"{where}: its chunks hash to {hash_to_hex(file_hash(chunks))}, not to the file's hash")
-    rec = XetFile(f.hex, f.size, f.sha256, tuple(terms))
-    if verify_sha256:
+    sha256, terms = f.sha256, tuple(terms)
+    if verify_sha256 or sha256 is None:  # none given (hf_xet's SKIP_SHA256, as bucket uploads send): computed
         sha = hashlib.sha256()
-        for piece in self._iter_terms(rec.terms, 0, rec.size, verify=False): sha.update(piece)  # chunks: checked
-        if sha.hexdigest() != f.sha256:
-            raise XetError(f"{where}: its bytes have sha256 {sha.hexdigest()}, not the {f.sha256} the shard gives")
-    return rec
+        for piece in self._iter_terms(terms, 0, f.size, verify=False): sha.update(piece)  # chunks: checked
+        if sha256 is not None and sha.hexdigest() != sha256:
+            raise XetError(f"{where}: its bytes have sha256 {sha.hexdigest()}, not the {sha256} the shard gives")
+        sha256 = sha.hexdigest()
+    return XetFile(f.hex, f.size, sha256, terms)
 
 @patch
 def put_shard(self: XetStore,
@@ -959,7 +959,7 @@ def put_shard(self: XetStore,
         known = self.file(f.hex) if self.has_file(f.hex) else None
         if known is None or not all(self.has_xorb(t[0]) for t in known.terms):
             checked.append((self._check_shard_file(f, verify_sha256), True))
-        elif known.sha256 != f.sha256:
+        elif f.sha256 is not None and known.sha256 != f.sha256:
             raise XetError(f"shard file {f.hex}: sha256 {f.sha256}, but the stored file with this hash has "
                            f"{known.sha256}")
         else: checked.append((known, False))
@@ -1004,6 +1004,17 @@ def file_by_sha256(self: XetStore,
     except XetError as e:
         if e.status != 404: raise
         return None  # an index entry a cut collection left: the next one removes it
+    return rec if self._renew(self._path("files", rec.hash, ".json")) else None
+
+@patch
+def use_file(self: XetStore,
+             file: str,  # the file's Xet hash (hex)
+            ) -> XetFile | None:
+    "The recorded file with this Xet hash, renewed (a bucket may name it from now); None if there is none."
+    try: rec = self.file(file)
+    except XetError as e:
+        if e.status != 404: raise
+        return None
     return rec if self._renew(self._path("files", rec.hash, ".json")) else None
 
 @patch
