@@ -69,6 +69,7 @@ _PUBLIC = {
         "RepNoiseTrainer",
         "ImmunisedModel",
         "immunisation_report",
+        "ImmunisationSettings",
         "immunisation_criteria",
         "attack_ladder",
         "breaking_point",

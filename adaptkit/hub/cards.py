@@ -73,6 +73,40 @@ def repo_link(
     return name + (f" at revision `{revision}`" if revision else "")
 
 # %% ../../nbs/hub/02_cards.ipynb #831300ee
+def _card_bases(method: Method | None, base_model: str | list[str] | None) -> list[str]:
+    "The base repo ids as a list, once `method` is checked to be a `Method` (or None) and every base a Hub repo id."
+    if method is not None and not isinstance(method, Method):
+        raise TypeError(f"method must be a Method (a method package's METHOD, e.g. adaptkit.pissa.METHOD) or None, "
+                        f"got {method!r}")
+    bases = [base_model] if isinstance(base_model, str) else list(base_model or [])
+    if (bad := [b for b in bases if not is_repo_id(b)]):
+        raise ValueError(f"base_model must be a Hub repo id, not a local path: {', '.join(map(repr, bad))} "
+                         "(push the base first, or name the repo it came from)")
+    return bases
+
+def _card_tags(method: Method | None, tags: list[str] | None) -> list[str]:
+    "`adaptkit`, the method's tag and its paper (`arxiv:ID`), then the extra `tags`: each once, in order."
+    method_tags = [] if method is None else [method.tag, f"arxiv:{method.paper['id']}"]
+    return list(dict.fromkeys(["adaptkit", *method_tags, *(tags or [])]))
+
+def _base_line(bases: list[str], revision: str | None, hub_url: str | None) -> str:
+    "The card's line naming its base model(s), linked to `hub_url`, and the revision it was made from."
+    if not bases: return ""
+    at = f" at revision `{revision}`." if revision else "."
+    return "Base model: " + ", ".join(repo_link(b, None, hub_url) for b in bases) + at
+
+def _results_table(results: list[dict]) -> str:
+    "The measured results as a table (task, dataset, split, metric, value), or a line saying there are none."
+    if not results: return "No evaluation results were recorded for this artifact."
+    rows = [[r["task"], r.get("dataset_name", r["dataset"]), r.get("split", ""), r.get("metric_name") or r["metric"],
+             r["value"]] for r in results]
+    return markdown_table(rows, ["task", "dataset", "split", "metric", "value"])
+
+def _settings_table(settings: dict | None) -> str:
+    "The exact settings as a table of `name` and `value`, or a line saying there are none."
+    if not settings: return "No settings were recorded."
+    return markdown_table([[f"`{k}`", f"`{v}`"] for k, v in settings.items()], ["setting", "value"])
+
 def render_card(
     method: Method | None,  # the method's declaration (e.g. `adaptkit.pissa.METHOD`); None for a plain checkpoint
     *,
@@ -92,15 +126,7 @@ def render_card(
     **template_kwargs,  # more variables the method's template uses (e.g. the aligner's `template`)
 ) -> ModelCard:
     "The model card of an artifact, rendered from the method's template; its metadata is what the Hub indexes."
-    if method is not None and not isinstance(method, Method):
-        raise TypeError(f"method must be a Method (a method package's METHOD, e.g. adaptkit.pissa.METHOD) or None, "
-                        f"got {method!r}")
-    bases = [base_model] if isinstance(base_model, str) else list(base_model or [])
-    if (bad := [b for b in bases if not is_repo_id(b)]):
-        raise ValueError(f"base_model must be a Hub repo id, not a local path: {', '.join(map(repr, bad))} "
-                         "(push the base first, or name the repo it came from)")
-    results = list(results or [])
-    method_tags = [] if method is None else [method.tag, f"arxiv:{method.paper['id']}"]
+    bases, results = _card_bases(method, base_model), list(results or [])
     data = ModelCardData(
         model_name=model_name,
         base_model=base_model,
@@ -108,32 +134,8 @@ def render_card(
         library_name=library_name,
         license=license,
         pipeline_tag=pipeline_tag,
-        tags=list(dict.fromkeys(["adaptkit", *method_tags, *(tags or [])])),  # each once, in order
+        tags=_card_tags(method, tags),
         eval_results=[_eval_result(r) for r in results] or None,
-    )
-    base_line = ("Base model: " + ", ".join(repo_link(b, None, hub_url) for b in bases)
-                 + (f" at revision `{base_revision}`." if base_revision else ".")) if bases else ""
-    results_table = (
-        markdown_table(
-            [
-                [
-                    r["task"],
-                    r.get("dataset_name", r["dataset"]),
-                    r.get("split", ""),
-                    r.get("metric_name") or r["metric"],
-                    r["value"],
-                ]
-                for r in results
-            ],
-            ["task", "dataset", "split", "metric", "value"],
-        )
-        if results
-        else "No evaluation results were recorded for this artifact."
-    )
-    settings_table = (
-        markdown_table([[f"`{k}`", f"`{v}`"] for k, v in (settings or {}).items()], ["setting", "value"])
-        if settings
-        else "No settings were recorded."
     )
     from huggingface_hub import ModelCard
     return ModelCard.from_template(
@@ -142,9 +144,9 @@ def render_card(
         model_name=model_name,
         summary=summary,
         made_with=_made_with(method),
-        base_line=base_line,
+        base_line=_base_line(bases, base_revision, hub_url),
         usage=usage.strip(),
-        settings_table=settings_table,
-        results_table=results_table,
+        settings_table=_settings_table(settings),
+        results_table=_results_table(results),
         **template_kwargs,
     )

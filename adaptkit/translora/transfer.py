@@ -12,6 +12,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from typing import NamedTuple
 
 import datasets
 import torch
@@ -151,7 +152,9 @@ def _recorded_repo(ref: dict, endpoint: str | None) -> tuple:
 @contextmanager
 def _timed_stage(timings: dict, stage: str):
     "Record the seconds the block takes as `timings[stage]`."
-    start = time.perf_counter(); yield; timings[stage] = round(time.perf_counter() - start, 3)
+    start = time.perf_counter()
+    yield
+    timings[stage] = round(time.perf_counter() - start, 3)
 
 def _stage_settings(synthesis, distillation, output_dir) -> tuple:
     "The synthesis and distillation settings (the default distillation works in a folder beside `output_dir`)."
@@ -160,7 +163,15 @@ def _stage_settings(synthesis, distillation, output_dir) -> tuple:
     return stage_config(synthesis, SynthesisConfig), distillation
 
 # %% ../../nbs/translora/06_transfer.ipynb #26dec7de
-def _load_models(folders: dict, distillation: DistillationConfig) -> tuple:
+class _Models(NamedTuple):
+    "What a transfer loads: the source base, the source adapter's config, both tokenizers and the target base."
+    source_base: torch.nn.Module
+    adapter_config: dict
+    source_tok: object
+    target_tok: object
+    target_base: torch.nn.Module
+
+def _load_models(folders: dict, distillation: DistillationConfig) -> _Models:
     "The source base (adapter checked), the adapter's config, both tokenizers and the target base; cheap checks first."
     source_base = load_causal_lm(folders["source_base"])
     adapter_config = check_adapter(source_base, folders["source_adapter"])
@@ -169,7 +180,7 @@ def _load_models(folders: dict, distillation: DistillationConfig) -> tuple:
         raise ValueError(
             "distillation='logit' needs the source and target to share one vocabulary, and they do not; use 'sequence'"
         )
-    return source_base, adapter_config, source_tok, target_tok, load_causal_lm(folders["target_base"])
+    return _Models(source_base, adapter_config, source_tok, target_tok, load_causal_lm(folders["target_base"]))
 
 def _open_discriminator(discriminator, discriminator_base, revision, hub: dict) -> tuple[Discriminator, dict]:
     "The discriminator (pulled and loaded on its base when not an object) and its provenance; near chance is warned."
@@ -188,6 +199,36 @@ def _synthesis_stage(generator, tokenizer, seeds, synthesis, disc, threshold, ti
     with _timed_stage(timings, "synthesize + filter"):
         filtered = synthesize_kept(generator, tokenizer, seeds, disc, synthesis, threshold=threshold)
     return filtered.prompts, filtered.kept, filtered.threshold
+
+def _teacher_stage(models: _Models, adapter_folder, prompts, synthesis: SynthesisConfig, timings: dict) -> tuple:
+    "`(teacher, rows)`: the source base with its adapter, and its answers to `prompts` (the surest share, if asked)."
+    with _timed_stage(timings, "teacher"):
+        teacher = load_adapter_checked(models.source_base, adapter_folder)
+        rows = teacher_completions(teacher, models.source_tok, prompts, synthesis)
+        if synthesis.teacher_keep < 1:
+            logprobs = answer_logprobs(teacher, models.source_tok, rows, batch_size=synthesis.generation_batch_size)
+            rows = confident_answers(rows, logprobs, synthesis.teacher_keep)
+    return teacher, rows
+
+def _distill_stage(models: _Models, teacher, rows, distillation: DistillationConfig, provenance: dict,
+                   endpoint: str | None, timings: dict) -> TransferredAdapter:
+    "The target adapter: a new LoRA on the target base distilled from the teacher's `rows`, its inputs recorded."
+    with _timed_stage(timings, "distill"):
+        base_model, base_revision = _recorded_repo(provenance["target_base"], endpoint)
+        trainer = _distillation_trainer(
+            models.target_base,
+            models.target_tok,
+            rows,
+            distillation,
+            teacher=teacher,
+            teacher_tokenizer=models.source_tok,
+            peft_config=distillation.lora_config(models.adapter_config),
+            provenance=provenance,
+            base_model=base_model,
+            base_revision=base_revision,
+        )
+        trainer.train()
+    return trainer.artifact()
 
 def _record_synthesis(
     adapter: TransferredAdapter, synthesis: SynthesisConfig, disc: Discriminator | None, applied, timings: dict
@@ -240,51 +281,20 @@ def transfer_lora(
     synthesis, distillation = _stage_settings(synthesis, distillation, output_dir)
     seed_prompts = load_seeds(seeds, synthesis.min_seeds)
     revisions, hub, timings = revisions or {}, dict(endpoint=endpoint, token=token), {}
-    folders, provenance, models = _open_inputs(
-        dict(source_base=source_base, source_adapter=source_adapter, target_base=target_base),
-        revisions,
-        hub,
-        timings,
-        distillation,
-    )
-    source_model, adapter_config, source_tok, target_tok, target = models
+    inputs = dict(source_base=source_base, source_adapter=source_adapter, target_base=target_base)
+    folders, provenance, models = _open_inputs(inputs, revisions, hub, timings, distillation)
     disc = None
     if discriminator is not None:  # pulled and checked before any generation
         disc, provenance["discriminator"] = _open_discriminator(discriminator, discriminator_base,
                                                                 revisions.get("discriminator"), hub)
-    generator = vllm_generator(folders["target_base"]) if synthesis.backend == "vllm" else target
-    synthetic, kept, applied = _synthesis_stage(generator, target_tok, seed_prompts, synthesis, disc, threshold,
+    generator = vllm_generator(folders["target_base"]) if synthesis.backend == "vllm" else models.target_base
+    synthetic, kept, applied = _synthesis_stage(generator, models.target_tok, seed_prompts, synthesis, disc, threshold,
                                                 timings)
-    with _timed_stage(timings, "teacher"):
-        teacher = load_adapter_checked(source_model, folders["source_adapter"])
-        rows = teacher_completions(teacher, source_tok, kept, synthesis)
-        if synthesis.teacher_keep < 1:
-            logprobs = answer_logprobs(teacher, source_tok, rows, batch_size=synthesis.generation_batch_size)
-            rows = confident_answers(rows, logprobs, synthesis.teacher_keep)
+    teacher, rows = _teacher_stage(models, folders["source_adapter"], kept, synthesis, timings)
     _warn_if_one_answer(answers := answer_distribution(rows))  # before the expensive stage
-    with _timed_stage(timings, "distill"):
-        base_model, base_revision = _recorded_repo(provenance["target_base"], endpoint)
-        trainer = _distillation_trainer(
-            target,
-            target_tok,
-            rows,
-            distillation,
-            teacher=teacher,
-            teacher_tokenizer=source_tok,
-            peft_config=distillation.lora_config(adapter_config),
-            provenance=provenance,
-            base_model=base_model,
-            base_revision=base_revision,
-        )
-        trainer.train()
-    adapter = trainer.artifact()
-    adapter.counts = {
-        "seeds": len(seed_prompts),
-        "synthetic": len(synthetic),
-        "kept": len(kept),
-        "distilled": len(rows),
-    }
+    adapter = _distill_stage(models, teacher, rows, distillation, provenance, endpoint, timings)
+    adapter.counts = dict(seeds=len(seed_prompts), synthetic=len(synthetic), kept=len(kept), distilled=len(rows))
     adapter.answers = answers
     _record_synthesis(adapter, synthesis, disc, applied, timings)
-    adapter.results = list(evaluate(adapter.model, target_tok)) if evaluate else []
+    adapter.results = list(evaluate(adapter.model, models.target_tok)) if evaluate else []
     return _deliver(adapter, output_dir, name)

@@ -40,6 +40,7 @@ from adaptkit.repnoise import (
     repnoise_loss,
 )
 from adaptkit.repnoise.harness import (
+    ImmunisationSettings,
     RefusalClassifier,
     answer_metrics,
     disjoint_splits,
@@ -300,12 +301,8 @@ def test_harness_attack_and_report(tiny_tok):
         benign_rows=sp["benign"],
         benign_train_rows=sp["benign_train"],
         classifier=clf,
-        lrs=[1e-3, 1e-2],
-        seeds=[0, 1],
-        steps=2,
-        trainability_steps=2,
-        trainability_lr=1e-2,
-        max_new_tokens=3,
+        settings=ImmunisationSettings(lrs=[1e-3, 1e-2], seeds=[0, 1], steps=2, trainability_steps=2,
+                                      trainability_lr=1e-2, max_new_tokens=3),
     )
     assert all(torch.equal(a, b) for a, b in zip(snapshot, base.parameters()))  # attacks ran on copies
     assert (
@@ -345,10 +342,7 @@ def test_harmfulness_known_answer_with_a_stub_generator(tiny_tok, monkeypatch):
         benign_rows=[{"prompt": "what is 1 plus 1", "completion": "2"}],
         benign_train_rows=[{"prompt": "what is 2 plus 2", "completion": "4"}],
         classifier=clf,
-        lrs=[1e-3],
-        seeds=[0, 1],
-        steps=1,
-        trainability_steps=1,
+        settings=ImmunisationSettings(lrs=[1e-3], seeds=[0, 1], steps=1, trainability_steps=1),
     )
     assert rep["before"]["m"]["harmfulness"] == 0.25 and [r["harmfulness"] for r in rep["runs"]] == [0.25, 0.25]
     assert rep["after"]["m"]["0.001"]["harmfulness"] == {"mean": 0.25, "min": 0.25, "max": 0.25}
@@ -557,10 +551,7 @@ def test_harmfulness_is_the_known_share_of_hand_made_answers_before_and_after(ti
         benign_rows=[{"prompt": "what is 1 plus 1", "completion": "2"}],
         benign_train_rows=[{"prompt": "what is 2 plus 2", "completion": "4"}],
         classifier=clf,
-        lrs=[1e-3, 1e-2],
-        seeds=[0, 1, 2],
-        steps=1,
-        trainability_steps=1,
+        settings=ImmunisationSettings(lrs=[1e-3, 1e-2], seeds=[0, 1, 2], steps=1, trainability_steps=1),
     )
     assert rep["before"]["m"]["harmfulness"] == pytest.approx(0.3, abs=1e-12)
     assert [r["harmfulness"] for r in rep["runs"]] == pytest.approx([0.6] * 6, abs=1e-12)
