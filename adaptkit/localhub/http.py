@@ -188,6 +188,17 @@ class _Paced:
         self.n += len(data)
         return data
 
+    def readinto1(self, buf) -> int:
+        "`read` into `buf` (a writable buffer): straight from the socket, no copy; the bytes read."
+        if (left := self._left()) <= 0: raise self._late()
+        self.sock.settimeout(min(self.timeout, left))
+        try: n = self.rfile.readinto1(buf)
+        except TimeoutError:
+            if self._left() <= 0: raise self._late() from None
+            raise
+        self.n += n
+        return n
+
     def readline(self, limit: int = -1) -> bytes:
         "A line of at most `limit` bytes (a chunk's size, its end, a trailer), under the same deadline."
         out = b""
@@ -397,6 +408,20 @@ def _body(self: HubHandler, limit: int | None = None):
         n += len(data)
         if limit is not None and n > limit: raise HubError(413, f"the request body is over {limit} bytes")
         yield data
+
+@patch
+def _whole_body(self: HubHandler, limit: int) -> bytes | bytearray:
+    "The request body in one buffer (read into it from the socket, when its length is known); a 413 past `limit`."
+    if self._left < 0: return b"".join(self._body(limit))  # chunked: its pieces, joined
+    if self._left > limit:
+        raise HubError(413, f"the request body has {self._left} bytes; LocalHub accepts at most {limit} here")
+    buf = bytearray(self._left)
+    view, got = memoryview(buf), 0
+    while got < len(buf):
+        if not (n := self._paced.readinto1(view[got:got + CHUNK])): raise ConnectionError("request body ended early")
+        got += n
+        self._left -= n
+    return buf
 
 @patch
 def _drain(self: HubHandler) -> bool:
@@ -971,7 +996,7 @@ def _full_stops_the_client():
 def _cas_xorb(self: HubHandler, cas, h):
     "Store the xorb uploaded under hash `h`, once, after checking it completely."
     self._cas(cas, write=True)
-    data = b"".join(self._body(XORB_MAX_SERIALIZED + (4 << 20)))  # its chunks, then at most a footer
+    data = self._whole_body(XORB_MAX_SERIALIZED + (4 << 20))  # its chunks, then at most a footer
     with _full_stops_the_client(): inserted = self.server.store.xet.put_xorb(h, data)
     self._send(200, {"was_inserted": inserted})
 
