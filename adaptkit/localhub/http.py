@@ -177,27 +177,24 @@ class _Paced:
         return HubError(408, f"the request body came too slowly ({self.n} bytes in {time.monotonic() - self.start:.0f}"
                              f" s): LocalHub needs {self.rate:g} bytes per second after the first {self.grace:g} s")
 
+    def _paced(self, read: Callable, size: Callable) -> bytes | int:
+        "`read()` (one read of the socket) within the body's deadline, counted by `size(result)`; a 408 past it."
+        if (left := self._left()) <= 0: raise self._late()
+        self.sock.settimeout(min(self.timeout, left))
+        try: got = read()
+        except TimeoutError:
+            if self._left() <= 0: raise self._late() from None
+            raise
+        self.n += size(got)
+        return got
+
     def read(self, n: int) -> bytes:
         "At most `n` bytes, as soon as some arrive; a 408 once the body is past its deadline."
-        if (left := self._left()) <= 0: raise self._late()
-        self.sock.settimeout(min(self.timeout, left))
-        try: data = self.rfile.read1(n)
-        except TimeoutError:
-            if self._left() <= 0: raise self._late() from None
-            raise
-        self.n += len(data)
-        return data
+        return self._paced(lambda: self.rfile.read1(n), len)
 
     def readinto1(self, buf) -> int:
-        "`read` into `buf` (a writable buffer): straight from the socket, no copy; the bytes read."
-        if (left := self._left()) <= 0: raise self._late()
-        self.sock.settimeout(min(self.timeout, left))
-        try: n = self.rfile.readinto1(buf)
-        except TimeoutError:
-            if self._left() <= 0: raise self._late() from None
-            raise
-        self.n += n
-        return n
+        "`read` into `buf` (a writable buffer), straight from the socket, no copy: how many bytes it read."
+        return self._paced(lambda: self.rfile.readinto1(buf), int)
 
     def readline(self, limit: int = -1) -> bytes:
         "A line of at most `limit` bytes (a chunk's size, its end, a trailer), under the same deadline."
