@@ -41,6 +41,8 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+import numpy as np
+
 sys.path.insert(0, str(Path(__file__).parent))
 from _bench import median, quiet_start, write_result  # noqa: E402
 
@@ -121,15 +123,14 @@ class NullHandler(BaseHTTPRequestHandler):
         return json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
 
     def _keep(self, name: str, check=None) -> bool:
-        "The floor's Xet upload: the body read whole, `check(body)`ed (False if it fails), written and fsynced."
-        body = bytearray(int(self.headers.get("Content-Length") or 0))
-        view, got = memoryview(body), 0
-        while got < len(body) and (n := self.rfile.readinto(view[got:])): got += n
+        "A Xet upload: the body read into one buffer as LocalHub's, `check`ed (False: refused), written, fsynced."
+        view, got = memoryview(np.empty(int(self.headers.get("Content-Length") or 0), np.uint8)), 0
+        while got < len(view) and (n := self.rfile.readinto(view[got:])): got += n
         try:
-            if check is not None: check(body)
+            if check is not None: check(view)
         except XetError: return False
         with tempfile.NamedTemporaryFile(dir=self.floor, delete=False) as f:
-            f.write(body)
+            f.write(view)
             f.flush()
             os.fsync(f.fileno())
         os.replace(f.name, Path(self.floor) / name)
