@@ -884,7 +884,8 @@ def _plain_chunks(self: XetStore,
                  ) -> Iterator[tuple[int, bytes | memoryview]]:
     "(index, plain bytes) of chunks `[a, b)` of a stored xorb; a plain chunk is a view the next block overwrites."
     with open(self._path("xorbs", x.hex), "rb", buffering=0) as f:
-        buf = bytearray(max([block_size, *(c.end - c.start for c in x.chunks[a:b])]))
+        span = x.chunks[b - 1].end - x.chunks[a].start if a < b else 0
+        buf = bytearray(max([min(block_size, span), *(c.end - c.start for c in x.chunks[a:b])]))
         view, i = memoryview(buf), a
         while i < b:
             j, base = i + 1, x.chunks[i].start
