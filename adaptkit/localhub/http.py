@@ -27,6 +27,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import NamedTuple
 from urllib.parse import parse_qs, unquote, unquote_plus, urlsplit
 
+import numpy as np
 from fastcore.basics import patch
 
 from adaptkit.localhub.storage import (
@@ -178,16 +179,24 @@ class _Paced:
         return HubError(408, f"the request body came too slowly ({self.n} bytes in {time.monotonic() - self.start:.0f}"
                              f" s): LocalHub needs {self.rate:g} bytes per second after the first {self.grace:g} s")
 
-    def read(self, n: int) -> bytes:
-        "At most `n` bytes, as soon as some arrive; a 408 once the body is past its deadline."
+    def _paced(self, read: Callable, size: Callable) -> bytes | int:
+        "`read()` (one read of the socket) within the body's deadline, counted by `size(result)`; a 408 past it."
         if (left := self._left()) <= 0: raise self._late()
         self.sock.settimeout(min(self.timeout, left))
-        try: data = self.rfile.read1(n)
+        try: got = read()
         except TimeoutError:
             if self._left() <= 0: raise self._late() from None
             raise
-        self.n += len(data)
-        return data
+        self.n += size(got)
+        return got
+
+    def read(self, n: int) -> bytes:
+        "At most `n` bytes, as soon as some arrive; a 408 once the body is past its deadline."
+        return self._paced(lambda: self.rfile.read1(n), len)
+
+    def readinto1(self, buf) -> int:
+        "`read` into `buf` (a writable buffer), straight from the socket, no copy: how many bytes it read."
+        return self._paced(lambda: self.rfile.readinto1(buf), int)
 
     def readline(self, limit: int = -1) -> bytes:
         "A line of at most `limit` bytes (a chunk's size, its end, a trailer), under the same deadline."
@@ -403,6 +412,19 @@ def _body(self: HubHandler, limit: int | None = None):
         n += len(data)
         if limit is not None and n > limit: raise HubError(413, f"the request body is over {limit} bytes")
         yield data
+
+@patch
+def _whole_body(self: HubHandler, limit: int) -> bytes | memoryview:
+    "The request body in one buffer (read into it from the socket, when its length is known); a 413 past `limit`."
+    if self._left < 0: return b"".join(self._body(limit))  # chunked: its pieces, joined
+    if self._left > limit:
+        raise HubError(413, f"the request body has {self._left} bytes; LocalHub accepts at most {limit} here")
+    view, got = memoryview(np.empty(self._left, np.uint8)), 0  # numpy's: not zeroed first, in huge pages
+    while got < len(view):
+        if not (n := self._paced.readinto1(view[got:got + CHUNK])): raise ConnectionError("request body ended early")
+        got += n
+        self._left -= n
+    return view
 
 @patch
 def _drain(self: HubHandler) -> bool:
@@ -987,7 +1009,7 @@ def _full_stops_the_client():
 def _cas_xorb(self: HubHandler, cas, h):
     "Store the xorb uploaded under hash `h`, once, after checking it completely."
     self._cas(cas, write=True)
-    data = b"".join(self._body(XORB_MAX_SERIALIZED + (4 << 20)))  # its chunks, then at most a footer
+    data = self._whole_body(XORB_MAX_SERIALIZED + (4 << 20))  # its chunks, then at most a footer
     with _full_stops_the_client(): inserted = self.server.store.xet.put_xorb(h, data)
     self._send(200, {"was_inserted": inserted})
 

@@ -26,7 +26,8 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import NamedTuple
 
@@ -400,7 +401,8 @@ def parse_xorb(
         if i >= XORB_MAX_CHUNKS or plain_bytes > XORB_MAX_BYTES or end > XORB_MAX_SERIALIZED:
             raise XetError(f"{where}: chunk {i} passes the limit of {XORB_MAX_CHUNKS} chunks, {XORB_MAX_BYTES} plain "
                            f"bytes and {XORB_MAX_SERIALIZED} serialized bytes per xorb")
-        plain = decode_chunk(scheme, view[off + CHUNK_HEADER_SIZE:end], size, f"{where}: chunk {i}")
+        payload = view[off + CHUNK_HEADER_SIZE:end]  # a plain one is hashed where it lies
+        plain = payload if (scheme, stored) == (0, size) else decode_chunk(scheme, payload, size, f"{where}: chunk {i}")
         chunks.append(XorbChunk(chunk_hash(plain), size, off, end))
         off = end
     if not chunks: raise XetError(f"{where}: no chunks")
@@ -874,23 +876,45 @@ def _plan(self: XetStore, terms, start: int, end: int) -> tuple[int, list[tuple[
     return skip, plan
 
 @patch
+def _plain_chunks(self: XetStore,
+                  x: Xorb,  # a stored xorb
+                  a: int,  # first chunk
+                  b: int,  # last chunk + 1
+                  block_size: int = 1 << 20,  # bytes read at a time (whole chunks, at least the largest)
+                 ) -> Iterator[tuple[int, bytes | memoryview]]:
+    "(index, plain bytes) of chunks `[a, b)` of a stored xorb; a plain chunk is a view the next block overwrites."
+    with open(self._path("xorbs", x.hex), "rb", buffering=0) as f:
+        span = x.chunks[b - 1].end - x.chunks[a].start if a < b else 0
+        buf = bytearray(max([min(block_size, span), *(c.end - c.start for c in x.chunks[a:b])]))
+        view, i = memoryview(buf), a
+        while i < b:
+            j, base = i + 1, x.chunks[i].start
+            while j < b and x.chunks[j].end - base <= len(buf): j += 1
+            f.seek(base)
+            got, want = 0, x.chunks[j - 1].end - base
+            while got < want and (n := f.readinto(view[got:want])): got += n
+            for k in range(i, j):
+                c = x.chunks[k]
+                lo, hi = c.start - base, c.end - base
+                if hi > got: raise self._damaged(x.hex, f"chunk {k} is truncated")
+                payload = view[lo + CHUNK_HEADER_SIZE:hi]
+                if buf[lo + 4] == 0 and len(payload) == c.size: yield k, payload  # stored plain: no copy
+                else:
+                    try: yield k, decode_chunk(buf[lo + 4], payload, c.size, f"chunk {k}")
+                    except XetError as e: raise self._damaged(x.hex, str(e)) from None
+            i = j
+
+@patch
 def _iter_terms(self: XetStore, terms, start: int, end: int, verify: bool = True) -> Iterator[bytes]:
     skip, plan = self._plan(terms, start, end)
     left = end - start
     for x, a, b, _ in plan:
-        with open(self._path("xorbs", x.hex), "rb") as f:
-            f.seek(x.chunks[a].start)
-            for i in range(a, b):
-                c = x.chunks[i]
-                raw = f.read(c.end - c.start)
-                if len(raw) != c.end - c.start: raise self._damaged(x.hex, f"chunk {i} is truncated")
-                try: plain = decode_chunk(raw[4], raw[CHUNK_HEADER_SIZE:], c.size, f"chunk {i}")
-                except XetError as e: raise self._damaged(x.hex, str(e)) from None
-                if verify and chunk_hash(plain) != c.hash:
-                    raise self._damaged(x.hex, f"chunk {i} no longer matches its hash")
-                piece = plain[skip:skip + left]
-                skip, left = 0, left - len(piece)
-                if piece: yield piece
+        for i, plain in self._plain_chunks(x, a, b):
+            if verify and chunk_hash(plain) != x.chunks[i].hash:
+                raise self._damaged(x.hex, f"chunk {i} no longer matches its hash")
+            piece = bytes(plain[skip:skip + left])
+            skip, left = 0, left - len(piece)
+            if piece: yield piece
 
 def _missing_xorb(
     where: str,  # what names it: "this shard", "shard file <hash>: term <k>"
@@ -915,7 +939,8 @@ def _check_shard_xorb(self: XetStore, sx: ShardXorb):
         raise XetError(f"shard lists xorb {xhex} with chunks that differ from the stored xorb's")
 
 @patch
-def _check_shard_file(self: XetStore, f: ShardFile, verify_sha256: bool) -> XetFile:
+def _check_shard_file(self: XetStore, f: ShardFile) -> XetFile:
+    "The file a shard records, once its terms check out against the stored xorbs and hash to its name (not sha256)."
     where = f"shard file {f.hex}"
     chunks, terms = [], []
     for k, t in enumerate(f.terms):
@@ -937,14 +962,28 @@ def _check_shard_file(self: XetStore, f: ShardFile, verify_sha256: bool) -> XetF
         terms.append((xhex, t.start, t.end, t.size))
     if file_hash(chunks) != f.hash:
         raise XetError(f"{where}: its chunks hash to {hash_to_hex(file_hash(chunks))}, not to the file's hash")
-    sha256, terms = f.sha256, tuple(terms)
-    if verify_sha256 or sha256 is None:  # none given (hf_xet's SKIP_SHA256, as bucket uploads send): computed
-        sha = hashlib.sha256()
-        for piece in self._iter_terms(terms, 0, f.size, verify=False): sha.update(piece)  # chunks: checked
-        if sha256 is not None and sha.hexdigest() != sha256:
-            raise XetError(f"{where}: its bytes have sha256 {sha.hexdigest()}, not the {sha256} the shard gives")
-        sha256 = sha.hexdigest()
-    return XetFile(f.hex, f.size, sha256, terms)
+    return XetFile(f.hex, f.size, f.sha256, tuple(terms))
+
+@patch
+def _sha256(self: XetStore, f: XetFile) -> str:
+    "The sha256 of a stored file's bytes, each chunk hashed where it was read (its chunk hash is not checked)."
+    sha = hashlib.sha256()
+    for xhex, a, b, _ in f.terms:
+        for _, plain in self._plain_chunks(self.xorb(xhex), a, b): sha.update(plain)
+    return sha.hexdigest()
+
+@patch
+def _check_sha256s(self: XetStore, files: Sequence[XetFile]) -> list[XetFile]:
+    """Recompute the files' sha256s from their bytes, several at once (hashing frees the GIL); a 400 if one differs from
+    the shard's. A file the shard gives none (hf_xet's SKIP_SHA256, as bucket uploads send) gets the one computed."""
+    workers = min(len(files), os.cpu_count() or 1)
+    if workers > 1:
+        with ThreadPoolExecutor(workers) as pool: found = list(pool.map(self._sha256, files))
+    else: found = [self._sha256(f) for f in files]
+    for f, sha in zip(files, found):
+        if f.sha256 is not None and sha != f.sha256:
+            raise XetError(f"shard file {f.hash}: its bytes have sha256 {sha}, not the {f.sha256} the shard gives")
+    return [replace(f, sha256=sha) for f, sha in zip(files, found)]
 
 @patch
 def put_shard(self: XetStore,
@@ -958,11 +997,14 @@ def put_shard(self: XetStore,
     for f in shard.files:
         known = self.file(f.hex) if self.has_file(f.hex) else None
         if known is None or not all(self.has_xorb(t[0]) for t in known.terms):
-            checked.append((self._check_shard_file(f, verify_sha256), True))
+            checked.append((self._check_shard_file(f), True))
         elif f.sha256 is not None and known.sha256 != f.sha256:
             raise XetError(f"shard file {f.hex}: sha256 {f.sha256}, but the stored file with this hash has "
                            f"{known.sha256}")
         else: checked.append((known, False))
+    hashed = [rec for rec, new in checked if new and (verify_sha256 or rec.sha256 is None)]  # chunks: checked above
+    computed = {rec.hash: rec for rec in self._check_sha256s(hashed)}
+    checked = [(computed.get(rec.hash, rec), new) for rec, new in checked]
     named = {hash_to_hex(sx.hash) for sx in shard.xorbs} | {t[0] for rec, _ in checked for t in rec.terms}
     for xhex in sorted(named):  # in use from now: a collection running now keeps them, or one is gone (refused)
         if not self._renew(self._path("xorbs", xhex)): raise _missing_xorb("this shard", xhex)

@@ -14,6 +14,7 @@ from huggingface_hub import HfApi, hf_hub_download
 from huggingface_hub.errors import HfHubHTTPError
 
 from adaptkit.localhub.server import LocalHub
+from adaptkit.localhub.xet import XORB_MAX_SERIALIZED
 
 TOKEN = "hf_localhub_robustness_token"
 HALF = b"GET /api/models HTTP/1.1\r\nHost: 127"  # a request cut inside its headers
@@ -183,6 +184,36 @@ def test_a_body_trickled_below_the_minimum_rate_is_cut_at_its_whole_body_deadlin
     assert time.monotonic() - start < 3 and b"Connection: close" in answer
     s.close()
     assert HfApi(endpoint=hub.endpoint, token=TOKEN).list_repo_files("team/g") == [".gitattributes"]
+
+
+def test_a_xorb_body_read_into_one_buffer_keeps_its_deadline_and_limits(hub, raw):
+    """Issue 47, item 2. A xorb's body is now read straight from the socket into one buffer (before, its pieces were
+    joined: a copy of every byte). Its deadline still holds (trickled below `body_rate`: a 408, the connection
+    closes), a length past the xorb limit is a 413 before a byte is read, and a body cut short stores nothing."""
+    write = json.loads(raw("GET", f"{hub.endpoint}/api/models/team/g/xet-write-token/main",
+                           headers={"Authorization": f"Bearer {TOKEN}"})[2])
+    path = f"{write['casUrl'].removeprefix(hub.endpoint)}/v1/xorbs/default/{'ab' * 32}"
+    bearer = f"Authorization: Bearer {write['accessToken']}\r\n".encode()
+    hub.server.body_grace, hub.server.body_rate = 1.0, 1000
+    s = _connect(hub, _post_head(hub, path, 100_000, bearer))
+    start, answer = time.monotonic(), b""
+    while time.monotonic() - start < 6 and not answer:
+        try: s.sendall(b"\0")
+        except OSError: break
+        answer = _answer(s, 0.3)
+    assert answer.startswith(b"HTTP/1.1 408 ") and b"Connection: close" in answer, answer
+    assert time.monotonic() - start < 3
+    s.close()
+    s = _connect(hub, _post_head(hub, path, XORB_MAX_SERIALIZED + (4 << 20) + 1, bearer))
+    answer = _answer(s, 2)
+    assert answer.startswith(b"HTTP/1.1 413 ") and b"Connection: close" in answer, answer
+    s.close()
+    hub.server.body_grace = 60.0
+    s = _connect(hub, _post_head(hub, path, 100_000, bearer) + bytes(50_000))
+    s.shutdown(socket.SHUT_WR)
+    assert _read_all(s) == b""  # half the body, then the end: no answer, the connection closed
+    store = hub.server.store.xet.root
+    assert not any((store / "xorbs").rglob("*")) and not any((store / "tmp").iterdir())
 
 
 @pytest.mark.parametrize("extra, status", [

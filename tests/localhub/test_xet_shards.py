@@ -77,6 +77,37 @@ def test_a_shard_whose_sha256_does_not_match_the_bytes_is_refused_by_default(tmp
     assert store.put_shard(blob)[0].sha256 == hashlib.sha256(data).hexdigest()
 
 
+def test_the_sha256s_of_a_shards_files_are_checked_together_and_one_lie_refuses_them_all(tmp_path):
+    """Issue 47, item 2: the files of a shard have their sha256s recomputed at once (threads: hashing frees the GIL),
+    each read a block at a time and hashed where it lies. Files across two xorbs (one stored plain, one LZ4-compressed),
+    part of a xorb, and a whole one: one lie among them refuses the shard, naming its file, and records none."""
+    store = XetStore(tmp_path / "xet")
+    plain, floats = _random(300_000, seed=2), np.linspace(-1, 1, 100_000, dtype=np.float32).tobytes()
+    (c1, x1, v1), (c2, x2, v2) = _upload(store, plain), _upload(store, floats)
+    assert all(c.end - c.start - 8 < c.size for c in x2.chunks)  # the floats' xorb is stored compressed
+    part = [c.hash for c in x2.chunks[1:]]
+    files = [  # (terms, the file's chunks, its bytes)
+        ((Term(x1.hash, 0, len(x1.chunks), x1.size, v1), Term(x2.hash, 0, len(x2.chunks), x2.size, v2)), c1 + c2,
+         plain + floats),
+        ((Term(x2.hash, 1, len(x2.chunks), x2.size - x2.chunks[0].size, verification_hash(part)),), c2[1:],
+         b"".join(c2[1:])),
+        ((Term(x1.hash, 0, len(x1.chunks), x1.size, v1),), c1, plain)]
+    def shard(lie_at=None):
+        made = [ShardFile(file_hash((chunk_hash(c), len(c)) for c in chunks), terms,
+                          hashlib.sha256(b"lie" if k == lie_at else data).hexdigest())
+                for k, (terms, chunks, data) in enumerate(files)]
+        return made, serialize_shard(Shard(files=tuple(made)), footer=False)
+    made, blob = shard(lie_at=1)
+    with pytest.raises(XetError, match=f"shard file {made[1].hex}: its bytes have sha256 "
+                                       f"{hashlib.sha256(files[1][2]).hexdigest()}, not the"):
+        store.put_shard(blob)
+    assert not any(store.has_file(f.hex) for f in made)
+    made, blob = shard()
+    assert [r.hash for r in store.put_shard(blob)] == [f.hex for f in made]
+    for f, (_, _, data) in zip(made, files):
+        assert store.file_by_sha256(f.sha256).hash == f.hex and b"".join(store.iter_file(f.hex)) == data
+
+
 def test_a_dedup_answer_expires_at_a_time_dedup_expiry_seconds_from_now(tmp_path):
     for duration in (3600, 7 * 24 * 3600):
         store = XetStore(tmp_path / f"xet{duration}", dedup_expiry=duration)
