@@ -81,15 +81,19 @@ def text_task(
     if name not in TASKS: raise KeyError(f"unknown task {name!r}; choose one of {', '.join(TASKS)}")
     seen, by_label = set(), {}
     for text, label in TASKS[name]():
-        if text and text not in seen: seen.add(text); by_label.setdefault(label, []).append(text)
+        if text and text not in seen:
+            seen.add(text)
+            by_label.setdefault(label, []).append(text)
     rng, names = random.Random(seed), sorted(by_label)
     total = sum(min(len(v), per_class or len(v)) for v in by_label.values())
     n_test, train, test = min(n_test, total // 4), [], []
     for i, label in enumerate(names):
-        texts = by_label[label]; rng.shuffle(texts)
+        texts = by_label[label]
+        rng.shuffle(texts)
         texts = texts[:per_class] if per_class else texts
         k = max(1, round(n_test * len(texts) / total))
-        test += [(t, i) for t in texts[:k]]; train += [(t, i) for t in texts[k:]]
+        test += [(t, i) for t in texts[:k]]
+        train += [(t, i) for t in texts[k:]]
     rng.shuffle(train)
     feats = datasets.Features({"text": datasets.Value("string"), "label": datasets.ClassLabel(names=names)})
     as_ds = lambda rows: datasets.Dataset.from_dict(
@@ -133,7 +137,8 @@ def finetune_classifier(
         use_cpu=not torch.cuda.is_available(),
     )
     Trainer(model, args, train_dataset=_tokenize(tok, task["train"], max_length), processing_class=tok).train()
-    model.save_pretrained(out_dir); tok.save_pretrained(out_dir)
+    model.save_pretrained(out_dir)
+    tok.save_pretrained(out_dir)
     return Path(out_dir)
 
 @torch.no_grad()
