@@ -134,19 +134,33 @@ def trainer_stamp():
     return stamp
 
 
+def pytest_configure(config):
+    config.addinivalue_line("markers", "hub(guarded=False, repos=None): how the `hub` fixture starts for a module "
+                                       "(`pytestmark`) or a test: guarded by `token`; holding {repo_id: {path: bytes}}")
+
+
 @pytest.fixture
 def token():
-    "The tests' Hub token, for a LocalHub a test starts itself."
+    "The tests' one Hub token (`TOKEN`): what a guarded `hub` requires, and a LocalHub a test starts itself."
     return TOKEN
 
 
 @pytest.fixture
-def hub(tmp_path, request):
-    """A LocalHub on loopback with its data in the test's temp folder (`tmp_path / "hub"`): guarded by the test
-    module's `TOKEN` where the module sets one (read it as `hub.token`), else open. A module that needs a repo in it
-    overrides the fixture with one that takes this `hub` and adds the repo."""
+def hub(tmp_path, request, token):
+    """A LocalHub on loopback with its data in the test's temp folder (`tmp_path / "hub"`), open unless the test's
+    module (or the test) is marked `pytest.mark.hub(guarded=True)`: then guarded by `token` (read it as `hub.token`).
+    The mark's `repos={"team/r": {"a.txt": b"hello"}}` are created (public) with their files before the test."""
     from adaptkit.localhub.server import LocalHub
-    with LocalHub(tmp_path / "hub", token=getattr(request.module, "TOKEN", None)) as h:
+    mark = request.node.get_closest_marker("hub")
+    settings = mark.kwargs if mark else {}
+    with LocalHub(tmp_path / "hub", token=token if settings.get("guarded") else None) as h:
+        if settings.get("repos"):
+            from huggingface_hub import HfApi
+            api = HfApi(endpoint=h.endpoint, token=h.token)
+            for repo_id, files in settings["repos"].items():
+                api.create_repo(repo_id)
+                for path, data in files.items():
+                    api.upload_file(path_or_fileobj=data, path_in_repo=path, repo_id=repo_id)
         yield h
 
 

@@ -35,7 +35,6 @@ from adaptkit.localhub.xet import (
 
 hf_xet = pytest.importorskip("hf_xet")
 
-TOKEN = "hf_localhub_gc_token"
 DAY = 24 * 3600
 KINDS = ("xorbs", "files", "sha256", "dedup")
 
@@ -49,10 +48,10 @@ def xet_client():
 
 
 @pytest.fixture
-def xhub(tmp_path):
+def xhub(tmp_path, token):
     "A LocalHub with a token in its default mode (Xet for the stock client), logging requests to `xhub.log_path`."
     log = tmp_path / "requests.log"
-    with LocalHub(tmp_path / "hub", token=TOKEN, log=log) as hub:
+    with LocalHub(tmp_path / "hub", token=token, log=log) as hub:
         hub.log_path = log
         yield hub
 
@@ -111,14 +110,14 @@ def _freed_bytes(root: Path, files, xorbs) -> int:
 def _get(hub, repo_id, name, tmp_path, revision=None) -> bytes:
     "A file's bytes downloaded by the stock client (Xet on), into a cache folder of its own."
     cache = tmp_path / f"dl-{time.monotonic_ns()}"
-    return Path(hf_hub_download(repo_id, name, revision=revision, endpoint=hub.endpoint, token=TOKEN,
+    return Path(hf_hub_download(repo_id, name, revision=revision, endpoint=hub.endpoint, token=hub.token,
                                 cache_dir=cache)).read_bytes()
 
 
 # --- nothing is reclaimed at once ------------------------------------------------------------------------------------
 
-def test_deleting_a_repo_a_branch_or_a_pull_request_reclaims_no_xet_object(xhub):
-    api = HfApi(endpoint=xhub.endpoint, token=TOKEN)
+def test_deleting_a_repo_a_branch_or_a_pull_request_reclaims_no_xet_object(xhub, token):
+    api = HfApi(endpoint=xhub.endpoint, token=token)
     api.create_repo("team/a")
     api.create_branch("team/a", branch="dev")
     api.upload_file(path_or_fileobj=_random(300_000, 1), path_in_repo="dev.bin", repo_id="team/a", revision="dev")
@@ -133,9 +132,9 @@ def test_deleting_a_repo_a_branch_or_a_pull_request_reclaims_no_xet_object(xhub)
     assert _objects(xhub.root) == held  # nothing: the client may still build on every one of them
 
 
-def test_the_same_bytes_pushed_again_after_their_repo_was_deleted(xhub, tmp_path):
+def test_the_same_bytes_pushed_again_after_their_repo_was_deleted(xhub, tmp_path, token):
     "hf_xet answers its own dedup from the shards it cached: the second push sends a shard naming the stored xorbs."
-    api = HfApi(endpoint=xhub.endpoint, token=TOKEN)
+    api = HfApi(endpoint=xhub.endpoint, token=token)
     data = _random(2_000_000, 4)
     api.create_repo("team/a")
     api.upload_file(path_or_fileobj=data, path_in_repo="w.bin", repo_id="team/a")
@@ -148,9 +147,9 @@ def test_the_same_bytes_pushed_again_after_their_repo_was_deleted(xhub, tmp_path
     assert _posts(xhub, "/v1/xorbs/") == xorbs and _posts(xhub, "/v1/shards") == shards + 2  # shards only
 
 
-def test_bytes_pre_uploaded_for_one_repo_survive_the_deletion_of_another_holding_them(xhub, tmp_path):
+def test_bytes_pre_uploaded_for_one_repo_survive_the_deletion_of_another_holding_them(xhub, tmp_path, token):
     "Repo B's upload is accepted (its shard names the xorbs repo A's file uses), then A is deleted, then B commits."
-    api = HfApi(endpoint=xhub.endpoint, token=TOKEN)
+    api = HfApi(endpoint=xhub.endpoint, token=token)
     data = _random(1_000_000, 5)
     api.create_repo("team/a")
     api.upload_file(path_or_fileobj=data, path_in_repo="w.bin", repo_id="team/a")
@@ -164,8 +163,8 @@ def test_bytes_pre_uploaded_for_one_repo_survive_the_deletion_of_another_holding
 
 # --- gc: what it frees, and what it never frees --------------------------------------------------------------------
 
-def test_gc_frees_exactly_what_no_commit_names_and_nothing_used_within_the_retention(xhub, tmp_path):
-    api = HfApi(endpoint=xhub.endpoint, token=TOKEN)
+def test_gc_frees_exactly_what_no_commit_names_and_nothing_used_within_the_retention(xhub, tmp_path, token):
+    api = HfApi(endpoint=xhub.endpoint, token=token)
     shared, other = _random(1_000_000, 6), _random(400_000, 8)
     own = shared[:700_000] + _random(300_000, 7)  # the client dedups its first 700 KB against `shared`'s xorb
     api.create_repo("team/keep")
@@ -210,9 +209,9 @@ def test_gc_frees_exactly_what_no_commit_names_and_nothing_used_within_the_reten
         assert _get(xhub, "team/keep", name, tmp_path, revision=rev) == data, name
 
 
-def test_a_global_dedup_answer_renews_the_xorb_it_names(xhub, tmp_path, monkeypatch):
+def test_a_global_dedup_answer_renews_the_xorb_it_names(xhub, tmp_path, monkeypatch, token):
     "A gc between a client's dedup query and its shard keeps the xorb the answer named, though nothing else uses it."
-    api = HfApi(endpoint=xhub.endpoint, token=TOKEN)
+    api = HfApi(endpoint=xhub.endpoint, token=token)
     first = _random(3_000_000, 11)
     api.create_repo("team/a")
     api.upload_file(path_or_fileobj=first, path_in_repo="w.bin", repo_id="team/a")
@@ -262,9 +261,9 @@ def test_the_store_frees_no_xorb_a_live_file_names_and_renews_a_xorb_it_answers_
     assert e.value.status == 404
 
 
-def test_a_shard_naming_a_reclaimed_xorb_is_refused_naming_it_and_the_stale_cache(xhub, tmp_path, monkeypatch):
+def test_a_shard_naming_a_reclaimed_xorb_is_refused_naming_it_and_the_stale_cache(xhub, tmp_path, monkeypatch, token):
     "After a gc the client's cache still answers its dedup: the 400 says which xorb, why, and what to clear."
-    api = HfApi(endpoint=xhub.endpoint, token=TOKEN)
+    api = HfApi(endpoint=xhub.endpoint, token=token)
     data = _random(600_000, 15)
     api.create_repo("team/a")
     api.upload_file(path_or_fileobj=data, path_in_repo="w.bin", repo_id="team/a")
@@ -374,12 +373,12 @@ print(LocalHub(sys.argv[1]).gc(), flush=True)
 """
 
 
-def test_kill_9_during_gc_leaves_a_consistent_store_that_a_later_gc_finishes(tmp_path):
+def test_kill_9_during_gc_leaves_a_consistent_store_that_a_later_gc_finishes(tmp_path, token):
     root = tmp_path / "hub"
     shared, other = _random(1_000_000, 19), _random(400_000, 20)
     own = shared[:600_000] + _random(400_000, 21)
-    with LocalHub(root, token=TOKEN) as hub:
-        api = HfApi(endpoint=hub.endpoint, token=TOKEN)
+    with LocalHub(root, token=token) as hub:
+        api = HfApi(endpoint=hub.endpoint, token=token)
         api.create_repo("team/keep")
         api.upload_file(path_or_fileobj=shared, path_in_repo="shared.bin", repo_id="team/keep")
         api.create_repo("team/gone")
@@ -403,7 +402,7 @@ def test_kill_9_during_gc_leaves_a_consistent_store_that_a_later_gc_finishes(tmp
         if proc.poll() is None: proc.kill()
     cut = _objects(root)
     assert cut != before and _consistent(root, named=named)
-    with LocalHub(root, token=TOKEN) as hub:  # the dead process's lock is gone with it
+    with LocalHub(root, token=token) as hub:  # the dead process's lock is gone with it
         assert _get(hub, "team/keep", "shared.bin", tmp_path) == shared
         freed = hub.gc()
         assert freed["files"] + freed["xorbs"] > 0 and hub.gc() == {"files": 0, "xorbs": 0, "bytes": 0}
@@ -417,11 +416,11 @@ def test_kill_9_during_gc_leaves_a_consistent_store_that_a_later_gc_finishes(tmp
 def _last_json(capsys) -> dict: return json.loads(capsys.readouterr().out.strip().splitlines()[-1])
 
 
-def test_hub_gc_on_the_command_line(tmp_path, capsys):
+def test_hub_gc_on_the_command_line(tmp_path, capsys, token):
     root = tmp_path / "hub"
     data = _random(300_000, 22)
-    with LocalHub(root, token=TOKEN) as hub:
-        api = HfApi(endpoint=hub.endpoint, token=TOKEN)
+    with LocalHub(root, token=token) as hub:
+        api = HfApi(endpoint=hub.endpoint, token=token)
         api.create_repo("team/a")
         api.upload_file(path_or_fileobj=data, path_in_repo="w.bin", repo_id="team/a")
         api.delete_repo("team/a")
