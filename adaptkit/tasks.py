@@ -12,6 +12,7 @@ from pathlib import Path
 import datasets
 import numpy as np
 import torch
+from fastcore.meta import delegates
 from transformers import AutoModelForSequenceClassification, AutoTokenizer, Trainer, TrainingArguments
 
 from .models import generate_batched, packaged_file
@@ -236,16 +237,15 @@ def answer_hits(
     )
     return first_number_hits(answers, rows)
 
+@delegates(answer_hits)
 def answer_accuracy(
     model,  # a chat causal LM
     tok,  # its tokenizer (with a chat template)
     rows,  # rows with `question` and `answer`
-    *,
-    batch_size: int = 50,  # prompts per generate call
-    max_new_tokens: int = 8,  # tokens generated per answer
+    **kwargs,
 ) -> float:
-    "Share of `rows` whose first generated number equals the answer (greedy, batched, left-padded)."
-    hits = answer_hits(model, tok, rows, batch_size=batch_size, max_new_tokens=max_new_tokens)
+    "Share of `rows` whose first generated number equals the answer: the mean of `answer_hits` (same settings)."
+    hits = answer_hits(model, tok, rows, **kwargs)
     return sum(hits) / len(hits)
 
 # %% ../nbs/04_tasks.ipynb #e2d1a16a
