@@ -6,29 +6,25 @@ import pytest
 import torch
 from huggingface_hub import HfApi, constants
 
-from adaptkit.localhub import LocalHub
 from adaptkit.models import tiny_causal_lm
 
 hf_xet = pytest.importorskip("hf_xet")
+pytestmark = pytest.mark.hub(guarded=True, log=True)  # the `hub` fixture (tests/conftest.py): requires `token`, logs
 
 
 
-@pytest.fixture
-def xhub(tmp_path, monkeypatch, token):
-    """A LocalHub in its default mode, logging its requests; huggingface_hub's defaults point at it (what HF_ENDPOINT
-    does before import: transformers and peft take no endpoint), the module-level `HfApi` behind their pushes too, and
-    transformers' shared `HfApi` is made again (it keeps the endpoint it was first made with)."""
+@pytest.fixture(autouse=True)
+def defaults_point_at_the_hub(hub, monkeypatch):
+    """huggingface_hub's defaults point at `hub` (what HF_ENDPOINT does before import: transformers and peft take no
+    endpoint), the module-level `HfApi` behind their pushes too, and transformers' shared `HfApi` is made again (it
+    keeps the endpoint it was first made with)."""
     import huggingface_hub.hf_api
     import transformers.utils.hub
-    log = tmp_path / "requests.log"
-    with LocalHub(tmp_path / "hub", token=token, log=log) as hub:
-        hub.log_path = log
-        monkeypatch.setattr(constants, "ENDPOINT", hub.endpoint)
-        monkeypatch.setattr(constants, "HUGGINGFACE_CO_URL_TEMPLATE",
-                            hub.endpoint + "/{repo_id}/resolve/{revision}/{filename}")
-        monkeypatch.setattr(huggingface_hub.hf_api.api, "endpoint", hub.endpoint)
-        monkeypatch.setattr(transformers.utils.hub, "_hf_api", None)
-        yield hub
+    monkeypatch.setattr(constants, "ENDPOINT", hub.endpoint)
+    monkeypatch.setattr(constants, "HUGGINGFACE_CO_URL_TEMPLATE",
+                        hub.endpoint + "/{repo_id}/resolve/{revision}/{filename}")
+    monkeypatch.setattr(huggingface_hub.hf_api.api, "endpoint", hub.endpoint)
+    monkeypatch.setattr(transformers.utils.hub, "_hf_api", None)
 
 
 def _hits(hub, method, part, status=None) -> int:
@@ -60,17 +56,17 @@ def _same_weights(a, b):
     for k in sa: assert torch.equal(sa[k], sb[k]), k
 
 
-def test_transformers_model_push_to_hub_and_from_pretrained_through_xet(xhub, tiny_tok, tmp_path, token):
+def test_transformers_model_push_to_hub_and_from_pretrained_through_xet(hub, tiny_tok, tmp_path, token):
     from transformers import AutoModelForCausalLM
     model = tiny_causal_lm(tiny_tok, seed=3)
     model.push_to_hub("team/tiny", token=token)
-    _pushed_by_xet(xhub, "team/tiny", "model.safetensors")
+    _pushed_by_xet(hub, "team/tiny", "model.safetensors")
     pulled = AutoModelForCausalLM.from_pretrained("team/tiny", token=token, cache_dir=tmp_path / "c")
     _same_weights(pulled, model)
-    _pulled_by_xet(xhub, "team/tiny", "model.safetensors")
+    _pulled_by_xet(hub, "team/tiny", "model.safetensors")
 
 
-def test_peft_model_push_to_hub_and_from_pretrained_through_xet(xhub, tiny_tok, tmp_path, token):
+def test_peft_model_push_to_hub_and_from_pretrained_through_xet(hub, tiny_tok, tmp_path, token):
     from peft import LoraConfig, PeftModel, get_peft_model
     base = tiny_causal_lm(tiny_tok)
     base.push_to_hub("team/base", token=token)
@@ -78,22 +74,22 @@ def test_peft_model_push_to_hub_and_from_pretrained_through_xet(xhub, tiny_tok, 
     lora = get_peft_model(tiny_causal_lm(tiny_tok),
                           LoraConfig(r=4, target_modules=["q_proj", "v_proj"], init_lora_weights=False))
     lora.push_to_hub("team/lora", token=token)
-    _pushed_by_xet(xhub, "team/lora", "adapter_model.safetensors", pushes=1)
+    _pushed_by_xet(hub, "team/lora", "adapter_model.safetensors", pushes=1)
     pulled = PeftModel.from_pretrained(tiny_causal_lm(tiny_tok), "team/lora", token=token,
                                        cache_dir=str(tmp_path / "c"))
     _same_weights(pulled, lora)
-    _pulled_by_xet(xhub, "team/lora", "adapter_model.safetensors")
+    _pulled_by_xet(hub, "team/lora", "adapter_model.safetensors")
     ids = torch.tensor([[1, 5, 9, 20]])
     with torch.no_grad(): assert not torch.equal(pulled(ids).logits, base(ids).logits)  # the adapter is applied
 
 
-def test_an_artifact_push_to_hub_and_from_pretrained_through_xet(xhub, tiny_tok, token):
+def test_an_artifact_push_to_hub_and_from_pretrained_through_xet(hub, tiny_tok, token):
     from adaptkit import Aligner
     aligner = Aligner(tiny_causal_lm(tiny_tok, seed=4), tiny_tok, "Q: {question} A: {answer} Better:")
     aligner.base_model = "team/any-base"
-    commit = aligner.push_to_hub("team/aligner", endpoint=xhub.endpoint, token=token)
-    _pushed_by_xet(xhub, "team/aligner", "model.safetensors")
-    pulled = Aligner.from_pretrained("team/aligner", endpoint=xhub.endpoint, token=token, revision=commit)
+    commit = aligner.push_to_hub("team/aligner", endpoint=hub.endpoint, token=token)
+    _pushed_by_xet(hub, "team/aligner", "model.safetensors")
+    pulled = Aligner.from_pretrained("team/aligner", endpoint=hub.endpoint, token=token, revision=commit)
     _same_weights(pulled.model, aligner.model)
     assert pulled.template == aligner.template
-    _pulled_by_xet(xhub, "team/aligner", "model.safetensors")
+    _pulled_by_xet(hub, "team/aligner", "model.safetensors")
