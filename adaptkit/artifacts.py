@@ -231,7 +231,8 @@ class ModelArtifact(Artifact):
         from adaptkit.models import merged
         limit = size_in_bytes(self.max_shard_size)  # before a PEFT model is copied and merged
         model = merged(copy.deepcopy(self.model)) if hasattr(self.model, "merge_and_unload") else self.model
-        model.save_pretrained(folder, max_shard_size=limit); self.tokenizer.save_pretrained(folder)
+        model.save_pretrained(folder, max_shard_size=limit)
+        self.tokenizer.save_pretrained(folder)
 
     @classmethod
     def _read(cls, folder: Path, record: dict, *, endpoint=None, token=None, **load_kwargs):
@@ -351,7 +352,10 @@ def _empty_like(model):
     if not isinstance(model, PeftModel):
         with torch.device("meta"): return _own_class(model, PreTrainedModel)(copy.deepcopy(model.config))
     configs = copy.deepcopy(model.peft_config)
-    def plain(c): c = copy.copy(c); c.init_lora_weights = True; return c  # an init (PiSSA's SVD) needs real weights
+    def plain(c):
+        c = copy.copy(c)
+        c.init_lora_weights = True  # an init (PiSSA's SVD) needs real weights
+        return c
     first, *rest = configs
     with torch.device("meta"):
         out = _own_class(model, PeftModel)(_empty_like(model.get_base_model()), plain(configs[first]), first)
@@ -414,6 +418,13 @@ class ArtifactTrainerMixin:
     "Makes a trainer's `save_model()` write its adaptkit artifact and `push_to_hub()` upload it with adaptkit's card."
     _tag_names = ["adaptkit"]
     base_model = base_revision = base_path = base_fingerprint = None  # the base the trainer started from (`_load_base`)
+
+    def __init_subclass__(cls, method=None, **kwargs):
+        """`class PiSSATrainer(ArtifactTrainerMixin, SFTTrainer, method=METHOD)`: TRL's card hooks `_tag_names`,
+        `_name` and `_paper` from the method's identity (an `adaptkit.hub.Method`), the same way for every trainer."""
+        super().__init_subclass__(**kwargs)
+        if method is not None:
+            cls._tag_names, cls._name, cls._paper = ["adaptkit", method.tag], method.name, method.paper
 
     def __init__(self, *args, **kwargs):
         "The trainer's own `__init__`, then its save settings checked against its model (`_check_save_settings`)."

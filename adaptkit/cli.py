@@ -79,7 +79,8 @@ def _lazy(
     return importlib.import_module(module)
 
 def _push_target(args, hub: HubArguments) -> dict | None:
-    "`{repo_id, endpoint, token, private, revision}` when `args` asks for a push (validated up front), else None."
+    """`{repo_id, endpoint, token, private, revision}` when `args` asks for a push (validated up front), else None:
+    the keywords of every artifact's `push_to_hub`."""
     if not getattr(args, "push_to_hub", False): return None
     if not args.hub_model_id: raise ValueError("--push_to_hub needs --hub_model_id (namespace/name)")
     return {"repo_id": args.hub_model_id, "endpoint": hub.hub_endpoint, "token": args.hub_token,
@@ -115,9 +116,25 @@ def _datasets(script) -> list[str] | None:
 def _save_or_push(artifact, out_dir: Path, push: dict | None) -> tuple:
     "Save `artifact` to `out_dir`, and push it when asked (one push verb for every method); `(out_dir, commit)`."
     artifact.save_pretrained(out_dir)
-    commit = push and artifact.push_to_hub(push["repo_id"], endpoint=push["endpoint"], token=push["token"],
-                                           private=push["private"], revision=push["revision"])
-    return out_dir, commit
+    return out_dir, push and artifact.push_to_hub(**push)
+
+def _train_and_save(
+    trainer,  # a method's trainer, built from the command's settings (its own push switched off)
+    script,  # TRL's ScriptArguments: the dataset, named on the card when it is a Hub dataset
+    push: dict | None,  # where the artifact goes (`_push_target`); None: saved only
+    folder: str,  # the artifact's folder under `output_dir`
+    key: str,  # the report's name for that folder
+    **more,  # more of the report (e.g. the aligner's `warmup_rows`)
+) -> dict:
+    """Train; then, on the main process, save the artifact under `output_dir/folder` (pushed when asked) and report
+    it with the training loss and steps. Under `accelerate launch` the other processes report `{}`."""
+    metrics = trainer.train().metrics
+    if not trainer.is_world_process_zero(): return {}  # one process saves and pushes
+    artifact = trainer.artifact()
+    artifact.datasets = _datasets(script)
+    out, commit = _save_or_push(artifact, Path(trainer.args.output_dir) / folder, push)
+    return _report(push, commit, **{key: out}, train_loss=metrics.get("train_loss"), steps=trainer.state.global_step,
+                   **more)
 
 # %% ../nbs/20_cli.ipynb #ef63f32f
 @dataclass
@@ -148,11 +165,7 @@ def run_pissa(
         hub_endpoint=hub.hub_endpoint,
         hub_token=cfg.hub_token,
     )
-    metrics = trainer.train().metrics
-    if not trainer.is_world_process_zero(): return {}  # under accelerate launch, one process saves and pushes
-    adapter = trainer.artifact(); adapter.datasets = _datasets(script)
-    out, commit = _save_or_push(adapter, Path(cfg.output_dir) / "adapter", push)
-    return _report(push, commit, adapter=out, train_loss=metrics.get("train_loss"), steps=trainer.state.global_step)
+    return _train_and_save(trainer, script, push, "adapter", "adapter")
 
 # %% ../nbs/20_cli.ipynb #64243dac
 @command("aligner",
@@ -174,11 +187,7 @@ def run_aligner(
     rows = _rows(script, QAC, hub, cfg.hub_token)
     trainer = AlignerTrainer(model.model_name_or_path, _no_trainer_push(cfg), rows, peft_config=get_peft_config(model),
                              hub_endpoint=hub.hub_endpoint, hub_token=cfg.hub_token)
-    metrics = trainer.train().metrics
-    if not trainer.is_world_process_zero(): return {}
-    aligner = trainer.artifact(); aligner.datasets = _datasets(script)
-    out, commit = _save_or_push(aligner, Path(cfg.output_dir) / "aligner", push)
-    return _report(push, commit, aligner=out, train_loss=metrics.get("train_loss"), warmup_rows=len(trainer.warmup))
+    return _train_and_save(trainer, script, push, "aligner", "aligner", warmup_rows=len(trainer.warmup))
 
 # %% ../nbs/20_cli.ipynb #63033592
 @command("repnoise",
@@ -211,11 +220,7 @@ def run_repnoise(
         hub_endpoint=hub.hub_endpoint,
         hub_token=cfg.hub_token,
     )
-    metrics = trainer.train().metrics
-    if not trainer.is_world_process_zero(): return {}
-    immunised = trainer.artifact(); immunised.datasets = _datasets(script)
-    out, commit = _save_or_push(immunised, Path(cfg.output_dir) / "immunised", push)
-    return _report(push, commit, model=out, train_loss=metrics.get("train_loss"))
+    return _train_and_save(trainer, script, push, "immunised", "model")
 
 # %% ../nbs/20_cli.ipynb #4bc4d843
 @dataclass
@@ -317,13 +322,7 @@ def run_emr(
         token=push_args.hub_token,
         max_shard_size=args.max_shard_size,
     )
-    commit = push and bundle.push_to_hub(
-        push["repo_id"],
-        endpoint=push["endpoint"],
-        token=push["token"],
-        private=push["private"],
-        revision=push["revision"],
-    )
+    commit = push and bundle.push_to_hub(**push)
     return _report(push, commit, bundle=bundle.folder, tasks=bundle.tasks, rescalers=bundle.rescalers)
 
 # %% ../nbs/20_cli.ipynb #8ff6c764
@@ -372,8 +371,7 @@ def run_merge(
     out = merge_from_config(args.merge_config, args.output_dir, exclude=args.exclude, seed=args.seed,
                             endpoint=push_args.hub_endpoint, token=push_args.hub_token,
                             max_shard_size=args.max_shard_size)
-    commit = push and out.push_to_hub(push["repo_id"], endpoint=push["endpoint"], token=push["token"],
-                                      private=push["private"], revision=push["revision"])
+    commit = push and out.push_to_hub(**push)
     return _report(push, commit, output_dir=args.output_dir, method=out.settings.get("method", "emr"),
                    tasks=list(out.tasks))
 

@@ -11,7 +11,7 @@ from .models import default_bf16
 from .tensorfiles import size_in_bytes
 
 # %% auto #0
-__all__ = ['MethodConfig']
+__all__ = ['MethodConfig', 'no_checkpoints']
 
 # %% ../nbs/08_config.ipynb #c0nf1g04
 @dataclass
@@ -37,3 +37,11 @@ class MethodConfig:
         try: size_in_bytes(self.save_max_shard_size)  # refused now, not at the save after training
         except ValueError as e: raise ValueError(f"save_max_shard_size: {e}") from None
         super().__post_init__()
+
+# %% ../nbs/08_config.ipynb #fe987910
+def no_checkpoints(
+    why: str,  # what stands in for the checkpoints, for `--help`: e.g. "the artifact is saved instead"
+):
+    "A `save_strategy` field that writes no checkpoints unless asked: `no` by default, the reason in its help."
+    return field(default="no", metadata={"help": f"Checkpoints: 'no' by default ({why}); 'steps', 'epoch' or 'best' "
+                                                 "write them."})

@@ -149,7 +149,8 @@ def _jsonl_rows(text: str, path: Path) -> tuple[list, list]:
                             "expected one JSON object per line") from None
         if not isinstance(row, dict):
             raise DataError(f"{path}, line {n} (row {len(rows)}): expected a JSON object (one row), got {_kind(row)}")
-        rows.append(row); lines.append(n)
+        rows.append(row)
+        lines.append(n)
     return rows, lines
 
 def _json_rows(text: str, path: Path) -> tuple[list, list]:
@@ -178,7 +179,8 @@ def _json_array(text: str, i: int, path: Path) -> tuple[list, list]:
         if not isinstance(value, dict):
             raise DataError(f"{path}, line {line} (row {len(rows)}): expected a JSON object (one row), "
                             f"got {_kind(value)}")
-        rows.append(value); lines.append(line)
+        rows.append(value)
+        lines.append(line)
         i = _WS.match(text, end).end()
         if not text.startswith((",", "]"), i): raise invalid(f"expected ',' or ']' after row {len(rows) - 1}", i)
         if (more := text[i] == ","): i = _WS.match(text, i + 1).end()
@@ -214,7 +216,8 @@ def _csv_rows(text: str, path: Path) -> tuple[list, list]:
         for cells in reader:
             if cells:  # a blank line is not a row
                 if len(cells) != len(header): raise _ragged(path, start, len(rows), cells, header)
-                rows.append(dict(zip(header, cells))); lines.append(start)
+                rows.append(dict(zip(header, cells)))
+                lines.append(start)
             start = reader.line_num + 1
     except csv.Error as e: raise DataError(f"{path}, line {reader.line_num}: malformed CSV ({e})") from None
     return rows, lines

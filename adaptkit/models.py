@@ -233,7 +233,9 @@ def _prefill_groups(
             cost = best[i] + (call_tokens + (k - i) * lengths[i] if lengths[i] else 0)
             if cost < best[k]: best[k], cut[k] = cost, i
     groups, k = [], len(lengths)
-    while k: groups.append((cut[k], k)); k = cut[k]
+    while k:
+        groups.append((cut[k], k))
+        k = cut[k]
     return groups[::-1]
 
 def _run_prefill(model, arg: str, ids: torch.Tensor, mask: torch.Tensor, kv: list | None) -> list:
@@ -684,7 +686,8 @@ def from_gguf(
         raise ValueError(f"{path}: no tensor for {len(missing)} weights of {type(model).__name__}, e.g. {missing[0]!r}")
     provenance = {"source": {"gguf_file": path.name, "base_model": base_model}}
     def write(tmp):
-        model.save_pretrained(tmp); tok.save_pretrained(tmp)
+        model.save_pretrained(tmp)
+        tok.save_pretrained(tmp)
         (tmp / "adaptkit.json").write_text(json.dumps(provenance, indent=2) + "\n")
     return write_folder(out_dir, write)
 
@@ -696,6 +699,10 @@ def _byte_level_vocab() -> tuple[list[str], list[str]]:
     merges = ["Ġ t", "h e", "Ġt he", "i n", "Ġ a"]
     tokens = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", *map(chr, symbols), *(m.replace(" ", "") for m in merges)]
     return tokens, merges
+
+def _add(w, **metadata):
+    "Write each of `metadata` with its typed setter of `gguf.GGUFWriter` `w` (`name=...`: `w.add_name(...)`), in order."
+    for key, value in metadata.items(): getattr(w, f"add_{key}")(value)
 
 def tiny_gguf(
     path: str | Path,  # the .gguf file to write
@@ -710,26 +717,22 @@ def tiny_gguf(
     rng, path = np.random.default_rng(seed), Path(path)
     hidden, ffn, layers, heads, kv, head_dim = 64, 128, 2, 4, 2, 16
     w = gguf.GGUFWriter(path, arch)
-    w.add_name(f"tiny {arch}")
-    w.add_context_length(128); w.add_embedding_length(hidden); w.add_block_count(layers)
-    w.add_feed_forward_length(ffn); w.add_head_count(heads); w.add_head_count_kv(kv)
-    w.add_layer_norm_rms_eps(1e-6); w.add_rope_freq_base(10000.0)
+    _add(w, name=f"tiny {arch}", context_length=128, embedding_length=hidden, block_count=layers,
+         feed_forward_length=ffn, head_count=heads, head_count_kv=kv, layer_norm_rms_eps=1e-6, rope_freq_base=10000.0)
     if arch == "gemma3":
-        w.add_key_length(head_dim); w.add_value_length(head_dim); w.add_sliding_window(16)
         tokens = ["<pad>", "<eos>", "<bos>", "<unk>", *(f"<0x{b:02X}>" for b in range(256)), "▁", "▁the", "▁a", "he"]
-        w.add_tokenizer_model("llama"); w.add_tokenizer_pre("default"); w.add_token_list(tokens)
-        w.add_token_scores([0.0] * 4 + [-1000.0] * 256 + [-1.0, -2.0, -3.0, -4.0])
-        w.add_token_types([3, 3, 3, 2, *[6] * 256, 1, 1, 1, 1])
-        w.add_bos_token_id(2); w.add_eos_token_id(1); w.add_unk_token_id(3); w.add_pad_token_id(0)
-        w.add_add_bos_token(True)
+        _add(w, key_length=head_dim, value_length=head_dim, sliding_window=16,
+             tokenizer_model="llama", tokenizer_pre="default", token_list=tokens,
+             token_scores=[0.0] * 4 + [-1000.0] * 256 + [-1.0, -2.0, -3.0, -4.0],
+             token_types=[3, 3, 3, 2, *[6] * 256, 1, 1, 1, 1],
+             bos_token_id=2, eos_token_id=1, unk_token_id=3, pad_token_id=0, add_bos_token=True)
     else:
-        w.add_rope_dimension_count(head_dim)
         tokens, merges = _byte_level_vocab()
-        w.add_tokenizer_model("gpt2"); w.add_tokenizer_pre("smollm"); w.add_token_list(tokens)
-        w.add_token_merges(merges); w.add_token_types([3, 3, 3] + [1] * (len(tokens) - 3))
-        w.add_bos_token_id(1); w.add_eos_token_id(2); w.add_unk_token_id(0); w.add_pad_token_id(2)
-        w.add_chat_template("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
-                            "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+        _add(w, rope_dimension_count=head_dim, tokenizer_model="gpt2", tokenizer_pre="smollm", token_list=tokens,
+             token_merges=merges, token_types=[3, 3, 3] + [1] * (len(tokens) - 3),
+             bos_token_id=1, eos_token_id=2, unk_token_id=0, pad_token_id=2,
+             chat_template="{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
+                           "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
     shapes = {"token_embd.weight": (len(tokens), hidden), "output_norm.weight": (hidden,)}
     block = {"attn_norm": (hidden,), "attn_q": (heads * head_dim, hidden), "attn_k": (kv * head_dim, hidden),
              "attn_v": (kv * head_dim, hidden), "attn_output": (hidden, heads * head_dim), "ffn_norm": (hidden,),
@@ -745,7 +748,10 @@ def tiny_gguf(
         if kind == Q.F32: w.add_tensor(name, x)
         elif kind == Q.F16: w.add_tensor(name, x.astype(np.float16))
         else: w.add_tensor(name, gguf.quantize(x, kind), raw_dtype=kind)
-    w.write_header_to_file(); w.write_kv_data_to_file(); w.write_tensors_to_file(); w.close()
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
     return path
 
 # %% ../nbs/03_models.ipynb #cea484c5

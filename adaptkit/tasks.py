@@ -12,6 +12,7 @@ from pathlib import Path
 import datasets
 import numpy as np
 import torch
+from fastcore.meta import delegates
 from transformers import AutoModelForSequenceClassification, AutoTokenizer, Trainer, TrainingArguments
 
 from .models import generate_batched, packaged_file
@@ -81,15 +82,19 @@ def text_task(
     if name not in TASKS: raise KeyError(f"unknown task {name!r}; choose one of {', '.join(TASKS)}")
     seen, by_label = set(), {}
     for text, label in TASKS[name]():
-        if text and text not in seen: seen.add(text); by_label.setdefault(label, []).append(text)
+        if text and text not in seen:
+            seen.add(text)
+            by_label.setdefault(label, []).append(text)
     rng, names = random.Random(seed), sorted(by_label)
     total = sum(min(len(v), per_class or len(v)) for v in by_label.values())
     n_test, train, test = min(n_test, total // 4), [], []
     for i, label in enumerate(names):
-        texts = by_label[label]; rng.shuffle(texts)
+        texts = by_label[label]
+        rng.shuffle(texts)
         texts = texts[:per_class] if per_class else texts
         k = max(1, round(n_test * len(texts) / total))
-        test += [(t, i) for t in texts[:k]]; train += [(t, i) for t in texts[k:]]
+        test += [(t, i) for t in texts[:k]]
+        train += [(t, i) for t in texts[k:]]
     rng.shuffle(train)
     feats = datasets.Features({"text": datasets.Value("string"), "label": datasets.ClassLabel(names=names)})
     as_ds = lambda rows: datasets.Dataset.from_dict(
@@ -133,7 +138,8 @@ def finetune_classifier(
         use_cpu=not torch.cuda.is_available(),
     )
     Trainer(model, args, train_dataset=_tokenize(tok, task["train"], max_length), processing_class=tok).train()
-    model.save_pretrained(out_dir); tok.save_pretrained(out_dir)
+    model.save_pretrained(out_dir)
+    tok.save_pretrained(out_dir)
     return Path(out_dir)
 
 @torch.no_grad()
@@ -231,16 +237,15 @@ def answer_hits(
     )
     return first_number_hits(answers, rows)
 
+@delegates(answer_hits)
 def answer_accuracy(
     model,  # a chat causal LM
     tok,  # its tokenizer (with a chat template)
     rows,  # rows with `question` and `answer`
-    *,
-    batch_size: int = 50,  # prompts per generate call
-    max_new_tokens: int = 8,  # tokens generated per answer
+    **kwargs,
 ) -> float:
-    "Share of `rows` whose first generated number equals the answer (greedy, batched, left-padded)."
-    hits = answer_hits(model, tok, rows, batch_size=batch_size, max_new_tokens=max_new_tokens)
+    "Share of `rows` whose first generated number equals the answer: the mean of `answer_hits` (same settings)."
+    hits = answer_hits(model, tok, rows, **kwargs)
     return sum(hits) / len(hits)
 
 # %% ../nbs/04_tasks.ipynb #e2d1a16a

@@ -114,6 +114,29 @@ def tiny_model_dir_unchanged(request):
                 "(the tiny_model_copy fixture)", pytrace=False)
 
 
+def _tiny_finetunes(root: Path, n: int, num_layers: int = 1, tokenizer: bool = False):
+    import torch
+
+    from adaptkit.models import tiny_causal_lm, tiny_tokenizer
+    base = tiny_causal_lm(num_layers=num_layers)
+    base.save_pretrained(root / "base")
+    if tokenizer: tiny_tokenizer().save_pretrained(root / "base")
+    for i in range(n):
+        g = torch.Generator().manual_seed(i + 1)
+        m = tiny_causal_lm(num_layers=num_layers)
+        m.load_state_dict({k: v + 0.02 * torch.randn(v.shape, generator=g) for k, v in base.state_dict().items()})
+        m.save_pretrained(root / f"ft{i}")
+    return base
+
+
+@pytest.fixture(scope="session")
+def tiny_finetunes():
+    """`tiny_finetunes(root, n, num_layers=1, tokenizer=False)`: a tiny Llama base saved to `root / "base"` (with the
+    tiny tokenizer when asked) and `n` fine-tuned copies, every weight perturbed (seeds 1..n), to `root / "ft0"`, ...;
+    returns the base model. What a merge test merges."""
+    return _tiny_finetunes
+
+
 @pytest.fixture
 def tiny_model_copy(tiny_model_dir, tmp_path):
     "A private copy of `tiny_model_dir` for a test that writes into its model folder (a push records itself there)."
@@ -134,19 +157,37 @@ def trainer_stamp():
     return stamp
 
 
+def pytest_configure(config):
+    config.addinivalue_line("markers", "hub(guarded=False, repos=None, log=False): how the `hub` fixture starts for a "
+                                       "module (`pytestmark`) or a test: guarded by `token`; holding {repo_id: {path: "
+                                       "bytes}}; logging its requests to `hub.log_path`")
+
+
 @pytest.fixture
 def token():
-    "The tests' Hub token, for a LocalHub a test starts itself."
+    "The tests' one Hub token (`TOKEN`): what a guarded `hub` requires, and a LocalHub a test starts itself."
     return TOKEN
 
 
 @pytest.fixture
-def hub(tmp_path, request):
-    """A LocalHub on loopback with its data in the test's temp folder (`tmp_path / "hub"`): guarded by the test
-    module's `TOKEN` where the module sets one (read it as `hub.token`), else open. A module that needs a repo in it
-    overrides the fixture with one that takes this `hub` and adds the repo."""
+def hub(tmp_path, request, token):
+    """A LocalHub on loopback with its data in the test's temp folder (`tmp_path / "hub"`), open unless the test's
+    module (or the test) is marked `pytest.mark.hub(guarded=True)`: then guarded by `token` (read it as `hub.token`).
+    The mark's `repos={"team/r": {"a.txt": b"hello"}}` are created (public) with their files before the test;
+    `log=True`: it logs one line per request to `hub.log_path` (`tmp_path / "requests.log"`)."""
     from adaptkit.localhub.server import LocalHub
-    with LocalHub(tmp_path / "hub", token=getattr(request.module, "TOKEN", None)) as h:
+    mark = request.node.get_closest_marker("hub")
+    settings = mark.kwargs if mark else {}
+    log = tmp_path / "requests.log" if settings.get("log") else None
+    with LocalHub(tmp_path / "hub", token=token if settings.get("guarded") else None, log=log) as h:
+        h.log_path = log
+        if settings.get("repos"):
+            from huggingface_hub import HfApi
+            api = HfApi(endpoint=h.endpoint, token=h.token)
+            for repo_id, files in settings["repos"].items():
+                api.create_repo(repo_id)
+                for path, data in files.items():
+                    api.upload_file(path_or_fileobj=data, path_in_repo=path, repo_id=repo_id)
         yield h
 
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 from trl import DPOConfig, SFTConfig
 
-from ..config import MethodConfig
+from ..config import MethodConfig, no_checkpoints
 from ..hub import Method
 
 # %% auto #0
@@ -18,7 +18,7 @@ __all__ = ['METHOD', 'ALIGNER_V1_TEMPLATE', 'ALIGNER_QAC_TEMPLATE', 'format_alig
 
 # %% ../../nbs/aligner/01_config.ipynb #a1c0nf04
 METHOD = Method("adaptkit.aligner", "Aligner", {"title": "Aligner: Efficient Alignment by Learning to Correct",
-                                                "id": "2402.02416"})
+                                                "id": "2402.02416"}, venue="NeurIPS 2024")
 
 # %% ../../nbs/aligner/01_config.ipynb #fe6812e8
 ALIGNER_V1_TEMPLATE = (
@@ -86,7 +86,4 @@ class AlignerDPOConfig(MethodConfig, DPOConfig):
                                         "the round as (official: 0.02)."}
     )
     learning_rate: float = field(default=2e-5, metadata={"help": "Peak learning rate (official: 2e-5)."})
-    save_strategy: str = field(
-        default="no", metadata={"help": "Checkpoints within a round: 'no' (default: each round's policy is what "
-                                        "dpo_rounds returns and pushes), 'steps', 'epoch' or 'best'."}
-    )
+    save_strategy: str = no_checkpoints("within a round: each round's policy is what dpo_rounds returns and pushes")

@@ -86,7 +86,8 @@ def dpo_rounds(
         m = {"round": r, "pairs": len(pairs), "dropped": len(prompts) - len(pairs)}
         if not len(pairs):
             _logger.warning("round %d: every correction equals its answer; stopping", r)
-            metrics.append(m); break
+            metrics.append(m)
+            break
         ref = None if peft_config is not None else copy.deepcopy(policy).eval()  # this round's starting policy
         trainer = DPOTrainer(
             model=policy,

@@ -64,9 +64,8 @@ def warn_short_targets(
 
 
 # %% ../../nbs/aligner/02_trainer.ipynb #4feca762
-class AlignerTrainer(ArtifactTrainerMixin, SFTTrainer):
+class AlignerTrainer(ArtifactTrainerMixin, SFTTrainer, method=METHOD):  # METHOD: TRL's card hooks (`_name`, ...)
     "TRL's `SFTTrainer` for an aligner: validates Q-A-C rows, runs the identity warm-up, then trains on corrections."
-    _tag_names, _name, _paper = ["adaptkit", METHOD.tag], METHOD.name, METHOD.paper  # TRL's hooks: the card reads them
 
     def __init__(
         self,

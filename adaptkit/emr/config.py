@@ -14,4 +14,4 @@ __all__ = ['METHOD']
 METHOD = Method("adaptkit.emr", "EMR-Merging", {
     "title": "EMR-Merging: Tuning-Free High-Performance Model Merging",
     "id": "2405.17461",
-})
+}, venue="NeurIPS 2024")

@@ -27,6 +27,7 @@ class Method:
     package: str  # the method's package, e.g. "adaptkit.aligner": its `card.md` is the template, its last name the tag
     name: str  # the name cards and TRL's `_name` show, e.g. "Aligner"
     paper: dict = field(hash=False)  # TRL's `_paper`: {"title": ..., "id": arXiv id}
+    venue: str | None = None  # where the paper appeared, cited beside it, e.g. "NeurIPS 2024" (None: not cited)
 
     def __post_init__(self):
         if not {"title", "id"} <= set(self.paper):
@@ -59,8 +60,9 @@ def markdown_table(
 
 def _made_with(method: Method | None) -> str:
     if method is None: return "Made with [adaptkit](https://github.com/adaptkit/adaptkit)."
+    venue = f", {method.venue}" if method.venue else ""
     return (f"Made with [adaptkit](https://github.com/adaptkit/adaptkit) using **{method.name}** "
-            f"([{method.paper['title']}](https://arxiv.org/abs/{method.paper['id']}), NeurIPS 2024).")
+            f"([{method.paper['title']}](https://arxiv.org/abs/{method.paper['id']}){venue}).")
 
 # %% ../../nbs/hub/02_cards.ipynb #d4a3835c
 def repo_link(

@@ -88,7 +88,8 @@ def write_json(
         with os.fdopen(fd, "w", encoding="utf-8") as f: f.write(json.dumps(data, **dumps_kwargs) + "\n")
         os.replace(tmp, path)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True); raise
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 def write_metadata(
     folder: str | Path,  # an artifact folder
@@ -179,11 +180,15 @@ def write_folder(
     tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-{os.getpid()}-", dir=out_dir.parent))
     try:
         write(tmp)
-        if not out_dir.exists(): os.rename(tmp, out_dir); return out_dir
+        if not out_dir.exists():
+            os.rename(tmp, out_dir)
+            return out_dir
         old = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.old-{os.getpid()}-", dir=out_dir.parent))
         os.rename(out_dir, old)  # onto the empty folder just made: a directory renamed onto an empty one, atomically
         try: os.rename(tmp, out_dir)
-        except BaseException: os.rename(old, out_dir); raise
+        except BaseException:
+            os.rename(old, out_dir)
+            raise
         shutil.rmtree(old, ignore_errors=True)
         return out_dir
     finally:

@@ -15,13 +15,13 @@ from ..hub import Method
 from .principal import pissa_config
 
 # %% auto #0
-__all__ = ['METHOD', 'PISSA_RECIPE', 'PiSSAConfig']
+__all__ = ['METHOD', 'PiSSAConfig']
 
 # %% ../../nbs/pissa/01_config.ipynb #pisc0nf4
 METHOD = Method("adaptkit.pissa", "PiSSA", {
     "title": "PiSSA: Principal Singular Values and Singular Vectors Adaptation of Large Language Models",
     "id": "2404.02948",
-})
+}, venue="NeurIPS 2024")
 
 # %% ../../nbs/pissa/01_config.ipynb #pisc0nf7
 def _lora_rank(value, r: int) -> str | int:
@@ -69,6 +69,3 @@ class PiSSAConfig(MethodConfig, SFTConfig):
         "The `peft.LoraConfig` with PiSSA initialisation these settings describe."
         return pissa_config(self.pissa_r, niter=self.pissa_niter or None, target_modules=self.pissa_target_modules,
                             lora_alpha=self.pissa_alpha or self.pissa_r)
-
-PISSA_RECIPE = {"learning_rate": 2e-5, "lr_scheduler_type": "cosine", "warmup_steps": 0.03, "weight_decay": 0.0}
-# PiSSAConfig's recipe, for the CLI

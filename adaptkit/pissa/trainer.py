@@ -65,9 +65,8 @@ def _init_folder(
         with tempfile.TemporaryDirectory(prefix="adaptkit-pissa-init-") as d: yield Path(d) / "init"
     if (state := getattr(args, "distributed_state", None)) is not None: state.wait_for_everyone()
 
-class PiSSATrainer(ArtifactTrainerMixin, SFTTrainer):
+class PiSSATrainer(ArtifactTrainerMixin, SFTTrainer, method=METHOD):  # METHOD: TRL's card hooks (`_name`, ...)
     "TRL's `SFTTrainer` with a PiSSA adapter; its artifact is the adapter as a plain LoRA with adaptkit's card."
-    _tag_names, _name, _paper = ["adaptkit", METHOD.tag], METHOD.name, METHOD.paper  # TRL's hooks: the card reads them
 
     def __init__(
         self,

@@ -19,7 +19,7 @@ __all__ = ['METHOD', 'RepNoiseConfig']
 METHOD = Method("adaptkit.repnoise", "RepNoise", {
     "title": "Representation Noising: A Defence Mechanism Against Harmful Finetuning",
     "id": "2405.14577",
-})
+}, venue="NeurIPS 2024")
 
 # %% ../../nbs/repnoise/01_config.ipynb #7ef90bcb
 @dataclass

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
+from fastcore.meta import delegates
 from tqdm.auto import tqdm
 
 from ..data import DataError
@@ -258,20 +259,18 @@ def not_refused(
                                desc="answering", progress=progress)
     return [int(not p >= 0.5) for p in classifier.predict_proba(answers)]
 
+@delegates(not_refused)
 def refusal_rate(
     model,  # a causal LM
     tokenizer,  # its tokenizer (with a pad token)
     prompts: Sequence[str | Mapping],  # questions to answer, or rows with a `prompt`
     classifier: RefusalClassifier,  # the refusal judge
-    *,
-    max_new_tokens: int = 32,  # length of each greedy answer
-    batch_size: int = 8,  # prompts per generate call
-    progress: bool = True,  # a progress bar over the batches
+    **kwargs,
 ) -> float:
-    "Fraction of `model`'s greedy answers to `prompts` that `classifier` calls refusals: 1 - mean of `not_refused`."
+    """Fraction of `model`'s greedy answers to `prompts` that `classifier` calls refusals: 1 - mean of `not_refused`
+    (same settings)."""
     if not len(prompts): raise ValueError("refusal_rate needs at least one prompt")
-    harmful = not_refused(model, tokenizer, prompts, classifier, max_new_tokens=max_new_tokens, batch_size=batch_size,
-                          progress=progress)
+    harmful = not_refused(model, tokenizer, prompts, classifier, **kwargs)
     return sum(1 - h for h in harmful) / len(harmful)
 
 # %% ../../nbs/repnoise/05_harness.ipynb #6156dc08

@@ -120,9 +120,8 @@ class RepNoiseCollator:
         return batch
 
 # %% ../../nbs/repnoise/03_trainer.ipynb #63b27489
-class RepNoiseTrainer(ArtifactTrainerMixin, Trainer):
+class RepNoiseTrainer(ArtifactTrainerMixin, Trainer, method=METHOD):  # METHOD: TRL's card hooks (`_name`, ...)
     "A `Trainer` whose loss is RepNoise's, on `{prompt, harmful, harmless}` rows tokenised by `processing_class`."
-    _tag_names, _name, _paper = ["adaptkit", METHOD.tag], METHOD.name, METHOD.paper  # TRL's hooks: the card reads them
     loss_is_scaled_for_ga = False  # compute_loss returns a per-batch mean: Trainer divides it by the accumulation steps
 
     def __init__(

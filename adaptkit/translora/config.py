@@ -16,7 +16,7 @@ import torch
 from safetensors import safe_open
 from trl import SFTConfig
 
-from ..config import MethodConfig
+from ..config import MethodConfig, no_checkpoints
 from ..data import SEEDS, DataError, load_rows
 from ..hub import Method, read_metadata
 from ..models import check_base
@@ -34,7 +34,7 @@ __all__ = ['METHOD', 'SYNTHESIS_TEMPLATE', 'EXAMPLE_TEMPLATE', 'DISCRIMINATOR_TE
 METHOD = Method("adaptkit.translora", "Trans-LoRA", {
     "title": "Trans-LoRA: Towards Data-free Transferable Parameter Efficient Finetuning",
     "id": "2405.17258",
-})
+}, venue="NeurIPS 2024")
 
 # %% ../../nbs/translora/01_config.ipynb #b79a90ec
 SYNTHESIS_TEMPLATE = "Here are examples of inputs for one task. Every input is different.\n\n{examples}### Input\n"
@@ -191,9 +191,7 @@ class DiscriminatorConfig(MethodConfig, SFTConfig):
     num_train_epochs: float = field(default=2.0, metadata=_help("Epochs over the real and synthetic texts."))
     per_device_train_batch_size: int = field(default=8, metadata=_help("Texts per device and step."))
     logging_steps: float = field(default=10, metadata=_help("Log every this many steps."))
-    save_strategy: str = field(
-        default="no", metadata=_help("Checkpoints: none by default (the artifact is saved instead).")
-    )
+    save_strategy: str = no_checkpoints("the artifact is saved instead")
 
     def __post_init__(self):
         if "{text}" not in self.discriminator_template: raise ValueError("discriminator_template needs a {text} field")
@@ -232,9 +230,7 @@ class DistillationConfig(MethodConfig, SFTConfig):
     num_train_epochs: float = field(default=2.0, metadata=_help("Epochs over the teacher's answers."))
     per_device_train_batch_size: int = field(default=8, metadata=_help("Rows per device and step."))
     logging_steps: float = field(default=10, metadata=_help("Log every this many steps."))
-    save_strategy: str = field(
-        default="no", metadata=_help("Checkpoints: none by default (the artifact is saved instead).")
-    )
+    save_strategy: str = no_checkpoints("the artifact is saved instead")
 
     def __post_init__(self):
         if self.distillation not in ("sequence", "logit"):

@@ -87,7 +87,9 @@ def _new_inputs(texts: Sequence[str], stop: str, seen: set) -> list[str]:
     new = []
     for text in texts:
         core = text.split(stop)[0].strip()
-        if core and _normalized(core) not in seen: seen.add(_normalized(core)); new.append(core)
+        if core and (key := _normalized(core)) not in seen:
+            seen.add(key)
+            new.append(core)
     return new
 
 # %% ../../nbs/translora/04_synthesis.ipynb #2adfca8a

@@ -63,11 +63,10 @@ def _transfer_artifact(self) -> TransferredAdapter:
     return adapter
 
 # %% ../../nbs/translora/05_trainer.ipynb #4fa973e9
-class TransLoRATrainer(ArtifactTrainerMixin, SFTTrainer):
+class TransLoRATrainer(ArtifactTrainerMixin, SFTTrainer, method=METHOD):
     """TRL's `SFTTrainer` distilling the teacher's answers into a LoRA on the target base.
 
     Its artifact is a `TransferredAdapter`."""
-    _tag_names, _name, _paper = ["adaptkit", METHOD.tag], METHOD.name, METHOD.paper
     distillation = "sequence"
     artifact = _transfer_artifact
 
@@ -100,11 +99,10 @@ def _gkd_trainer_class() -> type:
         warnings.filterwarnings("ignore", message=".*trl.experimental.*")
         from trl.experimental.gkd import GKDTrainer
 
-    class TransLoRAGKDTrainer(ArtifactTrainerMixin, GKDTrainer):
+    class TransLoRAGKDTrainer(ArtifactTrainerMixin, GKDTrainer, method=METHOD):
         """TRL's `GKDTrainer` (off-policy: `lmbda=0`) matching the teacher's logits on its answers.
 
         Its artifact is a `TransferredAdapter`."""
-        _tag_names, _name, _paper = ["adaptkit", METHOD.tag], METHOD.name, METHOD.paper
         distillation = "logit"
         artifact = _transfer_artifact
 

@@ -10,7 +10,7 @@ import textwrap
 import pytest
 import torch
 from huggingface_hub import HfApi
-from transformers import AutoConfig, LlamaForSequenceClassification
+from transformers import LlamaForSequenceClassification
 from transformers.utils import logging as hf_logging
 
 from adaptkit.emr import BundleError, EMRBundle, emr_merge
@@ -22,26 +22,22 @@ hf_logging.disable_progress_bar()
 RESULT = {"task": "text-classification", "dataset": "toy", "metric": "accuracy", "value": 0.75}
 
 
-def classifier(num_labels=2, seed=0, hidden=16, dtype=torch.float32):
-    cfg = AutoConfig.for_model("llama", vocab_size=64, hidden_size=hidden, intermediate_size=32, num_hidden_layers=2,
-                               num_attention_heads=2, num_key_value_heads=1, num_labels=num_labels, pad_token_id=0,
-                               architectures=["LlamaForSequenceClassification"])
-    torch.manual_seed(seed)
-    return LlamaForSequenceClassification(cfg).to(dtype)
-
-
-def models(tmp_path, n=2):
-    "A base and `n` perturbed copies with their own heads, saved as folders; returns the task -> folder map."
-    base = classifier()
-    base.save_pretrained(tmp_path / "base")
-    for i in range(n):
-        m = classifier(2 + i, seed=i + 1)
-        m.load_state_dict(
-            {k: v + 0.01 * torch.randn_like(v) for k, v in base.state_dict().items() if k != "score.weight"},
-            strict=False,
-        )
-        m.save_pretrained(tmp_path / f"ft{i}")
-    return {f"t{i}": tmp_path / f"ft{i}" for i in range(n)}
+@pytest.fixture
+def models(classifier):
+    """`models(tmp_path, n=2)`: a base and `n` perturbed copies with their own heads, saved as folders; returns the
+    task -> folder map."""
+    def make(tmp_path, n=2):
+        base = classifier()
+        base.save_pretrained(tmp_path / "base")
+        for i in range(n):
+            m = classifier(2 + i, seed=i + 1)
+            m.load_state_dict(
+                {k: v + 0.01 * torch.randn_like(v) for k, v in base.state_dict().items() if k != "score.weight"},
+                strict=False,
+            )
+            m.save_pretrained(tmp_path / f"ft{i}")
+        return {f"t{i}": tmp_path / f"ft{i}" for i in range(n)}
+    return make
 
 
 def rewrite_header(path, edit):
@@ -54,7 +50,7 @@ def rewrite_header(path, edit):
     path.write_bytes(struct.pack("<Q", len(new)) + new + raw[8 + n:])
 
 
-def test_a_task_model_missing_a_tensor_fails_at_merge_time(tmp_path):
+def test_a_task_model_missing_a_tensor_fails_at_merge_time(tmp_path, models):
     tasks = models(tmp_path, 3)
     gone = "model.layers.1.mlp.up_proj.weight"
     sd = LlamaForSequenceClassification.from_pretrained(tasks["t1"]).state_dict()
@@ -74,7 +70,7 @@ def test_a_task_model_missing_a_tensor_fails_at_merge_time(tmp_path):
      "hold 40 bytes, shape"),
     (lambda h, k: h[k].update(shape=[h[k]["shape"][0] * 2, *h[k]["shape"][1:]]), "needs"),
 ])
-def test_a_damaged_header_is_named_before_any_work(tmp_path, edit, message):
+def test_a_damaged_header_is_named_before_any_work(tmp_path, models, edit, message):
     tasks = models(tmp_path)
     name = "model.layers.0.self_attn.q_proj.weight"
     rewrite_header(tasks["t1"] / "model.safetensors", lambda h: edit(h, name))
@@ -94,7 +90,7 @@ def test_the_compatibility_check_covers_the_architecture_keys():
 
 
 @pytest.mark.parametrize("key", ARCHITECTURE_KEYS)
-def test_each_architecture_key_of_the_compatibility_check(tmp_path, key):
+def test_each_architecture_key_of_the_compatibility_check(tmp_path, models, key):
     tasks = models(tmp_path)
     cfg = json.loads((tasks["t1"] / "config.json").read_text())
     old = cfg[key]
@@ -113,7 +109,7 @@ def test_each_architecture_key_of_the_compatibility_check(tmp_path, key):
     (lambda sd, n: sd | {n: sd[n][:16].contiguous()}, "('F32', (16, 16)), ('F32', (32, 16))"),
     (lambda sd, n: {k: v for k, v in sd.items() if k != n}, "None, ('F32', (32, 16))"),
 ])
-def test_the_referenced_base_is_checked_by_dtype_and_shape(hub, tmp_path, change, shown):
+def test_the_referenced_base_is_checked_by_dtype_and_shape(hub, models, tmp_path, change, shown):
     tasks = models(tmp_path)
     push_folder(tmp_path / "base", "team/base", endpoint=hub.endpoint)
     bundle = emr_merge("team/base", tasks, out_dir=tmp_path / "bundle", endpoint=hub.endpoint, progress=False)
@@ -147,7 +143,7 @@ emr_merge(root / "base", {"a": root / "ft0", "b": root / "ft1", "c": root / "ft2
 """
 
 
-def test_a_save_killed_between_the_two_renames_leaves_a_recoverable_bundle(tmp_path):
+def test_a_save_killed_between_the_two_renames_leaves_a_recoverable_bundle(tmp_path, models):
     tasks = models(tmp_path, 3)
     first = emr_merge(
         tmp_path / "base", {"a": tasks["t0"], "b": tasks["t1"]}, out_dir=tmp_path / "bundle", progress=False
@@ -170,7 +166,7 @@ def test_a_save_killed_between_the_two_renames_leaves_a_recoverable_bundle(tmp_p
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # restored, replaced, leftovers removed
 
 
-def test_results_travel_with_the_bundle_and_pushes_go_to_a_branch(hub, tmp_path):
+def test_results_travel_with_the_bundle_and_pushes_go_to_a_branch(hub, models, tmp_path):
     tasks = models(tmp_path)
     push_folder(tmp_path / "base", "team/base", endpoint=hub.endpoint)
     bundle = emr_merge("team/base", tasks, out_dir=tmp_path / "bundle", endpoint=hub.endpoint, progress=False)
@@ -194,7 +190,7 @@ def test_results_travel_with_the_bundle_and_pushes_go_to_a_branch(hub, tmp_path)
     assert EMRBundle.from_pretrained("team/emr-copy", endpoint=hub.endpoint).results[0]["value"] == 0.25
 
 
-def test_a_flipped_byte_in_a_pulled_bundle_is_named(hub, tmp_path):
+def test_a_flipped_byte_in_a_pulled_bundle_is_named(hub, models, tmp_path):
     tasks = models(tmp_path)
     bundle = emr_merge(tmp_path / "base", tasks, out_dir=tmp_path / "bundle", progress=False)
     bundle.push_to_hub("team/emr", endpoint=hub.endpoint)
@@ -253,7 +249,8 @@ def test_expand_equals_the_whole_tensor_formula_bit_for_bit(monkeypatch, shape, 
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_a_lazily_loaded_task_model_equals_the_whole_tensor_formula_bit_for_bit(tmp_path, monkeypatch, dtype):
+def test_a_lazily_loaded_task_model_equals_the_whole_tensor_formula_bit_for_bit(tmp_path, classifier, monkeypatch,
+                                                                                 dtype):
     import adaptkit.emr.artifact as emr_artifact
     monkeypatch.setattr(emr_artifact, "_EXPAND_CHUNK", 72)  # many steps per tensor, the last ones partial
     base = classifier(dtype=dtype)
@@ -273,7 +270,7 @@ def test_a_lazily_loaded_task_model_equals_the_whole_tensor_formula_bit_for_bit(
         assert not same_bits(got["model.norm.weight"], base.state_dict()["model.norm.weight"])  # the merge changed it
 
 
-def test_a_tensor_that_fails_while_loading_is_named(tmp_path, monkeypatch):
+def test_a_tensor_that_fails_while_loading_is_named(tmp_path, classifier, monkeypatch):
     import adaptkit.emr.artifact as emr_artifact
     bundle = emr_merge(
         classifier(),
@@ -440,7 +437,7 @@ def test_a_task_model_needs_a_config_naming_an_architecture(tmp_path):
         bundle.task_state_dict("T0")
 
 
-def test_a_task_model_written_once_loads_as_a_plain_checkpoint_and_is_reused(tmp_path, monkeypatch):
+def test_a_task_model_written_once_loads_as_a_plain_checkpoint_and_is_reused(tmp_path, models, monkeypatch):
     import adaptkit.emr.artifact as emr_artifact
     tasks = models(tmp_path, 3)
     bundle = emr_merge(tmp_path / "base", tasks, out_dir=tmp_path / "bundle", progress=False)
@@ -518,7 +515,7 @@ def test_a_single_safetensors_file_is_a_model_too(tmp_path):
     assert bundle.task_state_dict("y")["w"].tolist() == [2.0] * 4  # λ = 2/2: its own weights back
 
 
-def test_a_tensor_in_another_shape_though_the_configs_agree_is_refused_unless_excluded(tmp_path):
+def test_a_tensor_in_another_shape_though_the_configs_agree_is_refused_unless_excluded(tmp_path, models):
     tasks = models(tmp_path)
     name = "model.layers.0.mlp.up_proj.weight"  # [32, 16] in the base
     from safetensors.torch import load_file, save_file

@@ -24,25 +24,21 @@ from adaptkit.tensorfiles import SafetensorsHeaderError, TensorFiles
 hf_logging.disable_progress_bar()
 
 
-def classifier(num_labels=2, seed=0, dtype=torch.float32):
-    cfg = AutoConfig.for_model("llama", vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=2,
-                               num_attention_heads=2, num_key_value_heads=1, num_labels=num_labels, pad_token_id=0,
-                               architectures=["LlamaForSequenceClassification"])
-    torch.manual_seed(seed)
-    return LlamaForSequenceClassification(cfg).to(dtype)
-
-
-def finetune(base, num_labels, seed, sparsity=0.0):
-    "A 'fine-tuned' copy of `base`: perturbed weights (a `sparsity` fraction of them untouched) and its own head."
-    m = classifier(num_labels, seed=seed, dtype=next(base.parameters()).dtype)
-    g = torch.Generator().manual_seed(seed)
-    sd = {}
-    for k, v in base.state_dict().items():
-        if k == "score.weight": continue
-        d = torch.randn(v.shape, generator=g) * 0.01 * (torch.rand(v.shape, generator=g) >= sparsity)
-        sd[k] = (v.float() + d).to(v.dtype)
-    m.load_state_dict(sd, strict=False)
-    return m
+@pytest.fixture
+def finetune(classifier):
+    """`finetune(base, num_labels, seed, sparsity=0.0)`: a 'fine-tuned' copy of `base`, perturbed weights (a `sparsity`
+    fraction of them untouched) and its own head."""
+    def tuned(base, num_labels, seed, sparsity=0.0):
+        m = classifier(num_labels, seed=seed, dtype=next(base.parameters()).dtype)
+        g = torch.Generator().manual_seed(seed)
+        sd = {}
+        for k, v in base.state_dict().items():
+            if k == "score.weight": continue
+            d = torch.randn(v.shape, generator=g) * 0.01 * (torch.rand(v.shape, generator=g) >= sparsity)
+            sd[k] = (v.float() + d).to(v.dtype)
+        m.load_state_dict(sd, strict=False)
+        return m
+    return tuned
 
 
 def official(pre: dict, fts: list[dict], names: list[str]):
@@ -64,7 +60,7 @@ def official(pre: dict, fts: list[dict], names: list[str]):
     return uni, masks, scales / new_scales
 
 
-def test_push_pull_through_localhub_with_base_by_commit(hub, tmp_path):
+def test_push_pull_through_localhub_with_base_by_commit(hub, classifier, finetune, tmp_path):
     base = classifier()
     base.save_pretrained(tmp_path / "base")
     base_commit = push_folder(tmp_path / "base", "team/base", endpoint=hub.endpoint)
@@ -100,7 +96,7 @@ def test_push_pull_through_localhub_with_base_by_commit(hub, tmp_path):
         assert torch.equal(model(ids).logits, bundle.load_task_model(task)(ids).logits)
 
 
-def test_sharded_folders_equal_state_dicts_and_official_code(tmp_path):
+def test_sharded_folders_equal_state_dicts_and_official_code(tmp_path, classifier, finetune):
     base = classifier()
     fts = [finetune(base, 2, seed=s, sparsity=0.3) for s in (1, 2, 3, 4)]
     base.save_pretrained(tmp_path / "base", max_shard_size="8KB")
@@ -155,7 +151,7 @@ def test_lora_gpt2_fan_in_fan_out_matches_peft(tmp_path):
         torch.testing.assert_close(model(ids).logits, ref(ids).logits, rtol=0, atol=1e-5)
 
 
-def test_bf16_models_compute_in_float32_store_bf16(tmp_path):
+def test_bf16_models_compute_in_float32_store_bf16(tmp_path, classifier, finetune):
     base = classifier(dtype=torch.bfloat16)
     fts = [finetune(base, 2, seed=s) for s in (1, 2, 3)]
     bundle = emr_merge(
@@ -173,7 +169,7 @@ def test_bf16_models_compute_in_float32_store_bf16(tmp_path):
     assert bundle.load_task_model("t0").dtype == torch.bfloat16
 
 
-def test_each_input_tensor_is_read_once(tmp_path, monkeypatch):
+def test_each_input_tensor_is_read_once(tmp_path, classifier, finetune, monkeypatch):
     base = classifier()
     base.save_pretrained(tmp_path / "base")
     for i in range(3): finetune(base, 2 + i, seed=i + 1).save_pretrained(tmp_path / f"ft{i}", max_shard_size="8KB")
@@ -199,7 +195,7 @@ def test_each_input_tensor_is_read_once(tmp_path, monkeypatch):
     assert sum(f.parent.name == "base" for f, *_ in reads) == len(base.state_dict()) - 1
 
 
-def test_baselines_take_repo_ids_and_folders(hub, tmp_path):
+def test_baselines_take_repo_ids_and_folders(hub, classifier, finetune, tmp_path):
     base = classifier()
     base.save_pretrained(tmp_path / "base")
     push_folder(tmp_path / "base", "team/base", endpoint=hub.endpoint)
@@ -215,7 +211,7 @@ def test_baselines_take_repo_ids_and_folders(hub, tmp_path):
     assert ties.load_task_model("a").config.num_labels == 2
 
 
-def test_errors_name_the_problem(tmp_path):
+def test_errors_name_the_problem(tmp_path, classifier, finetune):
     base = classifier()
     base.save_pretrained(tmp_path / "llama")
     finetune(base, 2, seed=1).save_pretrained(tmp_path / "ft")
@@ -266,7 +262,7 @@ emr.emr_merge(root + "/base", {"a": root + "/ft0", "b": root + "/ft1"}, out_dir=
 """
 
 
-def test_merge_killed_halfway_leaves_no_bundle_and_reruns(tmp_path):
+def test_merge_killed_halfway_leaves_no_bundle_and_reruns(tmp_path, classifier, finetune):
     base = classifier()
     base.save_pretrained(tmp_path / "base")
     for i in range(2): finetune(base, 3, seed=i + 1).save_pretrained(tmp_path / f"ft{i}")
@@ -321,7 +317,7 @@ def test_peak_memory_is_set_by_chunks_not_by_models(tmp_path):
     assert EMRBundle(tmp_path / "bundle").tasks == ["t0", "t1", "t2", "t3"]
 
 
-def test_bare_encoder_base_is_read_under_the_tasks_prefix(hub, tmp_path):
+def test_bare_encoder_base_is_read_under_the_tasks_prefix(hub, classifier, finetune, tmp_path):
     """A base without the tasks' `base_model_prefix` (a bare LlamaModel for LlamaForSequenceClassification fine-tunes,
     like a sentence-transformers BertModel for BERT classifiers): merged as if it had it, locally and by repo id at a
     commit."""
@@ -349,7 +345,7 @@ def test_bare_encoder_base_is_read_under_the_tasks_prefix(hub, tmp_path):
     assert torch.equal(ta.task_state_dict("t1")["score.weight"], tasks["t1"].state_dict()["score.weight"])
 
 
-def test_foreign_base_error_does_not_suggest_excluding_everything(tmp_path):
+def test_foreign_base_error_does_not_suggest_excluding_everything(tmp_path, classifier, finetune):
     base = classifier()
     renamed = {"encoder." + k: v for k, v in base.state_dict().items()}  # another architecture's names
     tasks = {f"t{i}": finetune(base, 2, seed=i + 1).state_dict() for i in range(2)}
@@ -424,12 +420,15 @@ def test_task_arithmetic_and_ties_by_hand():
 
 # ---- every check on the inputs of a merge: the failing input, the error and the name it reports ----
 
-def tiny_inputs(tmp_path, n=2):
-    "A base folder and `n` fine-tuned folders (their own 2-label heads); task -> folder."
-    base = classifier()
-    base.save_pretrained(tmp_path / "base")
-    for i in range(n): finetune(base, 2, seed=i + 1).save_pretrained(tmp_path / f"ft{i}")
-    return {f"t{i}": tmp_path / f"ft{i}" for i in range(n)}
+@pytest.fixture
+def tiny_inputs(classifier, finetune):
+    "`tiny_inputs(tmp_path, n=2)`: a base folder and `n` fine-tuned folders (their own 2-label heads); task -> folder."
+    def make(tmp_path, n=2):
+        base = classifier()
+        base.save_pretrained(tmp_path / "base")
+        for i in range(n): finetune(base, 2, seed=i + 1).save_pretrained(tmp_path / f"ft{i}")
+        return {f"t{i}": tmp_path / f"ft{i}" for i in range(n)}
+    return make
 
 
 def lora_adapter(tmp_path, name="lora"):
@@ -475,7 +474,7 @@ Q_B = "base_model.model.model.layers.0.self_attn.q_proj.lora_B.weight"
      r"lora: the LoRA delta of model.layers.0.self_attn.q_proj.weight would have shape \[16, 15\], "
      r"the base weight has \[16, 16\]"),
 ])
-def test_each_check_on_a_lora_adapter_names_it(tmp_path, edit, message):
+def test_each_check_on_a_lora_adapter_names_it(tmp_path, tiny_inputs, edit, message):
     tasks = tiny_inputs(tmp_path)
     adapter = lora_adapter(tmp_path)
     edit(adapter)
@@ -538,7 +537,7 @@ def test_nan_or_inf_is_named_by_tensor_and_model(tmp_path, where, message):
             task_arithmetic(pre, ft, exclude="head", progress=False)
 
 
-def test_a_merged_model_that_does_not_fit_its_architecture_is_named(tmp_path):
+def test_a_merged_model_that_does_not_fit_its_architecture_is_named(tmp_path, tiny_inputs):
     tasks = tiny_inputs(tmp_path)
     ta = task_arithmetic(tmp_path / "base", tasks, exclude="score.*", progress=False)
     assert list(ta.heads["t1"]) == ["score.weight"]
@@ -613,7 +612,7 @@ def test_chunked_merge_writes_the_same_bytes_as_a_whole_tensor_merge(monkeypatch
         assert (chunked.folder / sub).read_bytes() == (whole.folder / sub).read_bytes(), sub
 
 
-def test_lora_deltas_follow_alpha_pattern_rslora_and_embeddings(tmp_path):
+def test_lora_deltas_follow_alpha_pattern_rslora_and_embeddings(tmp_path, classifier):
     from peft import LoraConfig, get_peft_model
     base = classifier(3)
     base.save_pretrained(tmp_path / "base")

@@ -3,7 +3,7 @@ bytes the merge reads from the models' files, counted on the reader the engine u
 and breadcrumbs read a tensor streamed in chunks once per pass of their threshold's radix selection, then to merge."""
 import pytest
 import torch
-from transformers import AutoConfig, LlamaForSequenceClassification
+from transformers import LlamaForSequenceClassification
 from transformers.utils import logging as hf_logging
 
 import adaptkit.emr.stream as stream
@@ -14,16 +14,8 @@ hf_logging.disable_progress_bar()
 CHUNK = 200  # parameters per chunk in these tests: the 64x16 embeddings and 32x16 MLP weights stream in chunks
 
 
-def classifier(num_labels=2, seed=0):
-    cfg = AutoConfig.for_model("llama", vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=2,
-                               num_attention_heads=2, num_key_value_heads=1, num_labels=num_labels, pad_token_id=0,
-                               architectures=["LlamaForSequenceClassification"])
-    torch.manual_seed(seed)
-    return LlamaForSequenceClassification(cfg)
-
-
 @pytest.fixture
-def models(tmp_path):
+def models(tmp_path, classifier):
     "A base and two fine-tuned copies: perturbed weights, and a head of 3 or 4 labels of their own (read once each)."
     base = classifier()
     base.save_pretrained(tmp_path / "base")

@@ -28,7 +28,6 @@ from adaptkit.emr.methods import (
     tensor_generator,
     tensor_parameters,
 )
-from adaptkit.models import tiny_causal_lm
 
 MERGEKIT = Path(__file__).resolve().parents[2] / ".venv-mergekit" / "bin" / "python"
 
@@ -182,16 +181,10 @@ def test_breadcrumbs_merge_by_hand():
 # ---- the engine on saved models ----
 
 @pytest.fixture(scope="module")
-def models(tmp_path_factory):
+def models(tmp_path_factory, tiny_finetunes):
     "A tiny Llama base and three fine-tuned copies (every weight perturbed), saved as folders: (root, names)."
     root = tmp_path_factory.mktemp("merge-methods")
-    base = tiny_causal_lm(num_layers=1)
-    base.save_pretrained(root / "base")
-    for i in range(3):
-        g = torch.Generator().manual_seed(i + 1)
-        m = tiny_causal_lm(num_layers=1)
-        m.load_state_dict({k: v + 0.02 * torch.randn(v.shape, generator=g) for k, v in base.state_dict().items()})
-        m.save_pretrained(root / f"ft{i}")
+    tiny_finetunes(root, 3)
     return root
 
 

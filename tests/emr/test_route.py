@@ -8,7 +8,6 @@ import torch
 import torch.nn.functional as F
 from huggingface_hub import HfApi
 from safetensors.torch import load_file
-from transformers import AutoConfig, LlamaForSequenceClassification
 from transformers.utils import logging as hf_logging
 
 from adaptkit.emr import BundleError, EMRBundle, emr_merge
@@ -23,32 +22,28 @@ HELD = {"words": ["the cat the", "a cat sat"], "digits": ["2 2 1", "1 1"]}
 LAYER = 0  # the embeddings: words and digits share no token, so a tiny random model separates them for sure
 
 
-def classifier(num_labels, seed):
-    cfg = AutoConfig.for_model("llama", vocab_size=TOK.vocab_size, hidden_size=16, intermediate_size=32,
-                               num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1, num_labels=num_labels,
-                               pad_token_id=TOK.pad_token_id, architectures=["LlamaForSequenceClassification"])
-    torch.manual_seed(seed)
-    return LlamaForSequenceClassification(cfg)
+ON_TOK = {"vocab_size": TOK.vocab_size, "pad_token_id": TOK.pad_token_id}  # classifiers that read `TOK`'s ids
 
 
-def bundle_of(tmp_path, name="bundle"):
+@pytest.fixture
+def bundle(classifier, tmp_path):
     "A bundle of two tiny Llama classifiers (3 and 2 classes) fine-tuned (perturbed) from one base."
-    base = classifier(2, 0)
+    base = classifier(2, 0, **ON_TOK)
     tasks = {}
     for i, t in enumerate(["words", "digits"]):
-        m = classifier(3 - i, i + 1)
+        m = classifier(3 - i, i + 1, **ON_TOK)
         m.load_state_dict({k: v + 0.01 * torch.randn_like(v) for k, v in base.state_dict().items()
                            if k != "score.weight"}, strict=False)
         tasks[t] = m
-    return emr_merge(base, tasks, out_dir=tmp_path / name, progress=False)
+    return emr_merge(base, tasks, out_dir=tmp_path / "bundle", progress=False)
 
 
-def unified_by_hand(bundle, task):
+def unified_by_hand(bundle, task, classifier):
     "The unified model from the bundle's files: base + unified for the merged tensors, the task's own head."
     base, unified = load_file(bundle.folder / "base" / "model.safetensors"), load_file(
         bundle.folder / "unified" / "model.safetensors")
     sd = {n: base[n] + unified[n] for n in unified} | load_file(bundle.folder / "tasks" / task / "own.safetensors")
-    model = classifier(3 if task == "words" else 2, 99)
+    model = classifier(3 if task == "words" else 2, 99, **ON_TOK)
     model.load_state_dict(sd, strict=True)
     return model.eval()
 
@@ -60,9 +55,8 @@ def features_by_hand(model, texts, layer=-1):
                         .mean(0) for t in texts])
 
 
-def test_prototypes_and_routes_match_an_independent_computation(tmp_path):
-    bundle = bundle_of(tmp_path)
-    model = unified_by_hand(bundle, "words")
+def test_prototypes_and_routes_match_an_independent_computation(bundle, classifier):
+    model = unified_by_hand(bundle, "words", classifier)
     got = bundle.load_unified_model("words").state_dict()
     assert set(got) == set(model.state_dict()) and all(torch.equal(got[n], v) for n, v in model.state_dict().items())
     router = bundle.fit_router(EXAMPLES, TOK, method="prototype", layer=LAYER, max_length=16, batch_size=2)
@@ -80,8 +74,7 @@ def test_prototypes_and_routes_match_an_independent_computation(tmp_path):
                                           "max_length": 16}
 
 
-def test_the_router_travels_with_the_bundle_through_save_and_a_local_hub(hub, tmp_path):
-    bundle = bundle_of(tmp_path)
+def test_the_router_travels_with_the_bundle_through_save_and_a_local_hub(bundle, hub, tmp_path):
     fingerprint = bundle._fingerprint()
     router = bundle.fit_router(EXAMPLES, TOK, method="linear", held_out=HELD, layer=LAYER, max_length=16)
     assert router.settings["held_out"] == {"accuracy": 1.0, "per_task": {"words": 1.0, "digits": 1.0},
@@ -125,8 +118,7 @@ def flip_last_byte(path):
     path.write_bytes(bytes(raw))
 
 
-def test_a_tampered_router_file_is_refused(hub, tmp_path):
-    bundle = bundle_of(tmp_path)
+def test_a_tampered_router_file_is_refused(bundle, hub, tmp_path):
     bundle.fit_router(EXAMPLES, TOK, method="prototype", layer=LAYER, max_length=16)
     saved = bundle.save_pretrained(tmp_path / "saved")
     bundle.push_to_hub("team/emr-routed", endpoint=hub.endpoint)
@@ -154,8 +146,7 @@ def test_a_tampered_router_file_is_refused(hub, tmp_path):
         EMRBundle(fresh, verify=False)
 
 
-def test_errors_name_what_is_wrong_before_any_model_runs(tmp_path):
-    bundle = bundle_of(tmp_path)
+def test_errors_name_what_is_wrong_before_any_model_runs(bundle, tmp_path):
     for call in (lambda: bundle.route(["the cat"], TOK), lambda: bundle.load_routed_model(TOK)):
         with pytest.raises(ValueError, match=rf"the EMR bundle {bundle.folder} has no router.*bundle.fit_router"):
             call()
@@ -186,8 +177,7 @@ def test_errors_name_what_is_wrong_before_any_model_runs(tmp_path):
     assert not (tmp_path / "saved").exists()
 
 
-def test_routed_inference_runs_each_text_through_its_task_model(tmp_path):
-    bundle = bundle_of(tmp_path)
+def test_routed_inference_runs_each_text_through_its_task_model(bundle, tmp_path):
     bundle.fit_router(EXAMPLES, TOK, method="prototype", layer=LAYER, max_length=16)
     texts = ["1 1", "the cat the", "2 2 1", "cat sat"]
     routed = bundle.load_routed_model(TOK, max_loaded=1, cache_dir=tmp_path / "cache", batch_size=1)
@@ -208,13 +198,12 @@ def test_routed_inference_runs_each_text_through_its_task_model(tmp_path):
         routed.forward(texts, tasks=["words"] * 3)
 
 
-def test_the_router_is_bound_to_its_tokenizer_and_refuses_another_by_name(hub, tmp_path):
+def test_the_router_is_bound_to_its_tokenizer_and_refuses_another_by_name(bundle, hub, tmp_path):
     "Issue 38, item 14: the router records its tokenizer; another (routing plausibly, or with ids past the model's "
     "embeddings) is refused by name before any feature is computed, never routed nor failing with an IndexError."
     from transformers import AutoTokenizer
 
     from adaptkit.emr.route import tokenizer_fingerprint
-    bundle = bundle_of(tmp_path)
     TOK.save_pretrained(tmp_path / "tok")
     tok = AutoTokenizer.from_pretrained(tmp_path / "tok")  # the tasks' tokenizer, named by its folder
     router = bundle.fit_router(EXAMPLES, tok, method="prototype", layer=LAYER, max_length=16)

@@ -19,22 +19,15 @@ import adaptkit.emr.stream as stream
 from adaptkit.emr import MergedModel, emr_merge, merge_from_config, merge_models
 from adaptkit.emr.artifact import _LazyTensors
 from adaptkit.emr.merge import plan_merge_config
-from adaptkit.models import tiny_causal_lm, tiny_tokenizer
+from adaptkit.models import tiny_causal_lm
 from adaptkit.tensorfiles import StreamWriter, size_in_bytes
 
 
 @pytest.fixture(scope="module")
-def models(tmp_path_factory):
+def models(tmp_path_factory, tiny_finetunes):
     "A tiny Llama base (with its tokenizer and generation config) and three fine-tuned copies, as folders."
     root = tmp_path_factory.mktemp("shards")
-    tok, base = tiny_tokenizer(), tiny_causal_lm(num_layers=2)
-    base.save_pretrained(root / "base")
-    tok.save_pretrained(root / "base")
-    for i in range(3):
-        g = torch.Generator().manual_seed(i + 1)
-        m = tiny_causal_lm(num_layers=2)
-        m.load_state_dict({k: v + 0.02 * torch.randn(v.shape, generator=g) for k, v in base.state_dict().items()})
-        m.save_pretrained(root / f"ft{i}")
+    tiny_finetunes(root, 3, num_layers=2, tokenizer=True)
     return root
 
 

@@ -7,32 +7,23 @@ import subprocess
 import sys
 
 import pytest
-import torch
 import yaml
 from safetensors.torch import load_file, save_file
 
 from adaptkit.emr import emr_merge, merge_from_config, merge_models
 from adaptkit.emr.merge import plan_merge_config
-from adaptkit.models import tiny_causal_lm, tiny_tokenizer
 from adaptkit.tensorfiles import TensorFiles
 
 EMBED = r"'(lm_head|model\.embed_tokens)\.weight'"
 
 
 @pytest.fixture(scope="module")
-def models(tmp_path_factory):
+def models(tmp_path_factory, tiny_finetunes):
     "A tiny Llama base (512 rows of vocabulary, untied head), two fine-tuned copies and one resized to 520 rows."
     from transformers import AutoModelForCausalLM
     root = tmp_path_factory.mktemp("shared")
-    tok, base = tiny_tokenizer(), tiny_causal_lm(num_layers=1)
+    base = tiny_finetunes(root, 2, tokenizer=True)
     assert base.config.vocab_size == 512 and not base.config.tie_word_embeddings
-    base.save_pretrained(root / "base")
-    tok.save_pretrained(root / "base")
-    for i in range(2):
-        g = torch.Generator().manual_seed(i + 1)
-        m = tiny_causal_lm(num_layers=1)
-        m.load_state_dict({k: v + 0.02 * torch.randn(v.shape, generator=g) for k, v in base.state_dict().items()})
-        m.save_pretrained(root / f"ft{i}")
     resized = AutoModelForCausalLM.from_pretrained(root / "ft1")
     resized.resize_token_embeddings(520, mean_resizing=False)  # a fine-tune that added 8 tokens
     resized.save_pretrained(root / "ft-520")

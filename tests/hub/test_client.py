@@ -25,7 +25,7 @@ from adaptkit.localhub.server import LocalHub
 from adaptkit.models import fingerprint, load_adapter, load_base, load_causal_lm, load_tokenizer, tiny_causal_lm
 from adaptkit.pissa import METHOD as PISSA
 
-TOKEN = "hf_adaptkit_client_token"  # guards the `hub` fixture (tests/conftest.py): read it as `hub.token`
+pytestmark = pytest.mark.hub(guarded=True)  # the `hub` fixture (tests/conftest.py) requires `token`
 DEAD = "http://127.0.0.1:9"  # a closed port: a request would fail with a connection error, not the errors asserted
 
 

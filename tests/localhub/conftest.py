@@ -1,6 +1,6 @@
 """What every LocalHub test shares: no telemetry and no progress bars, a Hub cache and an hf_xet cache of the test's own
-(so no download is served from another test's files), a client for the `hub` fixture (tests/conftest.py) with the test
-module's `TOKEN` when it has one, raw requests (`raw`) and random bytes (`random_bytes`)."""
+(so no download is served from another test's files), a client for the `hub` fixture (tests/conftest.py) with the hub's
+token when it is guarded, raw requests (`raw`) and random bytes (`random_bytes`)."""
 import urllib.error
 import urllib.request
 
@@ -39,6 +39,6 @@ def random_bytes():
 
 
 @pytest.fixture
-def api(hub, request):
-    "The stock client on `hub`, with the module's `TOKEN`."
-    return HfApi(endpoint=hub.endpoint, token=getattr(request.module, "TOKEN", None))
+def api(hub):
+    "The stock client on `hub`, with the hub's token (None for an open hub)."
+    return HfApi(endpoint=hub.endpoint, token=hub.token)

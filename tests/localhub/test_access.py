@@ -10,8 +10,6 @@ from huggingface_hub import HfApi
 from adaptkit.localhub.mirror import export_repos, import_repos
 from adaptkit.localhub.server import LocalHub
 
-TOKEN = "hf_localhub_access_token"
-
 
 def _get(hub, path, bearer=None):
     "A raw GET, with `Authorization: Bearer <bearer>` if given: (status, JSON or bytes body)."
@@ -24,26 +22,26 @@ def _get(hub, path, bearer=None):
     except ValueError: return r.status, data
 
 
-def _private_root(root):
-    "A root holding the private model team/secret (with a file) and the public model team/open, served with TOKEN."
-    with LocalHub(root, token=TOKEN) as hub:
-        api = HfApi(endpoint=hub.endpoint, token=TOKEN)
+def _private_root(root, token):
+    "A root holding the private model team/secret (with a file) and the public model team/open, served with `token`."
+    with LocalHub(root, token=token) as hub:
+        api = HfApi(endpoint=hub.endpoint, token=token)
         api.create_repo("team/secret", private=True)
         api.upload_file(path_or_fileobj=b"weights", path_in_repo="w.bin", repo_id="team/secret")
         api.create_repo("team/open")
 
 
-def test_a_root_with_private_repos_is_not_served_without_a_token(tmp_path):
-    _private_root(tmp_path / "hub")
+def test_a_root_with_private_repos_is_not_served_without_a_token(tmp_path, token):
+    _private_root(tmp_path / "hub", token)
     with pytest.raises(ValueError, match=r"private repos \(model team/secret\).*no token.*drop_privacy"):
         LocalHub(tmp_path / "hub").start()
-    with LocalHub(tmp_path / "hub", token=TOKEN) as hub:  # the failed start released the root; with its token as before
-        assert _get(hub, "/team/secret/resolve/main/w.bin", TOKEN) == (200, b"weights")
+    with LocalHub(tmp_path / "hub", token=token) as hub:  # the failed start released the root; with its token as before
+        assert _get(hub, "/team/secret/resolve/main/w.bin", token) == (200, b"weights")
         assert _get(hub, "/team/secret/resolve/main/w.bin", "anything")[0] == 401
 
 
-def test_dropping_privacy_is_explicit_and_makes_the_repos_public(tmp_path, caplog):
-    _private_root(tmp_path / "hub")
+def test_dropping_privacy_is_explicit_and_makes_the_repos_public(tmp_path, caplog, token):
+    _private_root(tmp_path / "hub", token)
     with LocalHub(tmp_path / "hub", drop_privacy=True) as hub:
         assert _get(hub, "/team/secret/resolve/main/w.bin") == (200, b"weights")
         assert not HfApi(endpoint=hub.endpoint, token=False).model_info("team/secret").private
@@ -63,8 +61,8 @@ def test_a_token_less_hub_answers_any_bearer_401_for_a_private_repo(tmp_path):
         assert [m["id"] for m in _get(hub, "/api/models", "anything")[1]] == []
 
 
-def test_hub_import_refuses_a_private_repo_into_a_token_less_hub(tmp_path):
-    _private_root(tmp_path / "src")
+def test_hub_import_refuses_a_private_repo_into_a_token_less_hub(tmp_path, token):
+    _private_root(tmp_path / "src", token)
     export_repos(tmp_path / "src", ["team/secret", "team/open"], tmp_path / "x.tar")
     with LocalHub(tmp_path / "plain"): pass  # a hub that runs without a token
     with pytest.raises(ValueError, match=r"private.*model team/secret.*without a token.*drop_privacy"):
@@ -74,11 +72,11 @@ def test_hub_import_refuses_a_private_repo_into_a_token_less_hub(tmp_path):
     assert [r["id"] for r in report["repos"]] == ["team/secret", "team/open"]
     with LocalHub(tmp_path / "plain") as hub:
         assert _get(hub, "/team/secret/resolve/main/w.bin") == (200, b"weights")
-    with LocalHub(tmp_path / "guarded", token=TOKEN): pass  # a hub served with a token takes it private
+    with LocalHub(tmp_path / "guarded", token=token): pass  # a hub served with a token takes it private
     import_repos(tmp_path / "x.tar", tmp_path / "guarded")
-    with LocalHub(tmp_path / "guarded", token=TOKEN) as hub:
+    with LocalHub(tmp_path / "guarded", token=token) as hub:
         assert _get(hub, "/team/secret/resolve/main/w.bin")[0] == 404
-        assert _get(hub, "/team/secret/resolve/main/w.bin", TOKEN) == (200, b"weights")
+        assert _get(hub, "/team/secret/resolve/main/w.bin", token) == (200, b"weights")
 
 
 def test_hub_serve_has_the_drop_privacy_option():
@@ -87,16 +85,16 @@ def test_hub_serve_has_the_drop_privacy_option():
 
 
 @pytest.mark.parametrize("repo_type", ["model", "dataset", "space"])
-def test_a_private_repo_of_any_type_stops_a_token_less_start(tmp_path, repo_type):
+def test_a_private_repo_of_any_type_stops_a_token_less_start(tmp_path, repo_type, token):
     "Issue 49: a private space is as private as a model or a dataset; without a token the start is refused."
-    with LocalHub(tmp_path / "hub", token=TOKEN) as hub:
-        api = HfApi(endpoint=hub.endpoint, token=TOKEN)
+    with LocalHub(tmp_path / "hub", token=token) as hub:
+        api = HfApi(endpoint=hub.endpoint, token=token)
         extra = {"space_sdk": "static"} if repo_type == "space" else {}
         api.create_repo("team/secret", repo_type=repo_type, private=True, **extra)
         api.upload_file(path_or_fileobj=b"weights", path_in_repo="w.bin", repo_id="team/secret", repo_type=repo_type)
     with pytest.raises(ValueError, match=rf"private repos \({repo_type} team/secret\).*no token.*drop_privacy"):
         LocalHub(tmp_path / "hub").start()
     prefix = {"model": "", "dataset": "/datasets", "space": "/spaces"}[repo_type]
-    with LocalHub(tmp_path / "hub", token=TOKEN) as hub:  # still private, served with its token
+    with LocalHub(tmp_path / "hub", token=token) as hub:  # still private, served with its token
         assert _get(hub, f"{prefix}/team/secret/resolve/main/w.bin")[0] in (401, 404)
-        assert _get(hub, f"{prefix}/team/secret/resolve/main/w.bin", TOKEN) == (200, b"weights")
+        assert _get(hub, f"{prefix}/team/secret/resolve/main/w.bin", token) == (200, b"weights")

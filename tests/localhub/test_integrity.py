@@ -14,7 +14,7 @@ from huggingface_hub.errors import HfHubHTTPError
 from adaptkit.hub import push_folder
 from adaptkit.localhub.server import LocalHub
 
-TOKEN = "hf_localhub_integrity_token"
+pytestmark = pytest.mark.hub(guarded=True)  # the `hub` fixture (tests/conftest.py) requires `token`
 
 
 def _add(api, repo_id, *paths, **kwargs):
@@ -51,28 +51,28 @@ def test_a_pull_request_whose_merge_makes_a_path_a_file_and_a_folder_is_refused(
 
 
 @pytest.mark.parametrize("lfs", [False, True])
-def test_a_re_push_heals_a_corrupted_blob(tmp_path, monkeypatch, lfs):
+def test_a_re_push_heals_a_corrupted_blob(tmp_path, monkeypatch, lfs, token):
     monkeypatch.setattr(constants, "HF_HUB_DISABLE_XET", True)
     folder = tmp_path / "art"
     folder.mkdir()
     data = b"\0precious weights " * 1000
     (folder / "w.bin").write_bytes(data)
     (folder / "config.json").write_text("{}")
-    with LocalHub(tmp_path / "hub", token=TOKEN, lfs=lfs) as hub:
-        push_folder(folder, "team/a", endpoint=hub.endpoint, token=TOKEN)
+    with LocalHub(tmp_path / "hub", token=token, lfs=lfs) as hub:
+        push_folder(folder, "team/a", endpoint=hub.endpoint, token=token)
         sha = hashlib.sha256(data).hexdigest()
         blob = hub.root / "blobs" / sha[:2] / sha
         raw = bytearray(blob.read_bytes())
         raw[10] ^= 0xFF
         blob.write_bytes(bytes(raw))
         with pytest.raises(HfHubHTTPError, match="corrupted"):
-            hf_hub_download("team/a", "w.bin", endpoint=hub.endpoint, token=TOKEN, cache_dir=tmp_path / "c1")
-        push_folder(folder, "team/a", endpoint=hub.endpoint, token=TOKEN)  # the same folder again
-        got = hf_hub_download("team/a", "w.bin", endpoint=hub.endpoint, token=TOKEN, cache_dir=tmp_path / "c2")
+            hf_hub_download("team/a", "w.bin", endpoint=hub.endpoint, token=token, cache_dir=tmp_path / "c1")
+        push_folder(folder, "team/a", endpoint=hub.endpoint, token=token)  # the same folder again
+        got = hf_hub_download("team/a", "w.bin", endpoint=hub.endpoint, token=token, cache_dir=tmp_path / "c2")
         assert Path(got).read_bytes() == data
 
 
-def test_preupload_vouches_only_for_blobs_it_can_verify(hub, api):
+def test_preupload_vouches_only_for_blobs_it_can_verify(hub, api, token):
     api.create_repo("team/p")
     api.upload_file(path_or_fileobj=b"abc", path_in_repo="a.txt", repo_id="team/p")
     body = json.dumps({"files": [{"path": "a.txt", "size": 3, "sample": base64.b64encode(b"abc").decode()}]})
@@ -80,7 +80,7 @@ def test_preupload_vouches_only_for_blobs_it_can_verify(hub, api):
     def oid():
         conn = http.client.HTTPConnection("127.0.0.1", hub.port, timeout=30)
         conn.request("POST", "/api/models/team/p/preupload/main", body=body,
-                     headers={"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"})
+                     headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"})
         answer = json.loads(conn.getresponse().read())
         conn.close()
         return answer["files"][0]["oid"]

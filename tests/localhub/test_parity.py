@@ -25,13 +25,13 @@ from huggingface_hub.hf_api import RepoFile, RepoFolder
 from adaptkit.localhub.server import LocalHub
 from adaptkit.localhub.storage import GITATTRIBUTES, USER
 
-TOKEN = "hf_localhub_parity_token"
+pytestmark = pytest.mark.hub(guarded=True)  # the `hub` fixture (tests/conftest.py) requires `token`
 
 
 def _status(err) -> int: return err.value.response.status_code
 
 
-def test_create_without_namespace_exist_ok_and_initial_commit(api, hub):
+def test_create_without_namespace_exist_ok_and_initial_commit(api, hub, token):
     url = api.create_repo("tiny")
     assert (url.repo_id, url.namespace, url.repo_name) == (f"{USER}/tiny", USER, "tiny")
     assert api.whoami()["name"] == USER
@@ -43,7 +43,7 @@ def test_create_without_namespace_exist_ok_and_initial_commit(api, hub):
     assert [c.title for c in commits] == ["initial commit"] and api.list_repo_files(f"{USER}/tiny") == [
         ".gitattributes"
     ]
-    got = hf_hub_download(f"{USER}/tiny", ".gitattributes", endpoint=hub.endpoint, token=TOKEN)
+    got = hf_hub_download(f"{USER}/tiny", ".gitattributes", endpoint=hub.endpoint, token=token)
     assert Path(got).read_text() == GITATTRIBUTES and "*.safetensors filter=lfs" in GITATTRIBUTES
     # case-insensitive lookups, canonical id in answers
     assert api.model_info("LOCALHUB/Tiny").id == f"{USER}/tiny" and api.repo_exists("localhub/TINY")
@@ -82,7 +82,7 @@ def test_delete_move_and_settings(api, hub):
     api.delete_repo("other/b", missing_ok=True)
 
 
-def test_branches_tags_refs_and_revisions(api, hub, tmp_path):
+def test_branches_tags_refs_and_revisions(api, hub, tmp_path, token):
     api.create_repo("team/r")
     c1 = api.upload_file(path_or_fileobj=b"one", path_in_repo="f.txt", repo_id="team/r").oid
     api.create_tag("team/r", tag="v1", tag_message="first release")
@@ -97,7 +97,7 @@ def test_branches_tags_refs_and_revisions(api, hub, tmp_path):
     }
     assert {t.name: (t.ref, t.target_commit) for t in refs.tags} == {"v1": ("refs/tags/v1", c1)}
     read = lambda rev: Path(
-        hf_hub_download("team/r", "f.txt", revision=rev, endpoint=hub.endpoint, token=TOKEN)
+        hf_hub_download("team/r", "f.txt", revision=rev, endpoint=hub.endpoint, token=token)
     ).read_bytes()
     assert (read("main"), read("v1"), read("round-2"), read(c1), read(c2)) == (b"one", b"one", b"two", b"one", b"two")
     assert api.list_repo_files("team/r", revision="from-init") == [".gitattributes"]
@@ -236,12 +236,12 @@ _CLIENT = textwrap.dedent("""
 """)
 
 
-def test_transformers_peft_datasets_through_hf_endpoint(hub, tmp_path):
+def test_transformers_peft_datasets_through_hf_endpoint(hub, tmp_path, token):
     "The libraries take no endpoint argument: HF_ENDPOINT (read at import) points them at the hub, in a subprocess."
     env = {
         **os.environ,
         "HF_ENDPOINT": hub.endpoint,
-        "HF_TOKEN": TOKEN,
+        "HF_TOKEN": token,
         "HF_HOME": str(tmp_path / "hf"),
         "HF_HUB_DISABLE_TELEMETRY": "1",
         "HF_DATASETS_CACHE": str(tmp_path / "ds"),

@@ -35,8 +35,7 @@ from adaptkit.localhub.http import MAX_JSON
 from adaptkit.localhub.server import LocalHub
 from adaptkit.localhub.storage import USER
 
-TOKEN = "hf_localhub_protocol_token"
-AUTH = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}
+pytestmark = pytest.mark.hub(guarded=True)  # the `hub` fixture (tests/conftest.py) requires `token`
 
 
 def _raw(hub, method, path, body=b"", headers=None):
@@ -50,10 +49,14 @@ def _raw(hub, method, path, body=b"", headers=None):
     except ValueError: return r.status, r.headers, data
 
 
+def _auth(hub) -> dict:
+    return {"Authorization": f"Bearer {hub.token}", "Content-Type": "application/json"}
+
+
 def _preupload(hub, repo_id, paths, **extra):
     files = [{"path": p, "size": 3, "sample": ""} for p in paths]
     status, _, body = _raw(hub, "POST", f"/api/models/{repo_id}/preupload/main",
-                           json.dumps({"files": files, **extra}).encode(), AUTH)
+                           json.dumps({"files": files, **extra}).encode(), _auth(hub))
     assert status == 200, body
     return {f["path"]: f for f in body["files"]}
 
@@ -63,7 +66,7 @@ def _log_fields(log: io.StringIO) -> list:
     return [line.split(" ") for line in log.getvalue().splitlines()]
 
 
-def test_card_validation_needs_no_token(hub, api, monkeypatch):
+def test_card_validation_needs_no_token(hub, api, monkeypatch, token):
     """Item 1. The Hub answers `/api/validate-yaml` without a token, and `RepoCard.validate()` (so `metadata_update`
     and `card.push_to_hub`) sends none; the body limit stays."""
     monkeypatch.setattr(constants, "ENDPOINT", hub.endpoint)  # what RepoCard.validate() and hf_hub_download read
@@ -73,7 +76,7 @@ def test_card_validation_needs_no_token(hub, api, monkeypatch):
     hub.server.request_log = log = io.StringIO()
     ModelCard("---\nlicense: mit\n---\n# a card\n").validate()
     api.create_repo("team/card")
-    metadata_update("team/card", {"tags": ["adaptkit"]}, token=TOKEN)
+    metadata_update("team/card", {"tags": ["adaptkit"]}, token=token)
     assert api.model_info("team/card").card_data.tags == ["adaptkit"]
     calls = [(f[2], f[5]) for f in _log_fields(log) if f[4] == "/api/validate-yaml"]
     assert calls == [("-", "200"), ("-", "200"), (USER, "200")]  # validate(), metadata_update's, the commit's
@@ -96,7 +99,7 @@ def test_repo_ids_without_a_namespace_are_repo_not_found(hub, api):
     with pytest.raises(RepositoryNotFoundError): api.list_repo_files("repo-that-does-not-exist")
     with pytest.raises(RepositoryNotFoundError):
         hf_hub_download("repo-that-does-not-exist", "a.txt", endpoint=hub.endpoint)
-    status, headers, _ = _raw(hub, "POST", "/api/models/repo-that-does-not-exist/preupload/main", b"{}", AUTH)
+    status, headers, _ = _raw(hub, "POST", "/api/models/repo-that-does-not-exist/preupload/main", b"{}", _auth(hub))
     assert (status, headers["X-Error-Code"]) == (404, "RepoNotFound")
     api.create_repo("tiny")  # goes to the token's user; the bare id still names no repo
     assert api.repo_exists(f"{USER}/tiny") and not api.repo_exists("tiny")
@@ -110,12 +113,12 @@ def test_every_answer_carries_its_own_request_id(hub, api):
     assert re.fullmatch(r"[0-9a-f]{24}", e.value.request_id) and f"(Request ID: {e.value.request_id})" in str(e.value)
 
 
-def test_preupload_honours_gitignore_and_gitattributes(tmp_path, monkeypatch):
+def test_preupload_honours_gitignore_and_gitattributes(tmp_path, monkeypatch, token):
     """Item 4. The Hub answers `shouldIgnore` for what the repo's `.gitignore` ignores (or the one the commit adds,
     which the client sends as `gitIgnore`), and "lfs" for what `.gitattributes` tracks with `filter=lfs`."""
     monkeypatch.setattr(constants, "HF_HUB_DISABLE_XET", True)
-    with LocalHub(tmp_path / "hub", token=TOKEN, lfs=True) as hub:
-        api = HfApi(endpoint=hub.endpoint, token=TOKEN)
+    with LocalHub(tmp_path / "hub", token=token, lfs=True) as hub:
+        api = HfApi(endpoint=hub.endpoint, token=token)
         api.create_repo("team/g")
         api.upload_file(path_or_fileobj=b"*.csv filter=lfs diff=lfs merge=lfs -text\n", path_in_repo=".gitattributes",
                         repo_id="team/g")
@@ -138,12 +141,12 @@ def test_preupload_honours_gitignore_and_gitattributes(tmp_path, monkeypatch):
         assert (got["b.log"]["shouldIgnore"], got["y.txt"]["shouldIgnore"]) == (False, True)
 
 
-def test_inline_files_are_regular_and_unchanged_ones_are_skipped(tmp_path):
+def test_inline_files_are_regular_and_unchanged_ones_are_skipped(tmp_path, token):
     """Item 5. On the Hub what is stored decides every answer; a file the client already has there (same `oid` at
     preupload) is skipped, and a commit of nothing but unchanged files is not made. A `.bin` sent inline (a hub with
     lfs=False) is a regular file: tree, paths-info and siblings say so, and preupload gives its git blob id."""
-    with LocalHub(tmp_path / "hub", token=TOKEN, lfs=False) as hub:
-        _inline_files_are_regular(hub, HfApi(endpoint=hub.endpoint, token=TOKEN))
+    with LocalHub(tmp_path / "hub", token=token, lfs=False) as hub:
+        _inline_files_are_regular(hub, HfApi(endpoint=hub.endpoint, token=token))
 
 
 def _inline_files_are_regular(hub, api):
@@ -165,12 +168,12 @@ def _inline_files_are_regular(hub, api):
     assert changed != first and hub.counts["commit"] == commits + 1  # the control: a change is a commit
 
 
-def test_unchanged_lfs_files_are_skipped_too(tmp_path, monkeypatch):
+def test_unchanged_lfs_files_are_skipped_too(tmp_path, monkeypatch, token):
     """Item 5, LFS side. With Xet disabled and an LFS hub, a tracked file goes through LFS, is listed as LFS, and
     preupload's `oid` is its sha256, so the same bytes again are skipped."""
     monkeypatch.setattr(constants, "HF_HUB_DISABLE_XET", True)
-    with LocalHub(tmp_path / "hub", token=TOKEN, lfs=True) as hub:
-        api = HfApi(endpoint=hub.endpoint, token=TOKEN)
+    with LocalHub(tmp_path / "hub", token=token, lfs=True) as hub:
+        api = HfApi(endpoint=hub.endpoint, token=token)
         api.create_repo("team/l")
         data = b"tracked by the default .gitattributes" * 10
         first = api.upload_file(path_or_fileobj=data, path_in_repo="w.bin", repo_id="team/l").oid
@@ -181,14 +184,14 @@ def test_unchanged_lfs_files_are_skipped_too(tmp_path, monkeypatch):
         assert (hub.counts["commit"], hub.counts["lfs-upload"]) == counts
 
 
-def test_backslashes_in_paths(hub, api, tmp_path):
+def test_backslashes_in_paths(hub, api, tmp_path, token):
     """Item 6. The Hub stores a name with a backslash as one name (the client guards its downloads) and answers a
     path starting with `..\\` with a 422. LocalHub does the same, and also refuses (422) a name a Windows client would
     write outside its folder: a `..` part under either separator, a leading backslash, a drive letter."""
     api.create_repo("team/p")
     api.upload_file(path_or_fileobj=b"bs", path_in_repo="notes\\v1.txt", repo_id="team/p")
     assert api.list_repo_files("team/p") == [".gitattributes", "notes\\v1.txt"]
-    got = hf_hub_download("team/p", "notes\\v1.txt", endpoint=hub.endpoint, token=TOKEN, cache_dir=tmp_path / "c")
+    got = hf_hub_download("team/p", "notes\\v1.txt", endpoint=hub.endpoint, token=token, cache_dir=tmp_path / "c")
     assert Path(got).read_bytes() == b"bs" and Path(got).name == "notes\\v1.txt"  # one name on POSIX
     for bad in ["..\\x.txt", "a\\..\\..\\x.txt", "C:\\x.txt", "d/\\\\host\\share\\x"]:
         with pytest.raises(HfHubHTTPError) as e:
@@ -286,7 +289,7 @@ def test_create_commit_repo_does_not_exist_reads_as_on_the_hub(api):
     assert request_id and context.value.server_message == "Repository not found"
 
 
-def test_request_log_has_one_line_per_request_and_no_secrets(hub, api):
+def test_request_log_has_one_line_per_request_and_no_secrets(hub, api, token):
     """Item 10. An operator's log: one line per request (method, target, status, bytes, duration, user or '-', the
     request id the answer carried); never the token, nor a signed upload URL's `sig`. Off unless set."""
     assert hub.server.request_log is None  # the default
@@ -296,7 +299,8 @@ def test_request_log_has_one_line_per_request_and_no_secrets(hub, api):
     api.upload_file(path_or_fileobj=b"x", path_in_repo="x.txt", repo_id="team/l")
     with pytest.raises(RepositoryNotFoundError) as missing:
         HfApi(endpoint=hub.endpoint, token=False).model_info("team/no")
-    status, _, _ = _raw(hub, "PUT", "/team/l.git/info/lfs/objects/" + "0" * 64 + "?size=1&sig=deadbeef", b"x", AUTH)
+    status, _, _ = _raw(hub, "PUT", "/team/l.git/info/lfs/objects/" + "0" * 64 + "?size=1&sig=deadbeef", b"x",
+                        _auth(hub))
     assert status == 403
     answered = sum(hub.counts.values()) - before
     for _ in range(200):  # a line is written once its answer is out, so the last one may trail the client a little
@@ -304,7 +308,7 @@ def test_request_log_has_one_line_per_request_and_no_secrets(hub, api):
         time.sleep(0.01)
     rows, text = _log_fields(log), log.getvalue()
     assert len(rows) == answered and all(len(r) == 9 for r in rows)
-    assert TOKEN not in text and "deadbeef" not in text and "?size=1&sig=<hidden> 403 " in text
+    assert token not in text and "deadbeef" not in text and "?size=1&sig=<hidden> 403 " in text
     create = next(r for r in rows if r[4] == "/api/repos/create")
     assert (create[1], create[2], create[3], create[5]) == ("127.0.0.1", USER, "POST", "200")
     assert int(create[6]) > 100 and re.fullmatch(r"\d+\.\dms", create[7])

@@ -23,12 +23,12 @@ from huggingface_hub.hf_api import GitRefInfo
 from adaptkit.localhub.server import LocalHub
 from adaptkit.localhub.storage import USER
 
-TOKEN = "hf_localhub_pulls_token"
+pytestmark = pytest.mark.hub(guarded=True)  # the `hub` fixture (tests/conftest.py) requires `token`
 
 
 @pytest.fixture
-def api(hub):
-    api = HfApi(endpoint=hub.endpoint, token=TOKEN)
+def api(hub, token):
+    api = HfApi(endpoint=hub.endpoint, token=token)
     api.create_repo("team/m")
     return api
 
@@ -40,7 +40,7 @@ def _add(path: str, data: bytes) -> CommitOperationAdd:
     return CommitOperationAdd(path_in_repo=path, path_or_fileobj=data)
 
 
-def test_create_pr_lands_only_on_refs_pr_and_every_read_takes_that_revision(api, hub, tmp_path):
+def test_create_pr_lands_only_on_refs_pr_and_every_read_takes_that_revision(api, hub, tmp_path, token):
     main = api.model_info("team/m").sha
     info = api.upload_file(path_or_fileobj=b"new\n", path_in_repo="a.txt", repo_id="team/m", create_pr=True,
                            commit_message="Add a.txt", commit_description="please")
@@ -53,9 +53,9 @@ def test_create_pr_lands_only_on_refs_pr_and_every_read_takes_that_revision(api,
     assert api.list_repo_files("team/m", revision=rev) == [".gitattributes", "a.txt"]
     assert [f.path for f in api.get_paths_info("team/m", ["a.txt"], revision=rev)] == ["a.txt"]
     assert [c.title for c in api.list_repo_commits("team/m", revision=rev)] == ["Add a.txt", "initial commit"]
-    got = hf_hub_download("team/m", "a.txt", revision=rev, endpoint=hub.endpoint, token=TOKEN)
+    got = hf_hub_download("team/m", "a.txt", revision=rev, endpoint=hub.endpoint, token=token)
     assert Path(got).read_bytes() == b"new\n" and Path(got).parent.name == info.oid
-    snap = Path(snapshot_download("team/m", revision=rev, endpoint=hub.endpoint, token=TOKEN))
+    snap = Path(snapshot_download("team/m", revision=rev, endpoint=hub.endpoint, token=token))
     assert (snap / "a.txt").read_bytes() == b"new\n" and snap.name == info.oid
     # a second commit to the pull request's ref adds to it
     second = api.create_commit("team/m", [_add("b.txt", b"b")], commit_message="and b", revision=rev)
@@ -258,7 +258,7 @@ def test_a_damaged_discussions_file_is_named_and_other_repos_are_served(api, hub
     assert [d.title for d in api.get_repo_discussions("team/ok")] == ["Still fine"]
 
 
-def test_transformers_push_to_hub_with_create_pr(api, hub, tiny_tok, monkeypatch):
+def test_transformers_push_to_hub_with_create_pr(api, hub, tiny_tok, monkeypatch, token):
     "transformers' `push_to_hub(create_pr=True)` in-process: its HfApi and the card's download pointed at the hub."
     import transformers.utils.hub as tf_hub
 
@@ -267,7 +267,7 @@ def test_transformers_push_to_hub_with_create_pr(api, hub, tiny_tok, monkeypatch
     monkeypatch.setattr(constants, "HUGGINGFACE_CO_URL_TEMPLATE",
                         hub.endpoint + "/{repo_id}/resolve/{revision}/{filename}")
     monkeypatch.setattr(tf_hub, "_hf_api", HfApi(endpoint=hub.endpoint, library_name="transformers"))
-    info = tiny_causal_lm(tiny_tok).push_to_hub("team/m", create_pr=True, token=TOKEN)
+    info = tiny_causal_lm(tiny_tok).push_to_hub("team/m", create_pr=True, token=token)
     assert info.pr_revision == "refs/pr/1" and api.list_repo_files("team/m") == [".gitattributes"]
     files = api.list_repo_files("team/m", revision="refs/pr/1")
     assert {"config.json", "model.safetensors", "README.md"} <= set(files)
@@ -275,14 +275,14 @@ def test_transformers_push_to_hub_with_create_pr(api, hub, tiny_tok, monkeypatch
     assert api.list_repo_files("team/m") == files
 
 
-def test_pull_requests_and_discussions_survive_a_restart(tmp_path):
-    with LocalHub(tmp_path / "hub", token=TOKEN) as hub:
-        api = HfApi(endpoint=hub.endpoint, token=TOKEN)
+def test_pull_requests_and_discussions_survive_a_restart(tmp_path, token):
+    with LocalHub(tmp_path / "hub", token=token) as hub:
+        api = HfApi(endpoint=hub.endpoint, token=token)
         api.create_repo("team/m")
         pr = api.upload_file(path_or_fileobj=b"kept", path_in_repo="k.txt", repo_id="team/m", create_pr=True)
         api.create_discussion("team/m", "Still here?")
-    with LocalHub(tmp_path / "hub", token=TOKEN) as hub:
-        api = HfApi(endpoint=hub.endpoint, token=TOKEN)
+    with LocalHub(tmp_path / "hub", token=token) as hub:
+        api = HfApi(endpoint=hub.endpoint, token=token)
         assert [(d.num, d.status) for d in api.get_repo_discussions("team/m")] == [(2, "open"), (1, "open")]
         assert api.model_info("team/m", revision="refs/pr/1").sha == pr.oid
         assert api.create_pull_request("team/m", "Numbered on").num == 3

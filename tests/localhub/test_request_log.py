@@ -10,7 +10,7 @@ import pytest
 
 from adaptkit.localhub.server import LocalHub
 
-TOKEN = "hf_localhub_request_log_token"
+pytestmark = pytest.mark.hub(guarded=True)  # the `hub` fixture (tests/conftest.py) requires `token`
 SECRETS = ["hf_AbCdEfGhIjKlMnOpQrStUvWxYz0123456789", "s3cr3tvalue", "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJ4In0.sig"]
 
 
@@ -68,9 +68,9 @@ def test_the_debug_log_never_shows_a_token(hub, caplog):
     assert not any(s in debug for s in SECRETS) and "\x1b" not in debug, debug
 
 
-def test_a_token_never_reaches_the_request_log_from_a_real_client(tmp_path):
+def test_a_token_never_reaches_the_request_log_from_a_real_client(tmp_path, token):
     from huggingface_hub import HfApi
-    with LocalHub(tmp_path / "hub", token=TOKEN) as hub:
+    with LocalHub(tmp_path / "hub", token=token) as hub:
         hub.server.request_log = log = io.StringIO()
-        HfApi(endpoint=hub.endpoint, token=TOKEN).create_repo("team/r")
-        assert TOKEN not in log.getvalue()
+        HfApi(endpoint=hub.endpoint, token=token).create_repo("team/r")
+        assert token not in log.getvalue()

@@ -4,22 +4,13 @@ import http.client
 import logging
 
 import pytest
-from huggingface_hub import HfApi
 
 from adaptkit.localhub.server import read_token_file
 from adaptkit.localhub.storage import HubError, RepoStore, check_path
 from adaptkit.localhub.wire import host_and_port
 
-TOKEN = "hf_localhub_requests_token"
-
-
-@pytest.fixture
-def hub(hub):
-    "The `hub` fixture (tests/conftest.py, guarded by `TOKEN`), holding team/r with a.txt."
-    api = HfApi(endpoint=hub.endpoint, token=TOKEN)
-    api.create_repo("team/r")
-    api.upload_file(path_or_fileobj=b"hello", path_in_repo="a.txt", repo_id="team/r")
-    return hub
+# the `hub` fixture (tests/conftest.py) requires `token`, and holds team/r with a.txt
+pytestmark = pytest.mark.hub(guarded=True, repos={"team/r": {"a.txt": b"hello"}})
 
 
 def _get(hub, method, path, headers=None, host=True):
@@ -39,10 +30,10 @@ def test_a_request_without_host_is_400_naming_the_header(hub):
     assert status == 400 and b"the request has no valid Host header" in body
 
 
-def test_an_authorization_that_is_not_bearer_is_no_token(hub):
+def test_an_authorization_that_is_not_bearer_is_no_token(hub, token):
     "The Hub reads only `Bearer <token>`; another scheme is no token at all, so a public read still works."
     assert _get(hub, "GET", "/api/models/team/r", {"Authorization": "Basic bm9uZTpub25l"})[0] == 200
-    assert _get(hub, "GET", "/api/models/team/r", {"Authorization": f"bearer {TOKEN}"})[0] == 200  # any case
+    assert _get(hub, "GET", "/api/models/team/r", {"Authorization": f"bearer {token}"})[0] == 200  # any case
     assert _get(hub, "GET", "/api/models/team/r", {"Authorization": "Bearer hf_wrong"})[0] == 401
 
 

@@ -16,15 +16,9 @@ from huggingface_hub.errors import HfHubHTTPError
 from adaptkit.localhub.server import LocalHub
 from adaptkit.localhub.xet import XORB_MAX_SERIALIZED
 
-TOKEN = "hf_localhub_robustness_token"
+# the `hub` fixture (tests/conftest.py) requires `token`, and holds the public repo team/g
+pytestmark = pytest.mark.hub(guarded=True, repos={"team/g": {}})
 HALF = b"GET /api/models HTTP/1.1\r\nHost: 127"  # a request cut inside its headers
-
-
-@pytest.fixture
-def hub(hub):
-    "The `hub` fixture (tests/conftest.py, guarded by `TOKEN`), holding the public repo team/g."
-    HfApi(endpoint=hub.endpoint, token=TOKEN).create_repo("team/g")
-    return hub
 
 
 def _connect(hub, data=b""):
@@ -41,11 +35,11 @@ def _read_all(s) -> bytes:
     return out
 
 
-def test_half_header_connections_hold_a_bounded_number_of_threads(tmp_path):
+def test_half_header_connections_hold_a_bounded_number_of_threads(tmp_path, token):
     """Item 13. Before, 100 connections sending half a header held 100 threads until each timed out (60 s). Now at
     most `max_connections` are served at once, a connection whose headers are not in after `header_timeout` is shut
     without an answer, and a normal client is served as those slots free up."""
-    with LocalHub(tmp_path / "hub", token=TOKEN) as hub:
+    with LocalHub(tmp_path / "hub", token=token) as hub:
         server = hub.server
         assert server.max_connections == 32  # the default
         server.header_timeout, server.slot_wait = 0.25, 5.0  # (default 10 s and 2 s; short to keep the test fast)
@@ -54,7 +48,7 @@ def test_half_header_connections_hold_a_bounded_number_of_threads(tmp_path):
         time.sleep(0.15)
         assert server.active == 32 and threading.active_count() <= before + 32
         start = time.monotonic()
-        assert list(HfApi(endpoint=hub.endpoint, token=TOKEN).list_models()) == []
+        assert list(HfApi(endpoint=hub.endpoint, token=token).list_models()) == []
         assert time.monotonic() - start < 1.8  # four rounds of 0.25 s slow peers ahead of it, then its answer
         assert threading.active_count() <= before + 32
         for s in slow: assert _read_all(s) == b""  # each cut off, none answered
@@ -113,14 +107,14 @@ def test_a_body_of_unknown_length_is_refused_before_anything_else(hub, headers, 
     assert b"\r\nConnection: close\r\n" in answer and b"\r\nX-Request-Id: " in answer
 
 
-def test_a_bad_chunk_size_mid_body_is_400_and_commits_nothing(hub):
+def test_a_bad_chunk_size_mid_body_is_400_and_commits_nothing(hub, token):
     "Item 15. A chunk size line broken after good chunks: 400, the connection closes, nothing is committed."
     line = json.dumps({"key": "header", "value": {"summary": "s"}}).encode() + b"\n"
     head = (b"POST /api/models/team/g/commit/main HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer "
-            + TOKEN.encode() + b"\r\nContent-Type: application/x-ndjson\r\nTransfer-Encoding: chunked\r\n\r\n")
+            + token.encode() + b"\r\nContent-Type: application/x-ndjson\r\nTransfer-Encoding: chunked\r\n\r\n")
     answer = _read_all(_connect(hub, head + b"%x\r\n" % len(line) + line + b"\r\n0x10\r\n"))
     assert answer.startswith(b"HTTP/1.1 400 ") and b"bad chunk size b'0x10\\r\\n'" in answer
-    assert HfApi(endpoint=hub.endpoint, token=TOKEN).list_repo_files("team/g") == [".gitattributes"]
+    assert HfApi(endpoint=hub.endpoint, token=token).list_repo_files("team/g") == [".gitattributes"]
 
 
 def test_a_malformed_request_line_still_gets_a_request_id(hub):
@@ -129,10 +123,10 @@ def test_a_malformed_request_line_still_gets_a_request_id(hub):
     assert answer.startswith(b"HTTP/1.1 400 ") and b"\r\nX-Request-Id: " in answer
 
 
-def test_a_damaged_repo_record_names_itself_and_the_rest_is_served(hub, tmp_path, caplog):
+def test_a_damaged_repo_record_names_itself_and_the_rest_is_served(hub, tmp_path, caplog, token):
     """Item 14. Before, a truncated `repo.json` gave "internal error, see its log". Now the answer and the log name
     the repo and the damaged file, listings leave it out, and every other repo is served."""
-    api = HfApi(endpoint=hub.endpoint, token=TOKEN)
+    api = HfApi(endpoint=hub.endpoint, token=token)
     api.create_repo("team/ok")
     api.upload_file(path_or_fileobj=b"fine", path_in_repo="a.txt", repo_id="team/ok")
     record = hub.root / "repos" / "model" / "team" / "g" / "repo.json"
@@ -143,7 +137,7 @@ def test_a_damaged_repo_record_names_itself_and_the_rest_is_served(hub, tmp_path
     assert f"LocalHub cannot serve the model repo team/g: its file {record} is damaged (not valid JSON" in str(e.value)
     assert f"{record} is not valid JSON" in caplog.text and "model repo team/g" in caplog.text
     assert [m.id for m in api.list_models()] == ["team/ok"]
-    got = hf_hub_download("team/ok", "a.txt", endpoint=hub.endpoint, token=TOKEN, cache_dir=tmp_path / "c")
+    got = hf_hub_download("team/ok", "a.txt", endpoint=hub.endpoint, token=token, cache_dir=tmp_path / "c")
     assert open(got, "rb").read() == b"fine"
     head = api.model_info("team/ok").sha
     (hub.root / "repos" / "model" / "team" / "ok" / "commits" / f"{head}.json").write_text("{}")
@@ -168,12 +162,12 @@ def _answer(s, within: float) -> bytes:
     return out
 
 
-def test_a_body_trickled_below_the_minimum_rate_is_cut_at_its_whole_body_deadline(hub):
+def test_a_body_trickled_below_the_minimum_rate_is_cut_at_its_whole_body_deadline(hub, token):
     """Issue 38, item 7. Before, the 60 s timeout applied to each read, so a body trickled at a byte every few seconds
     held its slot for as long as it liked. Now a whole body has a deadline: `body_grace` seconds plus one second per
     `body_rate` bytes received; past it the answer is a 408 and the connection closes."""
     hub.server.body_grace, hub.server.body_rate = 1.0, 1000
-    s = _connect(hub, _post_head(hub, "/api/models/team/g/commit/main", 100_000, f"Authorization: Bearer {TOKEN}\r\n"
+    s = _connect(hub, _post_head(hub, "/api/models/team/g/commit/main", 100_000, f"Authorization: Bearer {token}\r\n"
                                  .encode()))
     start, answer = time.monotonic(), b""
     while time.monotonic() - start < 6 and not answer:
@@ -183,7 +177,7 @@ def test_a_body_trickled_below_the_minimum_rate_is_cut_at_its_whole_body_deadlin
     assert answer.startswith(b"HTTP/1.1 408 "), answer
     assert time.monotonic() - start < 3 and b"Connection: close" in answer
     s.close()
-    assert HfApi(endpoint=hub.endpoint, token=TOKEN).list_repo_files("team/g") == [".gitattributes"]
+    assert HfApi(endpoint=hub.endpoint, token=token).list_repo_files("team/g") == [".gitattributes"]
 
 
 def test_a_xorb_body_read_into_one_buffer_keeps_its_deadline_and_limits(hub, raw):
@@ -233,7 +227,7 @@ def test_a_refused_request_is_answered_and_closed_without_reading_its_body(hub, 
     s.close()
 
 
-def test_anonymous_requests_leave_the_reserved_slots_to_the_token(hub):
+def test_anonymous_requests_leave_the_reserved_slots_to_the_token(hub, token):
     """Issue 38, item 7. Before, anonymous clients holding every slot (slow bodies) starved everyone: the next client
     waited `slot_wait`, then got a 503. Now anonymous requests may hold at most `max_connections - reserved` slots;
     one past that is a 503 at once (its slot freed), so a client with the token is served."""
@@ -243,7 +237,7 @@ def test_anonymous_requests_leave_the_reserved_slots_to_the_token(hub):
     answers = [_answer(s, 2) for s in slow]
     assert sum(a.startswith(b"HTTP/1.1 503 ") for a in answers) == 2 and sum(a == b"" for a in answers) == 4, answers
     start = time.monotonic()
-    assert HfApi(endpoint=hub.endpoint, token=TOKEN).list_repo_files("team/g") == [".gitattributes"]
+    assert HfApi(endpoint=hub.endpoint, token=token).list_repo_files("team/g") == [".gitattributes"]
     assert time.monotonic() - start < 2
     for s in slow: s.close()
 
@@ -257,7 +251,7 @@ def test_cas_and_telemetry_requests_without_the_token_leave_the_reserved_slots(h
     server.max_connections, server.reserved, server.slot_wait, server.body_grace = 8, 3, 0.5, 60.0
     token = lambda auth: json.loads(raw("GET", f"{hub.endpoint}/api/models/team/g/xet-read-token/main",
                                         headers={"Authorization": f"Bearer {auth}"} if auth else {})[2])
-    anonymous, owner = token(None), token(TOKEN)  # team/g is public: anyone gets a read token
+    anonymous, owner = token(None), token(hub.token)  # team/g is public: anyone gets a read token
     cas, bearer = anonymous["casUrl"].removeprefix(hub.endpoint), f"Authorization: Bearer {anonymous['accessToken']}"
     heads = [_post_head(hub, "/v1/telemetry", 1000), _post_head(hub, f"{cas}/v1/telemetry", 1000),
              _post_head(hub, f"{cas}/v1/shards", 1000, f"{bearer}\r\n".encode())]
@@ -266,7 +260,7 @@ def test_cas_and_telemetry_requests_without_the_token_leave_the_reserved_slots(h
     answers = [_answer(s, 0.05) for s in slow]
     assert sum(a.startswith(b"HTTP/1.1 503 ") for a in answers) == 3 and sum(a == b"" for a in answers) == 5, answers
     start = time.monotonic()
-    assert HfApi(endpoint=hub.endpoint, token=TOKEN).list_repo_files("team/g") == [".gitattributes"]
+    assert HfApi(endpoint=hub.endpoint, token=hub.token).list_repo_files("team/g") == [".gitattributes"]
     status, _, body = raw("POST", f"{owner['casUrl']}/v1/telemetry", b"{}",
                           {"Authorization": f"Bearer {owner['accessToken']}", "Content-Type": "application/json"})
     assert status == 204, body  # hf_xet's telemetry with the owner's Xet token: the owner's, not anonymous

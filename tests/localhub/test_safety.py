@@ -22,7 +22,8 @@ from huggingface_hub.errors import HfHubHTTPError
 from adaptkit.localhub.http import MAX_JSON
 from adaptkit.localhub.server import LocalHub, read_token_file
 
-TOKEN = "hf_localhub_safety_token"
+# the `hub` fixture (tests/conftest.py) requires `token`, and holds the public repo team/g
+pytestmark = pytest.mark.hub(guarded=True, repos={"team/g": {}})
 
 
 def _request(hub, method, path, body=b"", headers=None):
@@ -57,23 +58,23 @@ def test_cross_site_writes_are_refused(tmp_path):
         assert HfApi(endpoint=hub.endpoint, token=False).repo_exists("team/x")
 
 
-def test_foreign_host_is_refused(tmp_path):
+def test_foreign_host_is_refused(tmp_path, token):
     "A DNS-rebinding page reaches the port under its own name: 421, even for public reads."
-    with LocalHub(tmp_path / "hub", token=TOKEN) as hub:
-        HfApi(endpoint=hub.endpoint, token=TOKEN).create_repo("team/secret", private=True)
-        auth = {"Authorization": f"Bearer {TOKEN}"}
+    with LocalHub(tmp_path / "hub", token=token) as hub:
+        HfApi(endpoint=hub.endpoint, token=token).create_repo("team/secret", private=True)
+        auth = {"Authorization": f"Bearer {token}"}
         for host in ["evil.example", f"evil.example:{hub.port}", f"127.0.0.1:{hub.port + 1}", "127.0.0.1.evil.example"]:
             status, _, body = _request(hub, "GET", "/api/models/team/secret", headers={**auth, "Host": host})
             assert status == 421 and "does not serve Host" in body["error"], host
         for host in [f"localhost:{hub.port}", f"127.0.0.1:{hub.port}", "localhost"]:
             assert _request(hub, "GET", "/api/models/team/secret", headers={**auth, "Host": host})[0] == 200, host
-    with LocalHub(tmp_path / "hub", token=TOKEN, allowed_hosts=["hub.internal"]) as hub:
+    with LocalHub(tmp_path / "hub", token=token, allowed_hosts=["hub.internal"]) as hub:
         assert (
             _request(
                 hub,
                 "GET",
                 "/api/models/team/secret",
-                headers={"Authorization": f"Bearer {TOKEN}", "Host": "hub.internal"},
+                headers={"Authorization": f"Bearer {token}", "Host": "hub.internal"},
             )[0]
             == 200
         )
@@ -111,7 +112,7 @@ def _pipe(a, b):
         except OSError: pass
 
 
-def test_a_hub_behind_a_port_forward_serves_the_host_port_it_is_given(tmp_path, monkeypatch, random_bytes):
+def test_a_hub_behind_a_port_forward_serves_the_host_port_it_is_given(tmp_path, monkeypatch, random_bytes, token):
     """Issue 47, item 4. Before, a request through a port forward (its Host names the forward's port) was a 421 that
     hid the port, and no `allowed_hosts` value helped. Now `allowed_hosts` takes `name:port`: the stock client pushes
     (through Xet: the CAS URL names the forward) and downloads through the forward, while other names and ports are
@@ -119,22 +120,22 @@ def test_a_hub_behind_a_port_forward_serves_the_host_port_it_is_given(tmp_path, 
     forward = _Forward()
     via = f"http://127.0.0.1:{forward.port}"
     try:
-        with LocalHub(tmp_path / "hub", token=TOKEN) as hub:
+        with LocalHub(tmp_path / "hub", token=token) as hub:
             forward.target = hub.port
-            with pytest.raises(HfHubHTTPError) as e: HfApi(endpoint=via, token=TOKEN).whoami()
+            with pytest.raises(HfHubHTTPError) as e: HfApi(endpoint=via, token=token).whoami()
             assert e.value.response.status_code == 421
             message = str(e.value)
             assert f"does not serve Host '127.0.0.1:{forward.port}'" in message and f"127.0.0.1:{hub.port}" in message
             assert f"allowed_hosts=['127.0.0.1:{forward.port}']" in message, message
-        with LocalHub(tmp_path / "hub", token=TOKEN, allowed_hosts=[f"127.0.0.1:{forward.port}"]) as hub:
-            forward.target, api, data = hub.port, HfApi(endpoint=via, token=TOKEN), random_bytes(300_000)
+        with LocalHub(tmp_path / "hub", token=token, allowed_hosts=[f"127.0.0.1:{forward.port}"]) as hub:
+            forward.target, api, data = hub.port, HfApi(endpoint=via, token=token), random_bytes(300_000)
             api.create_repo("team/fwd")
             api.upload_file(path_or_fileobj=data, path_in_repo="w.bin", repo_id="team/fwd")
             api.upload_file(path_or_fileobj=b"inline", path_in_repo="a.txt", repo_id="team/fwd")
-            got = hf_hub_download("team/fwd", "w.bin", endpoint=via, token=TOKEN, cache_dir=tmp_path / "c")
+            got = hf_hub_download("team/fwd", "w.bin", endpoint=via, token=token, cache_dir=tmp_path / "c")
             assert open(got, "rb").read() == data and api.get_paths_info("team/fwd", ["w.bin"])[0].xet_hash
             assert hub.counts["cas-xorb"] >= 1  # pushed through Xet, via the forward
-            assert HfApi(endpoint=hub.endpoint, token=TOKEN).list_repo_files("team/fwd") == [".gitattributes", "a.txt",
+            assert HfApi(endpoint=hub.endpoint, token=token).list_repo_files("team/fwd") == [".gitattributes", "a.txt",
                                                                                              "w.bin"]
             for host in [f"evil.example:{forward.port}", f"127.0.0.1:{forward.port + 1}", "127.0.0.1.evil.example"]:
                 status, _, body = _request(hub, "GET", "/api/models/team/fwd", headers={"Host": host})
@@ -167,10 +168,10 @@ def test_stalled_sockets_are_closed(tmp_path):
         assert HfApi(endpoint=hub.endpoint, token=False).list_models() is not None  # still serving
 
 
-def test_oversized_and_deep_json_refused(tmp_path):
-    with LocalHub(tmp_path / "hub", token=TOKEN) as hub:
-        HfApi(endpoint=hub.endpoint, token=TOKEN).create_repo("team/j")
-        auth = {**JSON, "Authorization": f"Bearer {TOKEN}"}
+def test_oversized_and_deep_json_refused(tmp_path, token):
+    with LocalHub(tmp_path / "hub", token=token) as hub:
+        HfApi(endpoint=hub.endpoint, token=token).create_repo("team/j")
+        auth = {**JSON, "Authorization": f"Bearer {token}"}
         big = b'{"files": [' + b" " * (MAX_JSON + 10) + b"]}"
         status, headers, body = _request(hub, "POST", "/api/models/team/j/preupload/main", big, auth)
         assert status == 413 and f"at most {MAX_JSON}" in body["error"]
@@ -184,10 +185,10 @@ def test_oversized_and_deep_json_refused(tmp_path):
         assert status == 400 and "not valid JSON" in body["error"]
 
 
-def test_malformed_bodies_name_the_field(tmp_path):
-    with LocalHub(tmp_path / "hub", token=TOKEN) as hub:
-        HfApi(endpoint=hub.endpoint, token=TOKEN).create_repo("team/m")
-        auth = {**JSON, "Authorization": f"Bearer {TOKEN}"}
+def test_malformed_bodies_name_the_field(tmp_path, token):
+    with LocalHub(tmp_path / "hub", token=token) as hub:
+        HfApi(endpoint=hub.endpoint, token=token).create_repo("team/m")
+        auth = {**JSON, "Authorization": f"Bearer {token}"}
         cases = [
             ("/api/repos/create", {"name": 3}, "field 'name' of the request body must be str, not int"),
             ("/api/repos/create", {"name": "x", "type": "car"}, "field 'type'"),
@@ -212,9 +213,9 @@ def test_malformed_bodies_name_the_field(tmp_path):
         ]
         ndjson = b"".join(json.dumps(x).encode() + b"\n" for x in lines)
         status, _, answer = _request(hub, "POST", "/api/models/team/m/commit/main", ndjson,
-                                     {"Content-Type": "application/x-ndjson", "Authorization": f"Bearer {TOKEN}"})
+                                     {"Content-Type": "application/x-ndjson", "Authorization": f"Bearer {token}"})
         assert status == 400 and "commit line 2" in answer["error"] and "field 'content'" in answer["error"]
-        assert HfApi(endpoint=hub.endpoint, token=TOKEN).list_repo_files("team/m") == [".gitattributes"]
+        assert HfApi(endpoint=hub.endpoint, token=token).list_repo_files("team/m") == [".gitattributes"]
         assert not list((hub.root / "blobs" / "tmp").iterdir())
 
 
@@ -227,10 +228,10 @@ def test_second_server_on_one_root_is_refused(tmp_path):
         assert HfApi(endpoint=again.endpoint, token=False).repo_exists("team/ok")
 
 
-def test_concurrent_pushes_are_commits_or_clean_refusals(tmp_path):
+def test_concurrent_pushes_are_commits_or_clean_refusals(tmp_path, token):
     "8 mirrors of different folders at once, each naming the head it listed: every commit's tree is one folder."
-    with LocalHub(tmp_path / "hub", token=TOKEN) as hub:
-        api = HfApi(endpoint=hub.endpoint, token=TOKEN)
+    with LocalHub(tmp_path / "hub", token=token) as hub:
+        api = HfApi(endpoint=hub.endpoint, token=token)
         api.create_repo("team/busy")
         folders = {
             i: {
@@ -266,10 +267,10 @@ def test_concurrent_pushes_are_commits_or_clean_refusals(tmp_path):
             assert set(api.list_repo_files("team/busy", revision=c.commit_id)) == {".gitattributes", *folders[i]}
 
 
-def test_full_disk_is_507_and_nothing_half_written(tmp_path, monkeypatch):
+def test_full_disk_is_507_and_nothing_half_written(tmp_path, monkeypatch, token):
     import adaptkit.localhub.storage as hubstore
-    with LocalHub(tmp_path / "hub", token=TOKEN) as hub:
-        api = HfApi(endpoint=hub.endpoint, token=TOKEN)
+    with LocalHub(tmp_path / "hub", token=token) as hub:
+        api = HfApi(endpoint=hub.endpoint, token=token)
         api.create_repo("team/full")
         before = (hub.root / "repos" / "model" / "team" / "full" / "repo.json").read_bytes()
         real_fsync = os.fsync
@@ -292,15 +293,15 @@ def _enospc(fd):
 
 
 def test_a_full_disk_stops_a_xet_push_at_once_and_the_log_names_the_store(tmp_path, monkeypatch, caplog,
-                                                                           random_bytes):
+                                                                           random_bytes, token):
     """Issue 49, item 6. Before, a Xet upload onto a full disk was a 507, which hf_xet retries (any 5xx) for about
     four minutes, then shows only "507 Insufficient Storage". Now the CAS answers a full disk 413, which hf_xet does
     not retry (a 4xx other than 408 and 429): the push stops at its first xorb, and LocalHub's log names the store
     that is full (hf_xet shows the user only the status and the URL)."""
     pytest.importorskip("hf_xet")
     import adaptkit.localhub.xet as hubxet
-    with LocalHub(tmp_path / "hub", token=TOKEN) as hub:
-        api = HfApi(endpoint=hub.endpoint, token=TOKEN)
+    with LocalHub(tmp_path / "hub", token=token) as hub:
+        api = HfApi(endpoint=hub.endpoint, token=token)
         api.create_repo("team/full")
         real_fsync, data = os.fsync, random_bytes(300_000)
         monkeypatch.setattr(hubxet.os, "fsync", _enospc)
@@ -318,14 +319,14 @@ def test_a_full_disk_stops_a_xet_push_at_once_and_the_log_names_the_store(tmp_pa
 
 
 def test_a_push_the_disk_cannot_hold_is_refused_before_any_upload_naming_the_disk(tmp_path, monkeypatch,
-                                                                                   random_bytes):
+                                                                                   random_bytes, token):
     """Issue 49, item 6. A push whose large files are bigger than the free space of the hub's disk is refused at its
     preupload with a 507 that the stock client shows as it is (it does not retry a 507 there): the disk, what is free
     and what the push brings, before a byte is uploaded. Inline files and files already stored at their path with
     their size are not counted."""
     import adaptkit.localhub.http as hubhttp
-    with LocalHub(tmp_path / "hub", token=TOKEN) as hub:
-        api = HfApi(endpoint=hub.endpoint, token=TOKEN)
+    with LocalHub(tmp_path / "hub", token=token) as hub:
+        api = HfApi(endpoint=hub.endpoint, token=token)
         api.create_repo("team/small")
         data = random_bytes(300_000)
         api.upload_file(path_or_fileobj=data, path_in_repo="kept.bin", repo_id="team/small")
@@ -344,11 +345,11 @@ def test_a_push_the_disk_cannot_hold_is_refused_before_any_upload_naming_the_dis
         assert api.list_repo_files("team/small") == [".gitattributes", "a.txt", "kept.bin"]
 
 
-def test_inline_upload_is_streamed_not_held(tmp_path):
+def test_inline_upload_is_streamed_not_held(tmp_path, token):
     "A 24 MiB inline file, sent in pieces: the server never holds the line (32 MiB of base64) in memory."
     data = os.urandom(24 << 20)
-    with LocalHub(tmp_path / "hub", token=TOKEN) as hub:
-        HfApi(endpoint=hub.endpoint, token=TOKEN).create_repo("team/big")
+    with LocalHub(tmp_path / "hub", token=token) as hub:
+        HfApi(endpoint=hub.endpoint, token=token).create_repo("team/big")
         b64 = base64.b64encode(data)
         head = (
             json.dumps({"key": "header", "value": {"summary": "big"}}).encode()
@@ -359,7 +360,7 @@ def test_inline_upload_is_streamed_not_held(tmp_path):
         tracemalloc.start()
         conn = http.client.HTTPConnection("127.0.0.1", hub.port, timeout=60)
         conn.request("POST", "/api/models/team/big/commit/main", body=iter(pieces), encode_chunked=True,
-                     headers={"Content-Type": "application/x-ndjson", "Authorization": f"Bearer {TOKEN}"})
+                     headers={"Content-Type": "application/x-ndjson", "Authorization": f"Bearer {token}"})
         r = conn.getresponse()
         answer = json.loads(r.read())
         peak = tracemalloc.get_traced_memory()[1]
@@ -369,26 +370,26 @@ def test_inline_upload_is_streamed_not_held(tmp_path):
         assert hub.server.store.blobs.read(hashlib.sha256(data).hexdigest(), len(data)) == data
 
 
-def test_token_from_file_and_environment(tmp_path):
+def test_token_from_file_and_environment(tmp_path, token):
     path = tmp_path / "token"
-    path.write_text(TOKEN + "\n")
+    path.write_text(token + "\n")
     path.chmod(0o600)
-    assert read_token_file(path) == TOKEN
+    assert read_token_file(path) == token
     (tmp_path / "empty").write_text("\n")
     with pytest.raises(ValueError, match="empty"): read_token_file(tmp_path / "empty")
     with LocalHub(tmp_path / "hub", token_file=path) as hub:
-        assert HfApi(endpoint=hub.endpoint, token=TOKEN).whoami()["name"] == "localhub"
+        assert HfApi(endpoint=hub.endpoint, token=token).whoami()["name"] == "localhub"
         with pytest.raises(HfHubHTTPError) as e: HfApi(endpoint=hub.endpoint, token=False).create_repo("team/x")
         assert e.value.response.status_code == 401
         assert _request(hub, "POST", "/api/validate-yaml", b'{"content": ""}', JSON)[0] == 200  # no token: as the Hub
     code = "import sys; from adaptkit.localhub import serve; serve(sys.argv[1], port=0)"
     proc = subprocess.Popen([sys.executable, "-c", code, str(tmp_path / "hub2")], stdout=subprocess.PIPE, text=True,
-                            env={**os.environ, "ADAPTKIT_HUB_TOKEN": TOKEN})
+                            env={**os.environ, "ADAPTKIT_HUB_TOKEN": token})
     try:
         line = proc.stdout.readline()
-        assert "token required to write" in line and TOKEN not in line
+        assert "token required to write" in line and token not in line
         endpoint = line.split(" at ")[1].split()[0]
-        assert HfApi(endpoint=endpoint, token=TOKEN).create_repo("team/env").repo_id == "team/env"
+        assert HfApi(endpoint=endpoint, token=token).create_repo("team/env").repo_id == "team/env"
         with pytest.raises(HfHubHTTPError) as e: HfApi(endpoint=endpoint, token="hf_wrong").create_repo("team/y")
         assert e.value.response.status_code == 401
     finally:
@@ -396,13 +397,6 @@ def test_token_from_file_and_environment(tmp_path):
 
 
 # --- LocalHub: token file, store, wire and HTTP checks ------------------------------------------------------------
-
-@pytest.fixture
-def hub(hub):
-    "The `hub` fixture (tests/conftest.py, guarded by `TOKEN`), holding the public repo team/g."
-    HfApi(endpoint=hub.endpoint, token=TOKEN).create_repo("team/g")
-    return hub
-
 
 def test_an_empty_token_file_is_named(tmp_path, caplog):
     for text in ["", "\n\n", "   \n"]:
@@ -425,7 +419,7 @@ def test_an_empty_token_file_is_named(tmp_path, caplog):
 def _raw(hub, method, path, body=b"", headers=None):
     "A raw request with the token: (status, JSON or bytes body)."
     conn = http.client.HTTPConnection("127.0.0.1", hub.port, timeout=30)
-    conn.request(method, path, body=body, headers={"Authorization": f"Bearer {TOKEN}",
+    conn.request(method, path, body=body, headers={"Authorization": f"Bearer {hub.token}",
                                                    "Content-Type": "application/json", **(headers or {})})
     r = conn.getresponse()
     data = r.read()
@@ -441,7 +435,7 @@ def _commit(hub, lines, rev="main", **query):
 
 
 def _files(hub):
-    return HfApi(endpoint=hub.endpoint, token=TOKEN).list_repo_files("team/g")
+    return HfApi(endpoint=hub.endpoint, token=hub.token).list_repo_files("team/g")
 
 
 @pytest.mark.parametrize("method, path, status, message", [
@@ -456,20 +450,20 @@ def test_unknown_routes_and_methods_are_named(hub, method, path, status, message
     assert (got, body["error"]) == (status, message)
 
 
-def test_a_bad_content_length_is_400(hub):
+def test_a_bad_content_length_is_400(hub, token):
     sock = socket.create_connection(("127.0.0.1", hub.port), timeout=10)
     sock.sendall(b"POST /api/repos/create HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-                 b"Authorization: Bearer " + TOKEN.encode() + b"\r\nContent-Length: ten\r\n\r\n{}")
+                 b"Authorization: Bearer " + token.encode() + b"\r\nContent-Length: ten\r\n\r\n{}")
     answer = sock.recv(65536).decode(errors="replace")
     sock.close()
     assert answer.startswith("HTTP/1.1 400") and "the request has a bad Content-Length header" in answer
 
 
-def test_a_bad_chunk_size_closes_the_connection_and_commits_nothing(hub):
+def test_a_bad_chunk_size_closes_the_connection_and_commits_nothing(hub, token):
     sock = socket.create_connection(("127.0.0.1", hub.port), timeout=10)
     sock.sendall(
         b"POST /api/models/team/g/commit/main HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer "
-        + TOKEN.encode()
+        + token.encode()
         + b"\r\nContent-Type: application/x-ndjson\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n"
     )
     answer = sock.recv(65536)
@@ -506,9 +500,9 @@ def test_commit_refuses_missing_branches_and_unknown_operations_and_a_pr_leaves_
     assert _commit(hub, [file_line])[0] == 200 and _files(hub) == [".gitattributes", "a.txt"]  # the control
 
 
-def test_commit_refuses_lfs_objects_that_are_missing_or_of_another_size(tmp_path):
-    with LocalHub(tmp_path / "hub", token=TOKEN, lfs=True) as hub:
-        HfApi(endpoint=hub.endpoint, token=TOKEN).create_repo("team/g")
+def test_commit_refuses_lfs_objects_that_are_missing_or_of_another_size(tmp_path, token):
+    with LocalHub(tmp_path / "hub", token=token, lfs=True) as hub:
+        HfApi(endpoint=hub.endpoint, token=token).create_repo("team/g")
         data = b"\0lfs\0" * 100
         oid = hashlib.sha256(data).hexdigest()
         line = {"key": "lfsFile", "value": {"path": "w.bin", "algo": "sha256", "oid": oid, "size": len(data)}}
@@ -547,14 +541,14 @@ def test_streamed_inline_content_that_is_cut_or_truncated_is_refused(hub):
 
 @pytest.mark.parametrize("name", ["refs/heads/x", "a.lock", "trailing/", "0123456789abcdef0123456789abcdef01234567",
                                   "two..dots", "sp ace"])
-def test_invalid_branch_names_are_refused(hub, name):
+def test_invalid_branch_names_are_refused(hub, name, token):
     with pytest.raises(HfHubHTTPError, match=re.escape("Invalid branch or tag name")) as e:
-        HfApi(endpoint=hub.endpoint, token=TOKEN).create_branch("team/g", branch=name)
+        HfApi(endpoint=hub.endpoint, token=token).create_branch("team/g", branch=name)
     assert e.value.response.status_code == 400
 
 
-def test_a_blob_missing_from_the_store_is_a_500_naming_it(hub, tmp_path):
-    api = HfApi(endpoint=hub.endpoint, token=TOKEN)
+def test_a_blob_missing_from_the_store_is_a_500_naming_it(hub, tmp_path, token):
+    api = HfApi(endpoint=hub.endpoint, token=token)
     api.upload_file(path_or_fileobj=b"kept", path_in_repo="k.txt", repo_id="team/g")
     sha = hashlib.sha256(b"kept").hexdigest()
     hub.server.store.blobs.path(sha).unlink()

@@ -13,8 +13,6 @@ import pytest
 from huggingface_hub import HfApi, snapshot_download
 from huggingface_hub.errors import HfHubHTTPError
 
-TOKEN = "hf_served_token_from_a_file"
-
 
 def _wait(proc: subprocess.Popen, timeout: float = 60) -> int:
     "The stopped server's exit code; one that does not stop in `timeout` s is killed (never left running), then fails."
@@ -52,9 +50,9 @@ def _start(root: Path, token_file: Path, *args, lfs="on") -> tuple[subprocess.Po
 
 
 @pytest.fixture
-def token_file(tmp_path):
+def token_file(tmp_path, token):
     path = tmp_path / "token"
-    path.write_text(TOKEN + "\n")
+    path.write_text(token + "\n")
     path.chmod(0o600)
     return path
 
@@ -67,27 +65,27 @@ def _is_listening(endpoint: str) -> bool:
 
 
 @pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM])
-def test_stock_client_round_trip_against_adaptkit_hub_serve(tmp_path, token_file, stop):
+def test_stock_client_round_trip_against_adaptkit_hub_serve(tmp_path, token_file, stop, token):
     folder = tmp_path / "art"
     (folder / "sub").mkdir(parents=True)
     files = {"config.json": b'{"model_type": "llama"}', "sub/notes.txt": b"nested\n", "w.bin": bytes(range(256)) * 64}
     for name, data in files.items(): (folder / name).write_bytes(data)
     proc, endpoint, lines = _start(tmp_path / "root", token_file)
     try:
-        assert TOKEN not in " ".join(proc.args)  # the token never sits on the command line
-        api = HfApi(endpoint=endpoint, token=TOKEN)
+        assert token not in " ".join(proc.args)  # the token never sits on the command line
+        api = HfApi(endpoint=endpoint, token=token)
         assert api.create_repo("me/served").repo_id == "me/served"
         commit = api.upload_folder(folder_path=folder, repo_id="me/served", commit_message="served").oid
         (info,) = api.get_paths_info("me/served", ["w.bin"])  # by default the Hub's rule: a binary is LFS, by Xet
         assert info.lfs.size == len(files["w.bin"]) and info.xet_hash is not None
-        got = Path(snapshot_download("me/served", endpoint=endpoint, token=TOKEN, cache_dir=tmp_path / "cache"))
+        got = Path(snapshot_download("me/served", endpoint=endpoint, token=token, cache_dir=tmp_path / "cache"))
         assert got.name == commit
         assert {p.relative_to(got).as_posix(): p.read_bytes() for p in got.rglob("*") if p.is_file()
                 and p.name != ".gitattributes"} == files
-        wrong = HfApi(endpoint=endpoint, token=TOKEN[:-1] + "X")
+        wrong = HfApi(endpoint=endpoint, token=token[:-1] + "X")
         with pytest.raises(HfHubHTTPError) as refused:
             wrong.create_repo("me/not-created")
-        assert refused.value.response.status_code == 401 and TOKEN[:-1] + "X" not in str(refused.value)
+        assert refused.value.response.status_code == 401 and token[:-1] + "X" not in str(refused.value)
         with pytest.raises(HfHubHTTPError) as refused:
             wrong.upload_file(path_or_fileobj=b"x", path_in_repo="x.txt", repo_id="me/served")
         assert refused.value.response.status_code == 401
@@ -101,7 +99,7 @@ def test_stock_client_round_trip_against_adaptkit_hub_serve(tmp_path, token_file
     # restarted on the same root, with --no_lfs: the repo is still there, and a new binary goes inline
     proc, endpoint, _ = _start(tmp_path / "root", token_file, "--no_lfs", lfs="off")
     try:
-        api = HfApi(endpoint=endpoint, token=TOKEN)
+        api = HfApi(endpoint=endpoint, token=token)
         assert api.model_info("me/served").sha == commit
         api.upload_file(path_or_fileobj=files["w.bin"][::-1], path_in_repo="inline.bin", repo_id="me/served")
         (info,) = api.get_paths_info("me/served", ["inline.bin"])
@@ -135,21 +133,21 @@ def _stop(proc: subprocess.Popen) -> str:
     return proc.stdout.read()
 
 
-def test_hub_serve_upstream_mirrors_then_offline_serves_what_it_kept(tmp_path, token_file):
+def test_hub_serve_upstream_mirrors_then_offline_serves_what_it_kept(tmp_path, token_file, token):
     from huggingface_hub import hf_hub_download
     from huggingface_hub.errors import RepositoryNotFoundError
 
     from adaptkit.localhub.server import LocalHub
     mirror_root, log = tmp_path / "mirror", tmp_path / "requests.log"
-    with LocalHub(tmp_path / "upstream", token=TOKEN) as up:  # the mirror reads the upstream's token from a file
-        api = HfApi(endpoint=up.endpoint, token=TOKEN)
+    with LocalHub(tmp_path / "upstream", token=token) as up:  # the mirror reads the upstream's token from a file
+        api = HfApi(endpoint=up.endpoint, token=token)
         api.create_repo("team/m", private=True)
         sha = api.upload_file(path_or_fileobj=b"hello", path_in_repo="a.txt", repo_id="team/m").oid
         proc, endpoint, start = _launch(["--root", str(mirror_root), "--upstream", up.endpoint, "--upstream_token_file",
                                          str(token_file), "--token_file", str(token_file), "--log", str(log)])
         try:
             assert f"to write); mirror of {up.endpoint} (branches and tags re-checked every 60 s)" in start
-            got = Path(hf_hub_download("team/m", "a.txt", endpoint=endpoint, token=TOKEN, cache_dir=tmp_path / "c1"))
+            got = Path(hf_hub_download("team/m", "a.txt", endpoint=endpoint, token=token, cache_dir=tmp_path / "c1"))
             assert got.read_bytes() == b"hello" and got.parent.name == sha
         finally:
             rest = _stop(proc)
@@ -157,10 +155,10 @@ def test_hub_serve_upstream_mirrors_then_offline_serves_what_it_kept(tmp_path, t
     proc, endpoint, start = _launch(["--root", str(mirror_root), "--offline", "--token_file", str(token_file)])
     try:
         assert "offline mirror: serves only what it holds" in start
-        got = Path(hf_hub_download("team/m", "a.txt", endpoint=endpoint, token=TOKEN, cache_dir=tmp_path / "c2"))
+        got = Path(hf_hub_download("team/m", "a.txt", endpoint=endpoint, token=token, cache_dir=tmp_path / "c2"))
         assert got.read_bytes() == b"hello" and got.parent.name == sha
         with pytest.raises(RepositoryNotFoundError, match="team/other is not mirrored here"):
-            HfApi(endpoint=endpoint, token=TOKEN).model_info("team/other")
+            HfApi(endpoint=endpoint, token=token).model_info("team/other")
     finally:
         _stop(proc)
 
@@ -186,17 +184,17 @@ def _http_source() -> str:
 
 
 @pytest.mark.skipif("request_log" not in _http_source(), reason="HubServer writes no request log yet (issue 26, 10)")
-def test_request_log_has_one_line_per_request_and_never_the_token(tmp_path, capfd):
+def test_request_log_has_one_line_per_request_and_never_the_token(tmp_path, capfd, token):
     from huggingface_hub.errors import RepositoryNotFoundError
 
     from adaptkit.localhub.server import LocalHub
     log = tmp_path / "requests.log"
-    with LocalHub(tmp_path / "hub", token=TOKEN, log=log) as hub:
-        api = HfApi(endpoint=hub.endpoint, token=TOKEN)
+    with LocalHub(tmp_path / "hub", token=token, log=log) as hub:
+        api = HfApi(endpoint=hub.endpoint, token=token)
         api.create_repo("me/logged")
         with pytest.raises(RepositoryNotFoundError): api.model_info("me/missing")
     lines = log.read_text().splitlines()
-    assert len(lines) == 2 and TOKEN not in log.read_text()
+    assert len(lines) == 2 and token not in log.read_text()
     assert all(w in lines[0] for w in ("POST", "/api/repos/create", "200"))
     assert all(w in lines[1] for w in ("GET", "/api/models/me/missing", "404"))
     with LocalHub(tmp_path / "hub", log="-") as hub: HfApi(endpoint=hub.endpoint).repo_exists("me/logged")

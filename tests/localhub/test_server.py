@@ -16,7 +16,7 @@ from huggingface_hub.errors import EntryNotFoundError, HfHubHTTPError, Repositor
 
 from adaptkit.localhub.server import LocalHub
 
-TOKEN = "hf_localhub_test_token_0123"
+pytestmark = pytest.mark.hub(guarded=True)  # the `hub` fixture (tests/conftest.py) requires `token`
 BIG = 12 << 20  # bytes in the big safetensors file: above the Hub's 10 MiB LFS threshold
 
 
@@ -40,27 +40,28 @@ def _files(root: Path) -> dict:
             if p.is_file() and ".cache" not in p.parts and p.name != ".gitattributes"}
 
 
-def _ndjson_commit(raw, hub, repo_id, lines, token=TOKEN):
+def _ndjson_commit(raw, hub, repo_id, lines, token=None):
+    "A raw NDJSON commit of `lines` to `repo_id`'s main, with `token` (default: the hub's)."
     body = b"".join(json.dumps(x).encode() + b"\n" for x in [{"key": "header", "value": {"summary": "raw"}}, *lines])
     return raw("POST", f"{hub.endpoint}/api/models/{repo_id}/commit/main", body,
-               {"Content-Type": "application/x-ndjson", "Authorization": f"Bearer {token}"})
+               {"Content-Type": "application/x-ndjson", "Authorization": f"Bearer {token or hub.token}"})
 
 
-def test_upload_folder_round_trip_default_client(hub, api, folder, tmp_path):
+def test_upload_folder_round_trip_default_client(hub, api, folder, tmp_path, token):
     "Xet on (the client's default), the hub's default (the Hub's LFS rule): the 12 MiB file goes through Xet."
     api.create_repo("team/art")
     commit = api.upload_folder(folder_path=folder, repo_id="team/art", commit_message="add art")
     assert hub.counts["lfs-batch"] == 0 and hub.counts["commit"] == 1 and hub.counts["cas-shard"] == 1
     assert api.model_info("team/art").sha == commit.oid
-    snap = snapshot_download("team/art", endpoint=hub.endpoint, token=TOKEN, cache_dir=tmp_path / "c1")
+    snap = snapshot_download("team/art", endpoint=hub.endpoint, token=token, cache_dir=tmp_path / "c1")
     assert _files(Path(snap)) == _files(folder)
     one = hf_hub_download(
-        "team/art", "model.safetensors", endpoint=hub.endpoint, token=TOKEN, cache_dir=tmp_path / "c2"
+        "team/art", "model.safetensors", endpoint=hub.endpoint, token=token, cache_dir=tmp_path / "c2"
     )
     assert Path(one).read_bytes() == (folder / "model.safetensors").read_bytes()
     data = (folder / "model.safetensors").read_bytes()
     sha = hashlib.sha256(data).hexdigest()  # an LFS file (stored with Xet): its etag is its sha256
-    meta = get_hf_file_metadata(hf_hub_url("team/art", "model.safetensors", endpoint=hub.endpoint), token=TOKEN)
+    meta = get_hf_file_metadata(hf_hub_url("team/art", "model.safetensors", endpoint=hub.endpoint), token=token)
     size = (folder / "model.safetensors").stat().st_size
     assert (meta.etag, meta.size, meta.commit_hash) == (sha, size, commit.oid) and meta.xet_file_data.file_hash
     assert size > BIG
@@ -70,20 +71,20 @@ def test_upload_folder_round_trip_default_client(hub, api, folder, tmp_path):
     assert card.license == "apache-2.0" and card.tags == ["adaptkit"]
 
 
-def test_upload_folder_round_trip_inline_hub(tmp_path, folder):
+def test_upload_folder_round_trip_inline_hub(tmp_path, folder, token):
     "lfs=False: preupload says 'regular', so even the 12 MiB file travels inline and is stored as a regular file."
-    with LocalHub(tmp_path / "hub", token=TOKEN, lfs=False) as hub:
-        api = HfApi(endpoint=hub.endpoint, token=TOKEN)
+    with LocalHub(tmp_path / "hub", token=token, lfs=False) as hub:
+        api = HfApi(endpoint=hub.endpoint, token=token)
         api.create_repo("team/art")
         commit = api.upload_folder(folder_path=folder, repo_id="team/art", commit_message="add art")
         assert hub.counts["lfs-batch"] == 0 and hub.counts["xet-token"] == 0 and hub.counts["commit"] == 1
         data = (folder / "model.safetensors").read_bytes()
         git_id = hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()  # sent inline: stored as a regular file
-        meta = get_hf_file_metadata(hf_hub_url("team/art", "model.safetensors", endpoint=hub.endpoint), token=TOKEN)
+        meta = get_hf_file_metadata(hf_hub_url("team/art", "model.safetensors", endpoint=hub.endpoint), token=token)
         assert (meta.etag, meta.size, meta.commit_hash, meta.xet_file_data) == (git_id, len(data), commit.oid, None)
         entry = {f.path: f for f in api.list_repo_tree("team/art", recursive=True)}
         assert entry["model.safetensors"].blob_id == git_id and entry["model.safetensors"].lfs is None
-        one = hf_hub_download("team/art", "model.safetensors", endpoint=hub.endpoint, token=TOKEN,
+        one = hf_hub_download("team/art", "model.safetensors", endpoint=hub.endpoint, token=token,
                               cache_dir=tmp_path / "c")
         assert Path(one).read_bytes() == data
 
@@ -126,12 +127,12 @@ def test_lfs_batch_path_with_xet_disabled(tmp_path, folder, monkeypatch):
         assert Path(got).read_bytes() == (folder / "model.safetensors").read_bytes()
 
 
-def test_lfs_protocol_raw(raw, tmp_path):
+def test_lfs_protocol_raw(raw, tmp_path, token):
     "The LFS batch/PUT/verify protocol by hand: chunked uploads, and every way an upload can be wrong."
     import http.client
-    with LocalHub(tmp_path / "hub", lfs=True, token=TOKEN) as hub:
-        HfApi(endpoint=hub.endpoint, token=TOKEN).create_repo("team/raw")
-        auth = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}
+    with LocalHub(tmp_path / "hub", lfs=True, token=token) as hub:
+        HfApi(endpoint=hub.endpoint, token=token).create_repo("team/raw")
+        auth = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
         data = b"\0lfs object\0" * 5000
         oid = hashlib.sha256(data).hexdigest()
         batch = lambda objects, h=auth: raw("POST", f"{hub.endpoint}/team/raw.git/info/lfs/objects/batch",
@@ -163,7 +164,7 @@ def test_lfs_protocol_raw(raw, tmp_path):
             [{"key": "lfsFile", "value": {"path": "o.bin", "algo": "sha256", "oid": oid, "size": len(data)}}],
         )
         assert status == 200, body
-        got = hf_hub_download("team/raw", "o.bin", endpoint=hub.endpoint, token=TOKEN, cache_dir=tmp_path / "c")
+        got = hf_hub_download("team/raw", "o.bin", endpoint=hub.endpoint, token=token, cache_dir=tmp_path / "c")
         assert Path(got).read_bytes() == data
 
 
@@ -190,7 +191,7 @@ def tiny_llama(tmp_path_factory):
     return d, model
 
 
-def test_transformers_and_peft_load_from_localhub(hub, api, tiny_llama, tmp_path, monkeypatch):
+def test_transformers_and_peft_load_from_localhub(hub, api, tiny_llama, tmp_path, monkeypatch, token):
     """transformers/peft take no endpoint argument: the test (only) points huggingface_hub's defaults at the hub, as
     HF_ENDPOINT would before import. Three values are fixed at import time: the endpoint, the file URL template and
     the module-level `HfApi` behind `huggingface_hub.file_exists` (which peft calls)."""
@@ -205,7 +206,7 @@ def test_transformers_and_peft_load_from_localhub(hub, api, tiny_llama, tmp_path
     d, ref = tiny_llama
     api.create_repo("team/tiny-llama", private=True)
     api.upload_folder(folder_path=d, repo_id="team/tiny-llama")
-    model = AutoModelForCausalLM.from_pretrained("team/tiny-llama", token=TOKEN, cache_dir=tmp_path / "c").eval()
+    model = AutoModelForCausalLM.from_pretrained("team/tiny-llama", token=token, cache_dir=tmp_path / "c").eval()
     ids = torch.tensor([[1, 5, 9, 20, 127]])
     with torch.no_grad(): assert torch.equal(model(ids).logits, ref(ids).logits)
 
@@ -215,7 +216,7 @@ def test_transformers_and_peft_load_from_localhub(hub, api, tiny_llama, tmp_path
     lora.save_pretrained(tmp_path / "adapter")
     api.create_repo("team/tiny-lora")
     api.upload_folder(folder_path=tmp_path / "adapter", repo_id="team/tiny-lora")
-    base = AutoModelForCausalLM.from_pretrained("team/tiny-llama", token=TOKEN, cache_dir=tmp_path / "c").eval()
+    base = AutoModelForCausalLM.from_pretrained("team/tiny-llama", token=token, cache_dir=tmp_path / "c").eval()
     pulled = PeftModel.from_pretrained(base, "team/tiny-lora", cache_dir=str(tmp_path / "c")).eval()
     with torch.no_grad():
         assert torch.allclose(pulled(ids).logits, lora(ids).logits) and not torch.allclose(
@@ -253,34 +254,34 @@ def test_private_repos_and_tokens(raw, hub, api, tmp_path):
     assert api.model_info("team/secret").private and api.whoami()["name"] == "localhub"
 
 
-def test_concurrent_snapshot_downloads(hub, api, folder, tmp_path):
+def test_concurrent_snapshot_downloads(hub, api, folder, tmp_path, token):
     api.create_repo("team/art")
     api.upload_folder(folder_path=folder, repo_id="team/art")
     with ThreadPoolExecutor(8) as pool:
-        snaps = list(pool.map(lambda i: snapshot_download("team/art", endpoint=hub.endpoint, token=TOKEN,
+        snaps = list(pool.map(lambda i: snapshot_download("team/art", endpoint=hub.endpoint, token=token,
                                                           cache_dir=tmp_path / f"c{i}"), range(8)))
     want = _files(folder)
     assert len(set(snaps)) == 8 and all(_files(Path(s)) == want for s in snaps)
 
 
-def test_restart_keeps_everything(tmp_path, folder):
-    with LocalHub(tmp_path / "hub", token=TOKEN) as first:
-        api = HfApi(endpoint=first.endpoint, token=TOKEN)
+def test_restart_keeps_everything(tmp_path, folder, token):
+    with LocalHub(tmp_path / "hub", token=token) as first:
+        api = HfApi(endpoint=first.endpoint, token=token)
         api.create_repo("team/art", private=True)
         c1 = api.upload_folder(folder_path=folder, repo_id="team/art").oid
         api.create_repo("team/data", repo_type="dataset")
-    with LocalHub(tmp_path / "hub", token=TOKEN) as second:
-        api = HfApi(endpoint=second.endpoint, token=TOKEN)
+    with LocalHub(tmp_path / "hub", token=token) as second:
+        api = HfApi(endpoint=second.endpoint, token=token)
         info = api.model_info("team/art")
         assert info.sha == c1 and info.private and api.dataset_info("team/data").id == "team/data"
-        snap = snapshot_download("team/art", endpoint=second.endpoint, token=TOKEN, cache_dir=tmp_path / "c")
+        snap = snapshot_download("team/art", endpoint=second.endpoint, token=token, cache_dir=tmp_path / "c")
         assert _files(Path(snap)) == _files(folder)
         c2 = api.upload_file(path_or_fileobj=b"more", path_in_repo="more.txt", repo_id="team/art").oid
         assert [c.commit_id for c in api.list_repo_commits("team/art")][:2] == [c2, c1]
         assert api.list_repo_files("team/art", revision=c1) == sorted([".gitattributes", *_files(folder)])
 
 
-def test_corrupted_blob_is_not_served(raw, hub, api, tmp_path):
+def test_corrupted_blob_is_not_served(raw, hub, api, tmp_path, token):
     "A text file, so inline and stored as a blob (a binary one would be stored with Xet)."
     api.create_repo("team/c")
     data = b"precious bytes " * 1000
@@ -290,11 +291,11 @@ def test_corrupted_blob_is_not_served(raw, hub, api, tmp_path):
     damaged[10] ^= 0xFF
     blob.write_bytes(bytes(damaged))
     with pytest.raises(HfHubHTTPError, match="corrupted") as e:
-        hf_hub_download("team/c", "p.txt", endpoint=hub.endpoint, token=TOKEN, cache_dir=tmp_path / "c")
+        hf_hub_download("team/c", "p.txt", endpoint=hub.endpoint, token=token, cache_dir=tmp_path / "c")
     assert e.value.response.status_code == 500
     assert not [p for p in (tmp_path / "c").rglob("p.txt")]  # nothing half-downloaded left in the cache
     status, _, body = raw(
-        "GET", hf_hub_url("team/c", "p.txt", endpoint=hub.endpoint), headers={"Authorization": f"Bearer {TOKEN}"}
+        "GET", hf_hub_url("team/c", "p.txt", endpoint=hub.endpoint), headers={"Authorization": f"Bearer {token}"}
     )
     assert status == 500 and b"precious" not in body
     # repair: delete the file and upload the same bytes again
@@ -302,13 +303,13 @@ def test_corrupted_blob_is_not_served(raw, hub, api, tmp_path):
     api.upload_file(path_or_fileobj=data, path_in_repo="p.txt", repo_id="team/c")
     assert (
         Path(
-            hf_hub_download("team/c", "p.txt", endpoint=hub.endpoint, token=TOKEN, cache_dir=tmp_path / "c2")
+            hf_hub_download("team/c", "p.txt", endpoint=hub.endpoint, token=token, cache_dir=tmp_path / "c2")
         ).read_bytes()
         == data
     )
 
 
-def test_traversal_and_malformed_ids_are_refused(raw, hub, api, tmp_path):
+def test_traversal_and_malformed_ids_are_refused(raw, hub, api, tmp_path, token):
     api.create_repo("team/t")
     content = base64.b64encode(b"pwned").decode()
     for path, want in [("../x", 422), ("/etc/passwd", 400), ("a/../../x", 422), ("a\\..\\x", 422), ("./a", 400),
@@ -321,7 +322,7 @@ def test_traversal_and_malformed_ids_are_refused(raw, hub, api, tmp_path):
     assert status == 422
     pre = json.dumps({"files": [{"path": "../x", "sample": "", "size": 1}]}).encode()
     assert raw("POST", f"{hub.endpoint}/api/models/team/t/preupload/main", pre,
-               {"Content-Type": "application/json", "Authorization": f"Bearer {TOKEN}"})[0] == 422
+               {"Content-Type": "application/json", "Authorization": f"Bearer {token}"})[0] == 422
     assert raw("GET", f"{hub.endpoint}/team/t/resolve/main/%2E%2E/%2E%2E/etc/passwd")[0] == 422
     assert (
         api.list_repo_files("team/t") == [".gitattributes"]
@@ -332,7 +333,7 @@ def test_traversal_and_malformed_ids_are_refused(raw, hub, api, tmp_path):
                       ("api", "x"), ("team", "x" * 97), ("team", "x.git"), ("tëam", "x")]:
         body = json.dumps({"name": name, "organization": org, "type": "model"}).encode()
         status, _, _ = raw("POST", f"{hub.endpoint}/api/repos/create", body,
-                           {"Content-Type": "application/json", "Authorization": f"Bearer {TOKEN}"})
+                           {"Content-Type": "application/json", "Authorization": f"Bearer {token}"})
         assert status == 400, (org, name, status)
     assert raw("GET", f"{hub.endpoint}/api/models/team/bad..x")[0] == 400
     assert raw("GET", f"{hub.endpoint}/api/models/%2E%2E/repos")[0] == 400
@@ -355,7 +356,7 @@ def test_delete_file_and_folder_commits(hub, api, folder):
         "Upload folder using huggingface_hub", "initial commit"]
 
 
-def test_repo_delete_create_conflict_and_datasets(hub, api, tmp_path):
+def test_repo_delete_create_conflict_and_datasets(hub, api, tmp_path, token):
     url = api.create_repo("team/ds", repo_type="dataset")
     assert url.repo_type == "dataset" and url.repo_id == "team/ds"
     with pytest.raises(HfHubHTTPError) as e: api.create_repo("team/ds", repo_type="dataset")
@@ -372,7 +373,7 @@ def test_repo_delete_create_conflict_and_datasets(hub, api, tmp_path):
     info = api.dataset_info("team/ds")
     assert info.card_data.pretty_name == "Tiny Q&A" and info.card_data.license == "mit"
     snap = snapshot_download(
-        "team/ds", repo_type="dataset", endpoint=hub.endpoint, token=TOKEN, cache_dir=tmp_path / "c"
+        "team/ds", repo_type="dataset", endpoint=hub.endpoint, token=token, cache_dir=tmp_path / "c"
     )
     assert (Path(snap) / "data" / "train.jsonl").read_bytes() == b'{"q": "2+2", "a": "4"}\n'
     with pytest.raises(RepositoryNotFoundError): api.model_info("team/ds")  # a dataset is not a model

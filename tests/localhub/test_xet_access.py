@@ -15,7 +15,7 @@ from adaptkit.localhub import http as localhub_http
 
 pytest.importorskip("hf_xet")
 
-TOKEN = "hf_localhub_access_token"
+pytestmark = pytest.mark.hub(guarded=True)  # the `hub` fixture (tests/conftest.py) requires `token`
 
 
 def _read_token(raw, hub, repo, auth=None) -> dict:
@@ -55,7 +55,7 @@ def public(random_bytes, api):
     return hash_file(data).xet_hash
 
 
-def test_a_read_token_stops_reading_a_repo_made_private_or_gated(raw, hub, api, public):
+def test_a_read_token_stops_reading_a_repo_made_private_or_gated(raw, hub, api, public, token):
     anon = _read_token(raw, hub, "me/r")  # a public repo: anyone may read it, with no token
     status, body = _plan(raw, anon, public)
     assert status == 200, body
@@ -68,7 +68,7 @@ def test_a_read_token_stops_reading_a_repo_made_private_or_gated(raw, hub, api, 
         status, body = _fetch(raw, *f)
         assert status == 403 and b"now private" in body, body
     assert raw("GET", f"{hub.endpoint}/api/models/me/r/xet-read-token/main")[0] == 404  # no new anonymous token
-    owner = _read_token(raw, hub, "me/r", TOKEN)  # with the hub's token: it reads, and so do its fetch URLs
+    owner = _read_token(raw, hub, "me/r", token)  # with the hub's token: it reads, and so do its fetch URLs
     status, body = _plan(raw, owner, public)
     assert status == 200 and all(_fetch(raw, *f)[0] == 206 for f in _fetches(body))
     api.update_repo_settings("me/r", private=False, gated="auto")
@@ -117,27 +117,27 @@ def test_a_signed_fetch_url_expires(raw, hub, api, public, monkeypatch):
     assert _plan(raw, _read_token(raw, hub, "me/r"), public)[0] == 200  # a new reconstruction lists new URLs
 
 
-def test_xet_tokens_outlive_a_restart_on_the_same_root(random_bytes, raw, tmp_path):
+def test_xet_tokens_outlive_a_restart_on_the_same_root(random_bytes, raw, tmp_path, token):
     "A client that used Xet before a restart keeps working after it, in the same process, with the tokens it holds."
     root, data = tmp_path / "hub", random_bytes(400_000, 3)
-    with LocalHub(root, token=TOKEN) as hub:
-        api, port = HfApi(endpoint=hub.endpoint, token=TOKEN), hub.port
+    with LocalHub(root, token=token) as hub:
+        api, port = HfApi(endpoint=hub.endpoint, token=token), hub.port
         api.create_repo("me/r")
         api.upload_file(path_or_fileobj=data, path_in_repo="w.bin", repo_id="me/r")
-        got = hf_hub_download("me/r", "w.bin", endpoint=hub.endpoint, token=TOKEN, cache_dir=tmp_path / "c1")
+        got = hf_hub_download("me/r", "w.bin", endpoint=hub.endpoint, token=token, cache_dir=tmp_path / "c1")
         assert Path(got).read_bytes() == data
-        token = _read_token(raw, hub, "me/r", TOKEN)
-        status, body = _plan(raw, token, hash_file(data).xet_hash)
+        xet_token = _read_token(raw, hub, "me/r", token)
+        status, body = _plan(raw, xet_token, hash_file(data).xet_hash)
         fetches = _fetches(body)
     key = root / SIGNING_KEY_FILE
     before = key.read_bytes()
     assert stat.S_IMODE(key.stat().st_mode) == 0o600 and len(before) == 32  # its owner's only
-    with LocalHub(root, token=TOKEN, port=port) as hub:  # the same root and port
-        got = hf_hub_download("me/r", "w.bin", endpoint=hub.endpoint, token=TOKEN, cache_dir=tmp_path / "c2")
+    with LocalHub(root, token=token, port=port) as hub:  # the same root and port
+        got = hf_hub_download("me/r", "w.bin", endpoint=hub.endpoint, token=token, cache_dir=tmp_path / "c2")
         assert Path(got).read_bytes() == data
-        assert _plan(raw, token, hash_file(data).xet_hash)[0] == 200
+        assert _plan(raw, xet_token, hash_file(data).xet_hash)[0] == 200
         assert all(_fetch(raw, *f)[0] == 206 for f in fetches)
     assert key.read_bytes() == before  # kept, not made anew
     with LocalHub(root, token="hf_another_token", port=port) as hub:  # another hub token: what the old one let in, no
-        assert _plan(raw, token, hash_file(data).xet_hash)[0] == 401
+        assert _plan(raw, xet_token, hash_file(data).xet_hash)[0] == 401
         assert all(_fetch(raw, *f)[0] == 403 for f in fetches)

@@ -34,8 +34,8 @@ from adaptkit.localhub.xet import (
 )
 
 hf_xet = pytest.importorskip("hf_xet")
+pytestmark = pytest.mark.hub(guarded=True, log=True)  # the `hub` fixture (tests/conftest.py): requires `token`, logs
 
-TOKEN = "hf_localhub_gc_token"
 DAY = 24 * 3600
 KINDS = ("xorbs", "files", "sha256", "dedup")
 
@@ -47,14 +47,6 @@ def xet_client():
     yield
     _xet.abort_xet_session()
 
-
-@pytest.fixture
-def xhub(tmp_path):
-    "A LocalHub with a token in its default mode (Xet for the stock client), logging requests to `xhub.log_path`."
-    log = tmp_path / "requests.log"
-    with LocalHub(tmp_path / "hub", token=TOKEN, log=log) as hub:
-        hub.log_path = log
-        yield hub
 
 
 def _random(n, seed) -> bytes: return np.random.default_rng(seed).integers(0, 256, n, dtype=np.uint8).tobytes()
@@ -111,46 +103,46 @@ def _freed_bytes(root: Path, files, xorbs) -> int:
 def _get(hub, repo_id, name, tmp_path, revision=None) -> bytes:
     "A file's bytes downloaded by the stock client (Xet on), into a cache folder of its own."
     cache = tmp_path / f"dl-{time.monotonic_ns()}"
-    return Path(hf_hub_download(repo_id, name, revision=revision, endpoint=hub.endpoint, token=TOKEN,
+    return Path(hf_hub_download(repo_id, name, revision=revision, endpoint=hub.endpoint, token=hub.token,
                                 cache_dir=cache)).read_bytes()
 
 
 # --- nothing is reclaimed at once ------------------------------------------------------------------------------------
 
-def test_deleting_a_repo_a_branch_or_a_pull_request_reclaims_no_xet_object(xhub):
-    api = HfApi(endpoint=xhub.endpoint, token=TOKEN)
+def test_deleting_a_repo_a_branch_or_a_pull_request_reclaims_no_xet_object(hub, token):
+    api = HfApi(endpoint=hub.endpoint, token=token)
     api.create_repo("team/a")
     api.create_branch("team/a", branch="dev")
     api.upload_file(path_or_fileobj=_random(300_000, 1), path_in_repo="dev.bin", repo_id="team/a", revision="dev")
     pr = api.upload_file(path_or_fileobj=_random(300_000, 2), path_in_repo="pr.bin", repo_id="team/a", create_pr=True)
     api.upload_file(path_or_fileobj=_random(300_000, 3), path_in_repo="main.bin", repo_id="team/a")
-    held = _objects(xhub.root)
+    held = _objects(hub.root)
     assert len(held["files"]) == 3 and len(held["xorbs"]) == 3
     api.delete_branch("team/a", branch="dev")
     api.change_discussion_status("team/a", pr.pr_num, "closed")
-    assert _objects(xhub.root) == held
+    assert _objects(hub.root) == held
     api.delete_repo("team/a")
-    assert _objects(xhub.root) == held  # nothing: the client may still build on every one of them
+    assert _objects(hub.root) == held  # nothing: the client may still build on every one of them
 
 
-def test_the_same_bytes_pushed_again_after_their_repo_was_deleted(xhub, tmp_path):
+def test_the_same_bytes_pushed_again_after_their_repo_was_deleted(hub, tmp_path, token):
     "hf_xet answers its own dedup from the shards it cached: the second push sends a shard naming the stored xorbs."
-    api = HfApi(endpoint=xhub.endpoint, token=TOKEN)
+    api = HfApi(endpoint=hub.endpoint, token=token)
     data = _random(2_000_000, 4)
     api.create_repo("team/a")
     api.upload_file(path_or_fileobj=data, path_in_repo="w.bin", repo_id="team/a")
-    xorbs, shards = _posts(xhub, "/v1/xorbs/"), _posts(xhub, "/v1/shards")
+    xorbs, shards = _posts(hub, "/v1/xorbs/"), _posts(hub, "/v1/shards")
     api.delete_repo("team/a")
     for repo in ("team/b", "team/a"):  # another repo, and the deleted name reused
         api.create_repo(repo)
         api.upload_file(path_or_fileobj=data, path_in_repo="w.bin", repo_id=repo)
-        assert _get(xhub, repo, "w.bin", tmp_path) == data
-    assert _posts(xhub, "/v1/xorbs/") == xorbs and _posts(xhub, "/v1/shards") == shards + 2  # shards only
+        assert _get(hub, repo, "w.bin", tmp_path) == data
+    assert _posts(hub, "/v1/xorbs/") == xorbs and _posts(hub, "/v1/shards") == shards + 2  # shards only
 
 
-def test_bytes_pre_uploaded_for_one_repo_survive_the_deletion_of_another_holding_them(xhub, tmp_path):
+def test_bytes_pre_uploaded_for_one_repo_survive_the_deletion_of_another_holding_them(hub, tmp_path, token):
     "Repo B's upload is accepted (its shard names the xorbs repo A's file uses), then A is deleted, then B commits."
-    api = HfApi(endpoint=xhub.endpoint, token=TOKEN)
+    api = HfApi(endpoint=hub.endpoint, token=token)
     data = _random(1_000_000, 5)
     api.create_repo("team/a")
     api.upload_file(path_or_fileobj=data, path_in_repo="w.bin", repo_id="team/a")
@@ -159,13 +151,13 @@ def test_bytes_pre_uploaded_for_one_repo_survive_the_deletion_of_another_holding
     api.preupload_lfs_files("team/b", additions=[op])
     api.delete_repo("team/a")
     api.create_commit("team/b", operations=[op], commit_message="the pre-uploaded file")
-    assert _get(xhub, "team/b", "w.bin", tmp_path) == data
+    assert _get(hub, "team/b", "w.bin", tmp_path) == data
 
 
 # --- gc: what it frees, and what it never frees --------------------------------------------------------------------
 
-def test_gc_frees_exactly_what_no_commit_names_and_nothing_used_within_the_retention(xhub, tmp_path):
-    api = HfApi(endpoint=xhub.endpoint, token=TOKEN)
+def test_gc_frees_exactly_what_no_commit_names_and_nothing_used_within_the_retention(hub, tmp_path, token):
+    api = HfApi(endpoint=hub.endpoint, token=token)
     shared, other = _random(1_000_000, 6), _random(400_000, 8)
     own = shared[:700_000] + _random(300_000, 7)  # the client dedups its first 700 KB against `shared`'s xorb
     api.create_repo("team/keep")
@@ -180,60 +172,60 @@ def test_gc_frees_exactly_what_no_commit_names_and_nothing_used_within_the_reten
     for name, data in (("shared.bin", shared), ("own.bin", own), ("other.bin", other)):
         api.upload_file(path_or_fileobj=data, path_in_repo=name, repo_id="team/gone")
     api.delete_repo("team/gone")
-    records = _records(xhub.root)
+    records = _records(hub.root)
     own_hash, other_hash = hash_file(own).xet_hash, hash_file(other).xet_hash
     assert records[hash_file(shared).xet_hash][1] & records[own_hash][1]  # a xorb both use: `shared` keeps it
-    _age(xhub.root, 23)
-    assert xhub.gc(older_than="24d") == {"files": 0, "xorbs": 0, "bytes": 0}  # all used within 24 days
+    _age(hub.root, 23)
+    assert hub.gc(older_than="24d") == {"files": 0, "xorbs": 0, "bytes": 0}  # all used within 24 days
     # `other` pre-uploaded again for team/keep, not committed yet: its known record and xorbs are in use again
-    sent = _posts(xhub, "/v1/xorbs/")
+    sent = _posts(hub, "/v1/xorbs/")
     again = CommitOperationAdd(path_in_repo="other.bin", path_or_fileobj=other)
     api.preupload_lfs_files("team/keep", additions=[again])
-    assert _posts(xhub, "/v1/xorbs/") == sent  # from the client's cache: a shard naming what is stored
-    before = _objects(xhub.root)
+    assert _posts(hub, "/v1/xorbs/") == sent  # from the client's cache: a shard naming what is stored
+    before = _objects(hub.root)
     used_by_rest = set().union(*(x for h, (_, x) in records.items() if h != own_hash))
     xorbs = records[own_hash][1] - used_by_rest
     assert len(xorbs) == 1
-    expected = {"files": 1, "xorbs": 1, "bytes": _freed_bytes(xhub.root, [own_hash], xorbs)}
-    assert xhub.gc() == expected  # the default retention: XET_RETENTION seconds
-    after = _objects(xhub.root)
+    expected = {"files": 1, "xorbs": 1, "bytes": _freed_bytes(hub.root, [own_hash], xorbs)}
+    assert hub.gc() == expected  # the default retention: XET_RETENTION seconds
+    after = _objects(hub.root)
     assert after["files"] == sorted(set(before["files"]) - {f"{own_hash}.json"})
     assert after["xorbs"] == sorted(set(before["xorbs"]) - xorbs)
     assert after["sha256"] == sorted(set(before["sha256"]) - {_sha(own)})
     assert set(after["dedup"]) <= set(before["dedup"])  # less any index entry of the freed xorb
-    assert all((xhub.root / "xet" / "dedup" / c[:2] / c).read_text() not in xorbs for c in after["dedup"])
-    assert other_hash in _consistent(xhub.root, named=[h for h in records if h not in (own_hash, other_hash)])
-    assert xhub.gc() == {"files": 0, "xorbs": 0, "bytes": 0}
+    assert all((hub.root / "xet" / "dedup" / c[:2] / c).read_text() not in xorbs for c in after["dedup"])
+    assert other_hash in _consistent(hub.root, named=[h for h in records if h not in (own_hash, other_hash)])
+    assert hub.gc() == {"files": 0, "xorbs": 0, "bytes": 0}
     api.create_commit("team/keep", operations=[again], commit_message="pre-uploaded 23 days after its first push")
     for name, rev, data in (("shared.bin", None, shared), ("dev.bin", dev.oid, _random(300_000, 9)),
                             ("pr.bin", pr.pr_revision, _random(300_000, 10)), ("other.bin", None, other)):
-        assert _get(xhub, "team/keep", name, tmp_path, revision=rev) == data, name
+        assert _get(hub, "team/keep", name, tmp_path, revision=rev) == data, name
 
 
-def test_a_global_dedup_answer_renews_the_xorb_it_names(xhub, tmp_path, monkeypatch):
+def test_a_global_dedup_answer_renews_the_xorb_it_names(hub, tmp_path, monkeypatch, token):
     "A gc between a client's dedup query and its shard keeps the xorb the answer named, though nothing else uses it."
-    api = HfApi(endpoint=xhub.endpoint, token=TOKEN)
+    api = HfApi(endpoint=hub.endpoint, token=token)
     first = _random(3_000_000, 11)
     api.create_repo("team/a")
     api.upload_file(path_or_fileobj=first, path_in_repo="w.bin", repo_id="team/a")
     api.delete_repo("team/a")
-    _age(xhub.root, 23)
-    [old] = _objects(xhub.root)["xorbs"]
+    _age(hub.root, 23)
+    [old] = _objects(hub.root)["xorbs"]
     monkeypatch.setenv("HF_XET_CACHE", str(tmp_path / "second-client"))  # no shard of `first` cached: it asks
     _xet.abort_xet_session()
-    store, collected = xhub.server.store.xet, []
+    store, collected = hub.server.store.xet, []
     put_shard = store.put_shard
     def gc_first(data, *args, **kwargs):
-        collected.append(xhub.gc())
+        collected.append(hub.gc())
         return put_shard(data, *args, **kwargs)
     monkeypatch.setattr(store, "put_shard", gc_first)
     second = first[:1_500_000] + bytes(100_000) + first[1_600_000:]
     api.create_repo("team/b")
     api.upload_file(path_or_fileobj=second, path_in_repo="w.bin", repo_id="team/b")
-    queries = [line for line in xhub.log_path.read_text().splitlines() if "/v1/chunks/" in line]
+    queries = [line for line in hub.log_path.read_text().splitlines() if "/v1/chunks/" in line]
     assert any(" 200 " in q for q in queries)  # a dedup answer named `first`'s xorb
     assert collected[0]["files"] == 1 and collected[0]["xorbs"] == 0  # `first`'s record went; its xorb was asked for
-    assert old in _objects(xhub.root)["xorbs"] and _get(xhub, "team/b", "w.bin", tmp_path) == second
+    assert old in _objects(hub.root)["xorbs"] and _get(hub, "team/b", "w.bin", tmp_path) == second
 
 
 def test_the_store_frees_no_xorb_a_live_file_names_and_renews_a_xorb_it_answers_a_dedup_query_with(tmp_path):
@@ -262,16 +254,16 @@ def test_the_store_frees_no_xorb_a_live_file_names_and_renews_a_xorb_it_answers_
     assert e.value.status == 404
 
 
-def test_a_shard_naming_a_reclaimed_xorb_is_refused_naming_it_and_the_stale_cache(xhub, tmp_path, monkeypatch):
+def test_a_shard_naming_a_reclaimed_xorb_is_refused_naming_it_and_the_stale_cache(hub, tmp_path, monkeypatch, token):
     "After a gc the client's cache still answers its dedup: the 400 says which xorb, why, and what to clear."
-    api = HfApi(endpoint=xhub.endpoint, token=TOKEN)
+    api = HfApi(endpoint=hub.endpoint, token=token)
     data = _random(600_000, 15)
     api.create_repo("team/a")
     api.upload_file(path_or_fileobj=data, path_in_repo="w.bin", repo_id="team/a")
-    [xorb] = _objects(xhub.root)["xorbs"]
+    [xorb] = _objects(hub.root)["xorbs"]
     api.delete_repo("team/a")
-    assert xhub.gc(older_than=0)["xorbs"] == 1
-    store, refused = xhub.server.store.xet, []
+    assert hub.gc(older_than=0)["xorbs"] == 1
+    store, refused = hub.server.store.xet, []
     put_shard = store.put_shard
     def recorded(data, *args, **kwargs):
         try: return put_shard(data, *args, **kwargs)
@@ -289,7 +281,7 @@ def test_a_shard_naming_a_reclaimed_xorb_is_refused_naming_it_and_the_stale_cach
     _xet.abort_xet_session()  # what the message says: a new process, its cache cleared
     shutil.rmtree(tmp_path / "xet-cache")
     api.upload_file(path_or_fileobj=data, path_in_repo="w.bin", repo_id="team/b")
-    assert _get(xhub, "team/b", "w.bin", tmp_path) == data
+    assert _get(hub, "team/b", "w.bin", tmp_path) == data
 
 
 # --- gc cut short: a kill -9 at any point leaves a consistent store, and the next gc finishes --------------------
@@ -374,12 +366,12 @@ print(LocalHub(sys.argv[1]).gc(), flush=True)
 """
 
 
-def test_kill_9_during_gc_leaves_a_consistent_store_that_a_later_gc_finishes(tmp_path):
+def test_kill_9_during_gc_leaves_a_consistent_store_that_a_later_gc_finishes(tmp_path, token):
     root = tmp_path / "hub"
     shared, other = _random(1_000_000, 19), _random(400_000, 20)
     own = shared[:600_000] + _random(400_000, 21)
-    with LocalHub(root, token=TOKEN) as hub:
-        api = HfApi(endpoint=hub.endpoint, token=TOKEN)
+    with LocalHub(root, token=token) as hub:
+        api = HfApi(endpoint=hub.endpoint, token=token)
         api.create_repo("team/keep")
         api.upload_file(path_or_fileobj=shared, path_in_repo="shared.bin", repo_id="team/keep")
         api.create_repo("team/gone")
@@ -403,7 +395,7 @@ def test_kill_9_during_gc_leaves_a_consistent_store_that_a_later_gc_finishes(tmp
         if proc.poll() is None: proc.kill()
     cut = _objects(root)
     assert cut != before and _consistent(root, named=named)
-    with LocalHub(root, token=TOKEN) as hub:  # the dead process's lock is gone with it
+    with LocalHub(root, token=token) as hub:  # the dead process's lock is gone with it
         assert _get(hub, "team/keep", "shared.bin", tmp_path) == shared
         freed = hub.gc()
         assert freed["files"] + freed["xorbs"] > 0 and hub.gc() == {"files": 0, "xorbs": 0, "bytes": 0}
@@ -417,11 +409,11 @@ def test_kill_9_during_gc_leaves_a_consistent_store_that_a_later_gc_finishes(tmp
 def _last_json(capsys) -> dict: return json.loads(capsys.readouterr().out.strip().splitlines()[-1])
 
 
-def test_hub_gc_on_the_command_line(tmp_path, capsys):
+def test_hub_gc_on_the_command_line(tmp_path, capsys, token):
     root = tmp_path / "hub"
     data = _random(300_000, 22)
-    with LocalHub(root, token=TOKEN) as hub:
-        api = HfApi(endpoint=hub.endpoint, token=TOKEN)
+    with LocalHub(root, token=token) as hub:
+        api = HfApi(endpoint=hub.endpoint, token=token)
         api.create_repo("team/a")
         api.upload_file(path_or_fileobj=data, path_in_repo="w.bin", repo_id="team/a")
         api.delete_repo("team/a")

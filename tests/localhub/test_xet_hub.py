@@ -14,17 +14,9 @@ from adaptkit.localhub import LocalHub, hash_file, make_xet_token
 from adaptkit.localhub.http import NO_GATED
 
 hf_xet = pytest.importorskip("hf_xet")
+pytestmark = pytest.mark.hub(guarded=True, log=True)  # the `hub` fixture (tests/conftest.py): requires `token`, logs
 
-TOKEN = "hf_localhub_xet_token"
 
-
-@pytest.fixture
-def xhub(tmp_path):
-    "A LocalHub with a token, in its default mode (the Hub's LFS rule), writing its request log to `xhub.log_path`."
-    log = tmp_path / "requests.log"
-    with LocalHub(tmp_path / "hub", token=TOKEN, log=log) as hub:
-        hub.log_path = log
-        yield hub
 
 
 def _hits(hub) -> list:
@@ -54,14 +46,14 @@ def folder(random_bytes, tmp_path):
     return d
 
 
-def test_stock_client_pushes_and_pulls_through_xet(random_bytes, xhub, folder, tmp_path):
-    api = HfApi(endpoint=xhub.endpoint, token=TOKEN)
+def test_stock_client_pushes_and_pulls_through_xet(random_bytes, hub, folder, tmp_path, token):
+    api = HfApi(endpoint=hub.endpoint, token=token)
     api.create_repo("team/m")
     api.upload_folder(folder_path=folder, repo_id="team/m")
-    cas = f"/xet/{xhub.server.store.xet.id}"
-    assert _hit(xhub, "GET", "/api/models/team/m/xet-write-token/main", 200) == 1
-    assert _hit(xhub, "POST", f"{cas}/v1/xorbs/default/", 200) >= 1 and _hit(xhub, "POST", f"{cas}/v1/shards", 200) == 1
-    assert xhub.counts["lfs-batch"] == 0 and xhub.counts["cas-xorb"] >= 1  # Xet, not the LFS batch API
+    cas = f"/xet/{hub.server.store.xet.id}"
+    assert _hit(hub, "GET", "/api/models/team/m/xet-write-token/main", 200) == 1
+    assert _hit(hub, "POST", f"{cas}/v1/xorbs/default/", 200) >= 1 and _hit(hub, "POST", f"{cas}/v1/shards", 200) == 1
+    assert hub.counts["lfs-batch"] == 0 and hub.counts["cas-xorb"] >= 1  # Xet, not the LFS batch API
     infos = {i.path: i for i in api.get_paths_info("team/m", ["model.safetensors", "config.json", "extra/head.bin"])}
     for name in ("model.safetensors", "extra/head.bin"):
         data = (folder / name).read_bytes()
@@ -69,75 +61,75 @@ def test_stock_client_pushes_and_pulls_through_xet(random_bytes, xhub, folder, t
         assert infos[name].lfs.sha256 == hashlib.sha256(data).hexdigest() and infos[name].lfs.size == len(data)
     assert infos["config.json"].xet_hash is None and infos["config.json"].lfs is None  # small text: inline
     # downloads go through the CAS: resolve is asked for its headers only, the bytes come from xorb fetches
-    got = hf_hub_download("team/m", "model.safetensors", endpoint=xhub.endpoint, token=TOKEN, cache_dir=tmp_path / "c")
+    got = hf_hub_download("team/m", "model.safetensors", endpoint=hub.endpoint, token=token, cache_dir=tmp_path / "c")
     assert Path(got).read_bytes() == (folder / "model.safetensors").read_bytes()
-    assert _hit(xhub, "HEAD", "/team/m/resolve/main/model.safetensors", 200) == 1
-    assert _hit(xhub, "GET", "/team/m/resolve/main/model.safetensors") == 0
-    assert _hit(xhub, "GET", "/xet-read-token/", 200) >= 1 and _hit(xhub, "GET", "/reconstructions/", 200) >= 1
-    assert _hit(xhub, "GET", f"{cas}/xorbs/", 206) >= 1
-    snap = Path(snapshot_download("team/m", endpoint=xhub.endpoint, token=TOKEN, cache_dir=tmp_path / "s"))
+    assert _hit(hub, "HEAD", "/team/m/resolve/main/model.safetensors", 200) == 1
+    assert _hit(hub, "GET", "/team/m/resolve/main/model.safetensors") == 0
+    assert _hit(hub, "GET", "/xet-read-token/", 200) >= 1 and _hit(hub, "GET", "/reconstructions/", 200) >= 1
+    assert _hit(hub, "GET", f"{cas}/xorbs/", 206) >= 1
+    snap = Path(snapshot_download("team/m", endpoint=hub.endpoint, token=token, cache_dir=tmp_path / "s"))
     for p in folder.rglob("*"):
         if p.is_file(): assert (snap / p.relative_to(folder)).read_bytes() == p.read_bytes(), p
     # the same bytes pushed again, to another repo: nothing new is stored
-    before = _xorbs(xhub)
+    before = _xorbs(hub)
     api.create_repo("team/copy")
     api.upload_file(path_or_fileobj=str(folder / "model.safetensors"), path_in_repo="w.safetensors",
                     repo_id="team/copy")
-    assert _xorbs(xhub) == before
+    assert _xorbs(hub) == before
     assert api.get_paths_info("team/copy", ["w.safetensors"])[0].xet_hash == infos["model.safetensors"].xet_hash
     # a new version with 100 KB changed in the middle: only about that much more is stored
     data = bytearray((folder / "model.safetensors").read_bytes())
     data[1_000_000:1_100_000] = random_bytes(100_000, 2)
     (tmp_path / "v2.safetensors").write_bytes(data)
-    stored = _stored(xhub)
+    stored = _stored(hub)
     api.upload_file(path_or_fileobj=str(tmp_path / "v2.safetensors"), path_in_repo="model.safetensors",
                     repo_id="team/m")
-    assert _stored(xhub) - stored < 500_000, _stored(xhub) - stored  # the file has 2 MB
-    got = hf_hub_download("team/m", "model.safetensors", endpoint=xhub.endpoint, token=TOKEN, cache_dir=tmp_path / "c2")
+    assert _stored(hub) - stored < 500_000, _stored(hub) - stored  # the file has 2 MB
+    got = hf_hub_download("team/m", "model.safetensors", endpoint=hub.endpoint, token=token, cache_dir=tmp_path / "c2")
     assert Path(got).read_bytes() == bytes(data)
     # a pull request through Xet: the write token for a PR being opened is asked with revision None
     pr = api.upload_file(path_or_fileobj=random_bytes(50_000, 3), path_in_repo="pr.bin", repo_id="team/m",
                          create_pr=True)
-    assert _hit(xhub, "GET", "/api/models/team/m/xet-write-token/None", 200) == 1
-    got = hf_hub_download("team/m", "pr.bin", revision=pr.pr_revision, endpoint=xhub.endpoint, token=TOKEN,
+    assert _hit(hub, "GET", "/api/models/team/m/xet-write-token/None", 200) == 1
+    got = hf_hub_download("team/m", "pr.bin", revision=pr.pr_revision, endpoint=hub.endpoint, token=token,
                           cache_dir=tmp_path / "c3")
     assert Path(got).read_bytes() == random_bytes(50_000, 3)
 
 
-def test_client_without_xet_uses_lfs_and_reads_xet_files(xhub, folder, tmp_path, monkeypatch):
-    api = HfApi(endpoint=xhub.endpoint, token=TOKEN)
+def test_client_without_xet_uses_lfs_and_reads_xet_files(hub, folder, tmp_path, monkeypatch, token):
+    api = HfApi(endpoint=hub.endpoint, token=token)
     api.create_repo("team/m")
     api.upload_file(path_or_fileobj=str(folder / "model.safetensors"), path_in_repo="xet.safetensors",
                     repo_id="team/m")  # with Xet
     monkeypatch.setattr(constants, "HF_HUB_DISABLE_XET", True)  # from here on, a client without Xet
-    tokens = _hit(xhub, "GET", "xet-write-token")
+    tokens = _hit(hub, "GET", "xet-write-token")
     api.upload_file(path_or_fileobj=str(folder / "extra" / "head.bin"), path_in_repo="lfs.bin", repo_id="team/m")
-    assert (xhub.counts["lfs-batch"], xhub.counts["lfs-upload"], xhub.counts["lfs-verify"]) == (1, 1, 1)
-    assert _hit(xhub, "GET", "xet-write-token") == tokens  # the classic LFS path, no Xet
+    assert (hub.counts["lfs-batch"], hub.counts["lfs-upload"], hub.counts["lfs-verify"]) == (1, 1, 1)
+    assert _hit(hub, "GET", "xet-write-token") == tokens  # the classic LFS path, no Xet
     infos = {i.path: i for i in api.get_paths_info("team/m", ["xet.safetensors", "lfs.bin"])}
     assert infos["lfs.bin"].lfs.size == (folder / "extra" / "head.bin").stat().st_size
     assert infos["lfs.bin"].xet_hash is None and infos["xet.safetensors"].xet_hash is not None
     # the Xet-stored file, read without Xet: plain bytes from resolve, rebuilt from the xorbs as they are sent
-    got = hf_hub_download("team/m", "xet.safetensors", endpoint=xhub.endpoint, token=TOKEN, cache_dir=tmp_path / "c")
+    got = hf_hub_download("team/m", "xet.safetensors", endpoint=hub.endpoint, token=token, cache_dir=tmp_path / "c")
     assert Path(got).read_bytes() == (folder / "model.safetensors").read_bytes()
-    assert _hit(xhub, "GET", "/team/m/resolve/main/xet.safetensors", 200) == 1
-    assert xhub.counts["cas-reconstruction"] == 0
+    assert _hit(hub, "GET", "/team/m/resolve/main/xet.safetensors", 200) == 1
+    assert hub.counts["cas-reconstruction"] == 0
     # an LFS client pushing bytes Xet already holds is asked for no upload; its commit names the Xet file
     api.upload_file(path_or_fileobj=str(folder / "model.safetensors"), path_in_repo="again.safetensors",
                     repo_id="team/m")
-    assert (xhub.counts["lfs-batch"], xhub.counts["lfs-upload"]) == (2, 1)
+    assert (hub.counts["lfs-batch"], hub.counts["lfs-upload"]) == (2, 1)
     again = api.get_paths_info("team/m", ["again.safetensors"])[0]
     assert again.xet_hash == infos["xet.safetensors"].xet_hash
-    got = hf_hub_download("team/m", "lfs.bin", endpoint=xhub.endpoint, token=TOKEN, cache_dir=tmp_path / "c2")
+    got = hf_hub_download("team/m", "lfs.bin", endpoint=hub.endpoint, token=token, cache_dir=tmp_path / "c2")
     assert Path(got).read_bytes() == (folder / "extra" / "head.bin").read_bytes()
 
 
-def test_range_requests_on_a_xet_file(random_bytes, raw, xhub, tmp_path):
-    api = HfApi(endpoint=xhub.endpoint, token=TOKEN)
+def test_range_requests_on_a_xet_file(random_bytes, raw, hub, tmp_path):
+    api = HfApi(endpoint=hub.endpoint, token=hub.token)
     api.create_repo("team/m")
     data = random_bytes(1_500_000, 4)
     api.upload_file(path_or_fileobj=data, path_in_repo="w.bin", repo_id="team/m")
-    url, auth = f"{xhub.endpoint}/team/m/resolve/main/w.bin", {"Authorization": f"Bearer {TOKEN}"}
+    url, auth = f"{hub.endpoint}/team/m/resolve/main/w.bin", {"Authorization": f"Bearer {hub.token}"}
     status, headers, body = raw("HEAD", url, headers=auth)
     assert status == 200 and headers["X-Xet-Hash"] == hash_file(data).xet_hash
     route = headers["X-Xet-Refresh-Route"]
@@ -161,31 +153,33 @@ def test_range_requests_on_a_xet_file(random_bytes, raw, xhub, tmp_path):
     assert sum(t["unpacked_length"] for t in plan["terms"]) < len(data) // 2  # only the chunks the range needs
 
 
-def _token(raw, hub, repo, mode, auth=TOKEN, rev="main"):
+def _token(raw, hub, repo, mode, auth=True, rev="main"):
+    "The answer of the Xet token route, asked with `auth`: True, the hub's token; None, none; else that token."
+    auth = hub.token if auth is True else auth
     return raw("GET", f"{hub.endpoint}/api/models/{repo}/xet-{mode}-token/{rev}",
                headers={"Authorization": f"Bearer {auth}"} if auth else {})
 
 
-def test_xet_tokens_are_checked_on_every_route(random_bytes, raw, xhub, tmp_path):
-    api = HfApi(endpoint=xhub.endpoint, token=TOKEN)
+def test_xet_tokens_are_checked_on_every_route(random_bytes, raw, hub, tmp_path, token):
+    api = HfApi(endpoint=hub.endpoint, token=token)
     for repo, private in (("team/open", False), ("team/secret", True)):
         api.create_repo(repo, private=private)
         api.upload_file(path_or_fileobj=random_bytes(200_000, int(private)), path_in_repo="w.bin", repo_id=repo)
     secret_hash = hash_file(random_bytes(200_000, 1)).xet_hash
     open_hash = hash_file(random_bytes(200_000, 0)).xet_hash
     # the token routes follow the repo's rules
-    status, headers, body = _token(raw, xhub, "team/open", "write")
+    status, headers, body = _token(raw, hub, "team/open", "write")
     write = json.loads(body)
     assert status == 200 and headers["X-Xet-Access-Token"] == write["accessToken"]
     assert headers["X-Xet-Cas-Url"] == write["casUrl"] and int(headers["X-Xet-Token-Expiration"]) == write["exp"]
-    assert _token(raw, xhub, "team/open", "write", auth=None)[0] == 401  # writes need the hub's token
-    assert _token(raw, xhub, "team/open", "write", auth="hf_wrong")[0] == 401
-    assert _token(raw, xhub, "team/open", "write", rev="nobranch")[0] == 404
-    assert _token(raw, xhub, "team/secret", "read", auth=None)[0] == 404  # private: as if it did not exist
-    status, _, body = _token(raw, xhub, "team/open", "read", auth=None)  # public: anyone may read
+    assert _token(raw, hub, "team/open", "write", auth=None)[0] == 401  # writes need the hub's token
+    assert _token(raw, hub, "team/open", "write", auth="hf_wrong")[0] == 401
+    assert _token(raw, hub, "team/open", "write", rev="nobranch")[0] == 404
+    assert _token(raw, hub, "team/secret", "read", auth=None)[0] == 404  # private: as if it did not exist
+    status, _, body = _token(raw, hub, "team/open", "read", auth=None)  # public: anyone may read
     read, cas = json.loads(body), write["casUrl"]
     assert status == 200 and read["casUrl"] == cas
-    secret = xhub.server.secret
+    secret = hub.server.secret
     expired = make_xet_token(secret, "model", "team/open", "w", expires=time.time() - 1)[0]
     forged = write["accessToken"][:-4] + ("0000" if not write["accessToken"].endswith("0000") else "1111")
     routes = [("GET", f"{cas}/v1/chunks/default-merkledb/{'0' * 64}", None, True),
@@ -194,7 +188,7 @@ def test_xet_tokens_are_checked_on_every_route(random_bytes, raw, xhub, tmp_path
               ("GET", f"{cas}/v1/reconstructions/{open_hash}", None, False),
               ("GET", f"{cas}/v2/reconstructions/{open_hash}", None, False)]
     for method, url, body, writes in routes:
-        for bad in (None, "hf_localhub_xet_token", forged, expired):  # none, the hub's own token, forged, expired
+        for bad in (None, token, forged, expired):  # none, the hub's own token, forged, expired
             status, _, answer = raw(method, url, body, {"Authorization": f"Bearer {bad}"} if bad else {})
             assert status == 401, (method, url, bad, answer)
         status, _, answer = raw(method, url, body, {"Authorization": f"Bearer {read['accessToken']}"})
@@ -222,39 +216,39 @@ def test_xet_tokens_are_checked_on_every_route(random_bytes, raw, xhub, tmp_path
     assert raw("GET", url.replace("&exp=", "&exp=1"), headers={"Range": f"bytes={first}-{last}"})[0] == 403
 
 
-def test_a_gc_collects_the_xet_objects_only_a_deleted_repo_named(random_bytes, xhub):
+def test_a_gc_collects_the_xet_objects_only_a_deleted_repo_named(random_bytes, hub, token):
     "Deleting a repo frees nothing (tests/localhub/test_xet_gc.py says why); a gc frees what no repo names any more."
-    api = HfApi(endpoint=xhub.endpoint, token=TOKEN)
+    api = HfApi(endpoint=hub.endpoint, token=token)
     shared, own = random_bytes(600_000, 5), random_bytes(600_000, 6)
     api.create_repo("team/a")
     api.upload_file(path_or_fileobj=shared, path_in_repo="shared.bin", repo_id="team/a")
-    after_a, store = _xorbs(xhub), xhub.server.store.xet
+    after_a, store = _xorbs(hub), hub.server.store.xet
     api.create_repo("team/b")
     api.upload_file(path_or_fileobj=shared, path_in_repo="shared.bin", repo_id="team/b")
     api.upload_file(path_or_fileobj=own, path_in_repo="own.bin", repo_id="team/b")
-    held = _xorbs(xhub)
+    held = _xorbs(hub)
     assert len(held) > len(after_a) and store.file_by_sha256(hashlib.sha256(own).hexdigest())
     api.delete_repo("team/b")
-    assert _xorbs(xhub) == held  # kept: the client may still build on them
-    assert xhub.gc(older_than=0)["files"] == 1  # a retention of 0: what no repo names goes
-    assert _xorbs(xhub) == after_a and store.file_by_sha256(hashlib.sha256(own).hexdigest()) is None
-    got = hf_hub_download("team/a", "shared.bin", endpoint=xhub.endpoint, token=TOKEN, force_download=True)
+    assert _xorbs(hub) == held  # kept: the client may still build on them
+    assert hub.gc(older_than=0)["files"] == 1  # a retention of 0: what no repo names goes
+    assert _xorbs(hub) == after_a and store.file_by_sha256(hashlib.sha256(own).hexdigest()) is None
+    got = hf_hub_download("team/a", "shared.bin", endpoint=hub.endpoint, token=token, force_download=True)
     assert Path(got).read_bytes() == shared  # what another repo names stays
     api.delete_repo("team/a")
-    assert xhub.gc(older_than=0)["files"] == 1
-    assert _xorbs(xhub) == [] and list((xhub.root / "xet" / "files").glob("*/*")) == []
+    assert hub.gc(older_than=0)["files"] == 1
+    assert _xorbs(hub) == [] and list((hub.root / "xet" / "files").glob("*/*")) == []
 
 
-def test_a_gated_repo_needs_a_real_identity(raw, tmp_path):
+def test_a_gated_repo_needs_a_real_identity(raw, tmp_path, token):
     "Issue 38: a hub started without a token cannot check a bearer, so no bearer opens a gated repo there."
     root = tmp_path / "hub"
-    with LocalHub(root, token=TOKEN) as hub:
-        api = HfApi(endpoint=hub.endpoint, token=TOKEN)
+    with LocalHub(root, token=token) as hub:
+        api = HfApi(endpoint=hub.endpoint, token=token)
         api.create_repo("team/g")
         api.upload_file(path_or_fileobj=b"weights", path_in_repo="w.txt", repo_id="team/g")
         api.update_repo_settings("team/g", gated="auto")
         assert raw("GET", f"{hub.endpoint}/team/g/resolve/main/w.txt",
-                   headers={"Authorization": f"Bearer {TOKEN}"})[2] == b"weights"
+                   headers={"Authorization": f"Bearer {token}"})[2] == b"weights"
         assert raw("GET", f"{hub.endpoint}/team/g/resolve/main/w.txt",
                    headers={"Authorization": "Bearer hf_anything"})[0] == 401  # a wrong token, as before
     with LocalHub(root) as hub:  # the same root, served without a token
@@ -273,33 +267,33 @@ def test_a_gated_repo_needs_a_real_identity(raw, tmp_path):
         assert raw("GET", f"{hub.endpoint}/team/g/resolve/main/w.txt")[2] == b"weights"
 
 
-def test_preupload_does_not_vouch_for_a_xet_file_missing_a_xorb(random_bytes, raw, xhub):
+def test_preupload_does_not_vouch_for_a_xet_file_missing_a_xorb(random_bytes, raw, hub, token):
     "A Xet file whose xorb is gone from disk is not reported as stored, so a client uploads it again."
-    api = HfApi(endpoint=xhub.endpoint, token=TOKEN)
+    api = HfApi(endpoint=hub.endpoint, token=token)
     api.create_repo("team/m")
     data = random_bytes(300_000, 8)
     api.upload_file(path_or_fileobj=data, path_in_repo="w.bin", repo_id="team/m")
     body = json.dumps({"files": [{"path": "w.bin", "size": len(data), "sample": ""}]}).encode()
-    preupload = lambda: json.loads(raw("POST", f"{xhub.endpoint}/api/models/team/m/preupload/main", body, {
-        "Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"})[2])["files"][0]
+    preupload = lambda: json.loads(raw("POST", f"{hub.endpoint}/api/models/team/m/preupload/main", body, {
+        "Authorization": f"Bearer {token}", "Content-Type": "application/json"})[2])["files"][0]
     assert preupload()["oid"] == hashlib.sha256(data).hexdigest() and preupload()["uploadMode"] == "lfs"
-    for p in _xorbs(xhub): p.unlink()
+    for p in _xorbs(hub): p.unlink()
     assert preupload()["oid"] is None
 
 
-def test_export_and_import_carry_xet_stored_files(random_bytes, xhub, tmp_path):
+def test_export_and_import_carry_xet_stored_files(random_bytes, hub, tmp_path, token):
     from adaptkit.localhub.mirror import export_repos, import_repos
-    api = HfApi(endpoint=xhub.endpoint, token=TOKEN)
+    api = HfApi(endpoint=hub.endpoint, token=token)
     api.create_repo("team/m")
     data = random_bytes(400_000, 9)
     api.upload_file(path_or_fileobj=data, path_in_repo="w.bin", repo_id="team/m")
     assert api.get_paths_info("team/m", ["w.bin"])[0].xet_hash  # stored with Xet
-    export_repos(xhub.root, ["team/m"], tmp_path / "bundle.tar")  # from a running hub
+    export_repos(hub.root, ["team/m"], tmp_path / "bundle.tar")  # from a running hub
     import_repos(tmp_path / "bundle.tar", tmp_path / "other")
-    with LocalHub(tmp_path / "other", token=TOKEN) as other:
-        got = hf_hub_download("team/m", "w.bin", endpoint=other.endpoint, token=TOKEN, cache_dir=tmp_path / "c")
+    with LocalHub(tmp_path / "other", token=token) as other:
+        got = hf_hub_download("team/m", "w.bin", endpoint=other.endpoint, token=token, cache_dir=tmp_path / "c")
         assert Path(got).read_bytes() == data
-        info = HfApi(endpoint=other.endpoint, token=TOKEN).get_paths_info("team/m", ["w.bin"])[0]
+        info = HfApi(endpoint=other.endpoint, token=token).get_paths_info("team/m", ["w.bin"])[0]
         assert info.lfs.sha256 == hashlib.sha256(data).hexdigest()  # an LFS file there, its bytes a blob
 
 
@@ -315,7 +309,7 @@ print(hf_hub_download(sys.argv[1], sys.argv[2], endpoint=sys.argv[3], token=sys.
 """
 
 
-def test_outside_check_a_24_mib_binary_as_a_user_pushes_it(random_bytes, tmp_path, monkeypatch):
+def test_outside_check_a_24_mib_binary_as_a_user_pushes_it(random_bytes, tmp_path, monkeypatch, token):
     """Issue 36's outside check, as written: a `LocalHub(root, token=...)` in its default mode, the stock client with
     Xet on pushes a 24 MiB binary; paths-info shows LFS with a Xet hash; a second push with 1 MiB changed stores
     <= 3 MiB more under the root's CAS store; downloads with Xet on and Xet off (`HF_HUB_DISABLE_XET=1`, another
@@ -326,9 +320,9 @@ def test_outside_check_a_24_mib_binary_as_a_user_pushes_it(random_bytes, tmp_pat
     assert not constants.HF_HUB_DISABLE_XET  # the client as it comes: Xet on
     root, size = tmp_path / "root", 24 * 2**20
     data = bytearray(random_bytes(size, 11))
-    with LocalHub(root, token=TOKEN, log=tmp_path / "requests.log") as hub:
+    with LocalHub(root, token=token, log=tmp_path / "requests.log") as hub:
         hub.log_path = tmp_path / "requests.log"
-        api = HfApi(endpoint=hub.endpoint, token=TOKEN)
+        api = HfApi(endpoint=hub.endpoint, token=token)
         api.create_repo("user/big")
         api.upload_file(path_or_fileobj=bytes(data), path_in_repo="weights.bin", repo_id="user/big")
         assert _hit(hub, "POST", "/v1/shards", 200) == 1 and hub.counts["lfs-batch"] == 0  # it went through Xet
@@ -344,40 +338,40 @@ def test_outside_check_a_24_mib_binary_as_a_user_pushes_it(random_bytes, tmp_pat
         assert _disk(cas) - stored <= 3 * 2**20, _disk(cas) - stored
         (info,) = api.get_paths_info("user/big", ["weights.bin"])
         assert info.xet_hash == hash_file(bytes(data)).xet_hash
-        xet_on = hf_hub_download("user/big", "weights.bin", endpoint=hub.endpoint, token=TOKEN,
+        xet_on = hf_hub_download("user/big", "weights.bin", endpoint=hub.endpoint, token=token,
                                  cache_dir=tmp_path / "on")
         assert Path(xet_on).read_bytes() == data and _hit(hub, "GET", "/reconstructions/", 200) >= 1
         env = {**os.environ, "HF_HUB_DISABLE_XET": "1"}
-        out = subprocess.run([sys.executable, "-c", _XET_OFF, "user/big", "weights.bin", hub.endpoint, TOKEN,
+        out = subprocess.run([sys.executable, "-c", _XET_OFF, "user/big", "weights.bin", hub.endpoint, token,
                               str(tmp_path / "off")], env=env, capture_output=True, text=True, timeout=300)
         assert out.returncode == 0, out.stderr
         assert Path(out.stdout.strip().splitlines()[-1]).read_bytes() == data
         assert _hit(hub, "GET", "/user/big/resolve/main/weights.bin", 200) == 1  # the plain bytes, from resolve
 
 
-def test_copy_files_between_repos_with_the_stock_client(xhub, folder, raw, tmp_path):
+def test_copy_files_between_repos_with_the_stock_client(hub, folder, raw, tmp_path, token):
     """Issue 47, item 3. Before, `copy_files` between repos got a 404 from `lfs-files/duplicate`. Now the stock client
     copies a folder from one repo to another (its Xet files by reference, its regular files by content), and the
     route keeps the repos' rules: a write (the token), a source the caller may read, a target that exists, and only
     Xet files the source names."""
-    api = HfApi(endpoint=xhub.endpoint, token=TOKEN)
+    api = HfApi(endpoint=hub.endpoint, token=token)
     api.create_repo("team/src", private=True)
     api.upload_folder(folder_path=folder, repo_id="team/src")
     api.create_repo("team/dst")
-    stored = _stored(xhub)
+    stored = _stored(hub)
     api.copy_files("hf://team/src/", "hf://team/dst/")
-    assert _hit(xhub, "POST", "/api/models/team/src/lfs-files/duplicate", 200) == 1
-    assert _stored(xhub) == stored  # nothing copied: the Xet store is shared
-    got = Path(snapshot_download("team/dst", endpoint=xhub.endpoint, token=TOKEN, cache_dir=tmp_path / "c"))
+    assert _hit(hub, "POST", "/api/models/team/src/lfs-files/duplicate", 200) == 1
+    assert _stored(hub) == stored  # nothing copied: the Xet store is shared
+    got = Path(snapshot_download("team/dst", endpoint=hub.endpoint, token=token, cache_dir=tmp_path / "c"))
     for p in ("model.safetensors", "config.json", "extra/head.bin"):
         assert (got / p).read_bytes() == (folder / p).read_bytes(), p
     info = {f.path: f for f in api.get_paths_info("team/dst", ["model.safetensors", "config.json"])}
     assert info["model.safetensors"].xet_hash and info["config.json"].lfs is None
     src_file = api.get_paths_info("team/src", ["model.safetensors"])[0]
-    url, body = f"{xhub.endpoint}/api/models/team/src/lfs-files/duplicate", {
+    url, body = f"{hub.endpoint}/api/models/team/src/lfs-files/duplicate", {
         "target": {"type": "model", "name": "team/dst"},
         "files": [{"xetHash": src_file.xet_hash, "sha256": src_file.lfs.sha256, "filename": "model.safetensors"}]}
-    ask = lambda b, auth=TOKEN, u=url: raw("POST", u, json.dumps(b).encode(), {
+    ask = lambda b, auth=token, u=url: raw("POST", u, json.dumps(b).encode(), {
         "Content-Type": "application/json", **({"Authorization": f"Bearer {auth}"} if auth else {})})
     assert ask(body)[0] == 200 and json.loads(ask(body)[2]) == {"failed": []}
     assert ask(body, auth=None)[0] == 401  # a write: the hub's token

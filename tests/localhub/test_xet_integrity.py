@@ -29,7 +29,7 @@ from adaptkit.localhub.xet import (
 
 pytest.importorskip("hf_xet")
 
-TOKEN = "hf_localhub_integrity_token"
+pytestmark = pytest.mark.hub(guarded=True)  # the `hub` fixture (tests/conftest.py) requires `token`
 
 
 def _xorbs(root: Path) -> list: return sorted((root / "xorbs").glob("*/*"))
@@ -55,7 +55,7 @@ def pushed(random_bytes, hub, api):
 def test_a_damaged_xorb_is_refused_naming_the_file_and_the_xorb(raw, hub, pushed, caplog):
     data, xorb = pushed
     file = hash_file(data).xet_hash
-    auth = {"Authorization": f"Bearer {TOKEN}"}
+    auth = {"Authorization": f"Bearer {hub.token}"}
     token = json.loads(raw("GET", f"{hub.endpoint}/api/models/me/r/xet-read-token/main", headers=auth)[2])
     bearer = {"Authorization": f"Bearer {token['accessToken']}"}
     plan = json.loads(raw("GET", f"{token['casUrl']}/v1/reconstructions/{file}", headers=bearer)[2])
@@ -75,26 +75,26 @@ def test_a_damaged_xorb_is_refused_naming_the_file_and_the_xorb(raw, hub, pushed
     assert status == 500 and file.encode() in body, body
 
 
-def test_the_stock_client_gets_an_error_not_other_bytes_and_a_push_repairs(hub, api, pushed, tmp_path):
+def test_the_stock_client_gets_an_error_not_other_bytes_and_a_push_repairs(hub, api, pushed, tmp_path, token):
     data, xorb = pushed
     _flip(xorb)
     with pytest.raises(Exception) as e:
-        hf_hub_download("me/r", "w.bin", endpoint=hub.endpoint, token=TOKEN, cache_dir=tmp_path / "c1")
+        hf_hub_download("me/r", "w.bin", endpoint=hub.endpoint, token=token, cache_dir=tmp_path / "c1")
     assert not isinstance(e.value, AssertionError)
     assert not list((tmp_path / "c1").rglob("w.bin"))  # nothing saved under the file's name
     # the same bytes pushed again, from the same process and hf_xet cache (which lists the xorb as uploaded)
     api.upload_file(path_or_fileobj=data, path_in_repo="w.bin", repo_id="me/r")
-    got = hf_hub_download("me/r", "w.bin", endpoint=hub.endpoint, token=TOKEN, cache_dir=tmp_path / "c2")
+    got = hf_hub_download("me/r", "w.bin", endpoint=hub.endpoint, token=token, cache_dir=tmp_path / "c2")
     assert hashlib.sha256(Path(got).read_bytes()).hexdigest() == hashlib.sha256(data).hexdigest()
     assert xorb.read_bytes() != b"" and (hub.root / "xet" / "damaged" / xorb.name).is_file()  # stored anew; kept aside
 
 
-def test_a_push_repairs_a_damage_no_download_found(hub, api, pushed, tmp_path):
+def test_a_push_repairs_a_damage_no_download_found(hub, api, pushed, tmp_path, token):
     "The damage is found by the push itself (the hub checks a file's bytes before it calls them stored)."
     data, xorb = pushed
     _flip(xorb)
     api.upload_file(path_or_fileobj=data, path_in_repo="w.bin", repo_id="me/r")
-    got = hf_hub_download("me/r", "w.bin", endpoint=hub.endpoint, token=TOKEN, cache_dir=tmp_path / "c")
+    got = hf_hub_download("me/r", "w.bin", endpoint=hub.endpoint, token=token, cache_dir=tmp_path / "c")
     assert Path(got).read_bytes() == data
 
 

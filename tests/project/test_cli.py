@@ -488,17 +488,10 @@ def test_cli_emr_arguments_are_checked_before_any_work(capsys, tmp_path, args, m
     assert not (tmp_path / "out").exists()
 
 
-def test_cli_merge_runs_a_mergekit_yaml_given_first_as_mergekit_yaml_takes_it(hub, tmp_path, capsys):
+def test_cli_merge_runs_a_mergekit_yaml_given_first_as_mergekit_yaml_takes_it(hub, tmp_path, capsys, tiny_finetunes):
     "`adaptkit merge merge.yml --output_dir out` (the file first, as `mergekit-yaml` takes it), then a push."
     from adaptkit.emr.merge import MergedModel, merge_from_config
-    from adaptkit.models import tiny_causal_lm
-    base = tiny_causal_lm(num_layers=1)
-    base.save_pretrained(tmp_path / "base")
-    for i in range(2):
-        g = torch.Generator().manual_seed(i + 1)
-        m = tiny_causal_lm(num_layers=1)
-        m.load_state_dict({k: v + 0.02 * torch.randn(v.shape, generator=g) for k, v in base.state_dict().items()})
-        m.save_pretrained(tmp_path / f"ft{i}")
+    tiny_finetunes(tmp_path, 2)
     cfg = {"merge_method": "dare_ties", "base_model": str(tmp_path / "base"),
            "models": [{"model": str(tmp_path / f"ft{i}"), "parameters": {"weight": 1.0, "density": 0.5}}
                       for i in range(2)], "parameters": {"normalize": True}}

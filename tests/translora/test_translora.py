@@ -184,22 +184,23 @@ def test_saved_adapter_round_trip_and_stock_peft(bases, tmp_path):
         TransferredAdapter.from_pretrained(tmp_path / "saved")
 
 
-def test_trained_discriminator_keeps_real_and_drops_synthetic(tmp_path):
+REAL = [f"apple tree number {i} is green" for i in range(12)]  # what a trained discriminator keeps
+SYNTHETIC = [f"zero zero {i} minus minus" for i in range(12)]  # and what it drops
+
+
+def _trained_discriminator(tmp_path):
+    "`(tokenizer, discriminator)`: a discriminator on a tiny base, trained on the first 8 of `REAL` and `SYNTHETIC`."
     tok = tiny_tokenizer()
     base = tiny_causal_lm(tok, seed=3)
-    # a random tiny model's logits barely move in a few steps otherwise
-    with torch.no_grad(): base.lm_head.weight.mul_(10)
-    real = [f"apple tree number {i} is green" for i in range(12)]
-    synthetic = [f"zero zero {i} minus minus" for i in range(12)]
-    cfg = DiscriminatorConfig(
-        output_dir=str(tmp_path / "d"),
-        learning_rate=1e-2,
-        num_train_epochs=4,
-        discriminator_template="{text}",
-        threshold=0.5,
-        **FAST,
-    )
-    disc = train_discriminator(base, tok, real[:8], synthetic[:8], cfg)
+    with torch.no_grad(): base.lm_head.weight.mul_(10)  # a random tiny model's logits barely move in a few steps
+    cfg = DiscriminatorConfig(output_dir=str(tmp_path / "d"), learning_rate=1e-2, num_train_epochs=4,
+                              discriminator_template="{text}", threshold=0.5, **FAST)
+    return tok, train_discriminator(base, tok, REAL[:8], SYNTHETIC[:8], cfg)
+
+
+def test_trained_discriminator_keeps_real_and_drops_synthetic(tmp_path):
+    tok, disc = _trained_discriminator(tmp_path)
+    real, synthetic = REAL, SYNTHETIC
     held_out = [synthetic[8], real[8], synthetic[9], real[9], real[10], synthetic[10], real[11], synthetic[11]]
     result = filter_prompts(disc, held_out)
     assert result.kept == [real[8], real[9], real[10], real[11]] and result.kept_fraction == 0.5
@@ -371,20 +372,8 @@ def test_filter_reports_kept_fraction_and_refuses_nothing_kept(caplog):
 
 def test_transfer_filters_with_a_trained_discriminator_at_threshold_half(tmp_path, monkeypatch):
     "transfer_lora's filter with a real trained discriminator at 0.5: real-looking prompts kept, synthetic dropped."
-    tok = tiny_tokenizer()
-    base = tiny_causal_lm(tok, seed=3)
-    with torch.no_grad(): base.lm_head.weight.mul_(10)
-    real = [f"apple tree number {i} is green" for i in range(12)]
-    synthetic = [f"zero zero {i} minus minus" for i in range(12)]
-    cfg = DiscriminatorConfig(
-        output_dir=str(tmp_path / "d"),
-        learning_rate=1e-2,
-        num_train_epochs=4,
-        discriminator_template="{text}",
-        threshold=0.5,
-        **FAST,
-    )
-    disc = train_discriminator(base, tok, real[:8], synthetic[:8], cfg)
+    tok, disc = _trained_discriminator(tmp_path)
+    real, synthetic = REAL, SYNTHETIC
     folder = tmp_path / "bases"
     for name, model in {
         "src": tiny_causal_lm(tok, seed=2),
