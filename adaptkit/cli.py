@@ -455,8 +455,8 @@ class GcArguments:
     )
     older_than: str = field(
         default="22d",
-        metadata={"help": "Reclaim only Xet objects that no commit names and nothing used for this long: seconds, or a "
-                          "number with s, m, h, d or w. Keep it past the clients' Xet cache (hf_xet's: 21 days)."},
+        metadata={"help": "Reclaim only Xet objects no commit or bucket names and nothing used for this long: seconds, "
+                          "or a number with s, m, h, d or w. Keep it past the clients' Xet cache (hf_xet's: 21 days)."},
     )
 
 @dataclass
@@ -544,11 +544,11 @@ def run_import(
     return _report(None, **import_repos(Path(args.file), Path(args.root), drop_privacy=args.drop_privacy))
 
 @command("hub gc", lambda: [GcArguments],
-         "reclaim the Xet objects no repo names and nothing used for --older_than; print what was freed")
+         "reclaim the Xet objects no repo or bucket names and nothing used for --older_than; print what was freed")
 def run_gc(
     args: GcArguments,  # the hub's root and how long an unused object is kept
 ) -> dict:
-    "Reclaim the Xet objects of the hub at `--root` that no commit names and nothing used for `--older_than`."
+    "Reclaim the Xet objects of the hub at `--root` that no commit or bucket names and nothing used for `--older_than`."
     _need(args, "root")
     from adaptkit.localhub.server import LocalHub
     freed = LocalHub(Path(args.root)).gc(older_than=args.older_than)

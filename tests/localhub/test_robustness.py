@@ -180,12 +180,12 @@ def test_a_body_trickled_below_the_minimum_rate_is_cut_at_its_whole_body_deadlin
     assert HfApi(endpoint=hub.endpoint, token=token).list_repo_files("team/g") == [".gitattributes"]
 
 
-def test_a_xorb_body_read_into_one_buffer_keeps_its_deadline_and_limits(hub, raw):
+def test_a_xorb_body_read_into_one_buffer_keeps_its_deadline_and_limits(hub, raw, token):
     """Issue 47, item 2. A xorb's body is now read straight from the socket into one buffer (before, its pieces were
     joined: a copy of every byte). Its deadline still holds (trickled below `body_rate`: a 408, the connection
     closes), a length past the xorb limit is a 413 before a byte is read, and a body cut short stores nothing."""
     write = json.loads(raw("GET", f"{hub.endpoint}/api/models/team/g/xet-write-token/main",
-                           headers={"Authorization": f"Bearer {TOKEN}"})[2])
+                           headers={"Authorization": f"Bearer {token}"})[2])
     path = f"{write['casUrl'].removeprefix(hub.endpoint)}/v1/xorbs/default/{'ab' * 32}"
     bearer = f"Authorization: Bearer {write['accessToken']}\r\n".encode()
     hub.server.body_grace, hub.server.body_rate = 1.0, 1000
