@@ -40,8 +40,8 @@ if TYPE_CHECKING:  # hub.render_card imports it: huggingface_hub's repocard load
     from huggingface_hub import ModelCard
 
 # %% auto #0
-__all__ = ['Artifact', 'ModelArtifact', 'recorded_base', 'AdapterArtifact', 'checkpoint_shards', 'ArtifactTrainerMixin',
-           'training_setup']
+__all__ = ['Artifact', 'ModelArtifact', 'named_base', 'recorded_base', 'AdapterArtifact', 'checkpoint_shards',
+           'ArtifactTrainerMixin', 'training_setup']
 
 # %% ../nbs/06_artifacts.ipynb #1f3f8503
 class Artifact:
@@ -264,7 +264,9 @@ def _load_base_for(record: dict, base, what: str, endpoint=None, token=None, **l
                                 "base as a model, folder or repo id)")
     return load_causal_lm(path, **load_kwargs)
 
-def _named_base(model) -> dict:
+def named_base(
+    model,  # a model (a PEFT model: its base), named by its config's `name_or_path`
+) -> dict:
     """The base a model names by its `name_or_path`: a Hub snapshot's repo id and commit (a folder pushed to another
     Hub than the default is named by its folder), a local folder, or a repo id."""
     name = str(getattr(getattr(model, "config", None), "name_or_path", "") or "")
@@ -287,7 +289,7 @@ def recorded_base(
     read as the folder its `name_or_path` names, so it records what that folder passed as a path would."""
     name = str(getattr(getattr(model, "config", None), "name_or_path", "") or "")
     if not source and name and Path(name).is_dir(): source = source_of(name)
-    return base_provenance(source, endpoint, base_model, base_revision, folder=_named_base(model).get("base_path"))
+    return base_provenance(source, endpoint, base_model, base_revision, folder=named_base(model).get("base_path"))
 
 class AdapterArtifact(Artifact):
     "A PEFT adapter with its tokenizer, made on a recorded base; `from_pretrained` refuses another base by name."
@@ -307,7 +309,7 @@ class AdapterArtifact(Artifact):
         record = super().record()
         source = record["source"]
         if source["fingerprint"] is None and self.model is not None:
-            if not any(source.values()): source.update(_named_base(self.model))  # nothing named it either
+            if not any(source.values()): source.update(named_base(self.model))  # nothing named it either
             source["fingerprint"] = fingerprint(self.model)  # the base's own tensors (the adapter's left out)
         return record
 

@@ -414,35 +414,42 @@ _SAMPLE = 8  # values a fingerprint keeps of each tensor
 _FIBONACCI = 0x9E3779B97F4A7C15  # 2**64 over the golden ratio: spreads the sampled positions over a tensor
 
 def _tensors(model) -> dict[str, torch.Tensor]:
-    "The floating-point parameters of `model` by their plain names (through a PEFT wrapper: the base's own tensors)."
+    """The floating-point and 4-bit parameters of `model` by their plain names (through a PEFT wrapper: the base's own
+    tensors)."""
     inner = model.get_base_model() if hasattr(model, "get_base_model") else model
     prefix = (getattr(getattr(model, "base_model", None), "prefix", None) if inner is not model else None) or "lora_"
     return {n.replace(".base_layer.", ".").replace(".original_module.", "."): p for n, p in inner.named_parameters()
-            if p.is_floating_point() and prefix not in n and ".modules_to_save." not in n}
+            if (p.is_floating_point() or _is_4bit(p)) and prefix not in n and ".modules_to_save." not in n}
 
 def _positions(numel: int, k: int = _SAMPLE) -> list[int]:
     "`k` fixed flat positions spread over `numel` elements (all of them when fewer), the same for every model."
     return list(range(numel)) if numel <= k else [((j + 1) * _FIBONACCI % 2**64) * numel >> 64 for j in range(k)]
 
+def _encoded(values: torch.Tensor) -> str:
+    "Values as float32, little-endian, in base64."
+    return base64.b64encode(values.float().cpu().numpy().astype("<f4").tobytes()).decode("ascii")
+
 def _sample(t: torch.Tensor) -> dict:
-    "A tensor's shape and its values at the fixed positions, as float32 (little-endian, base64)."
+    "A tensor's shape and its values at the fixed positions, as float32 (a 4-bit weight: `_sample_4bit`)."
+    if _is_4bit(t): return _sample_4bit(t)
     flat = t.detach().reshape(-1)
-    values = flat[torch.tensor(_positions(flat.numel()), device=flat.device)].float().cpu().numpy().astype("<f4")
-    return {"shape": list(t.shape), "sample": base64.b64encode(values.tobytes()).decode("ascii")}
+    at = torch.tensor(_positions(flat.numel()), device=flat.device)
+    return {"shape": list(t.shape), "sample": _encoded(flat[at])}
 
 def fingerprint(
     model,  # a transformers model, possibly PEFT-wrapped
     names: list[str] | None = None,  # only these tensors (a recorded fingerprint's names); default every one
 ) -> dict[str, dict | None]:
-    "Shape and a fixed sample of values of every floating-point weight: cheap evidence of which base a model is."
+    """Shape and a fixed sample of values of every floating-point weight (a 4-bit one: as stored, with the interval each
+    value was rounded from): cheap evidence of which base a model is."""
     tensors = _tensors(model)
     with torch.no_grad():
         return {n: None if (t := tensors.get(n)) is None else _sample(t) for n in (names or sorted(tensors))}
 
 # %% ../nbs/03_models.ipynb #f1a7c3e2
-def _values(entry: dict) -> torch.Tensor:
-    "The sampled values of a fingerprint entry."
-    return torch.from_numpy(np.frombuffer(base64.b64decode(entry["sample"], validate=True), dtype="<f4").copy())
+def _values(entry: dict, key: str = "sample") -> torch.Tensor:
+    "The sampled values of a fingerprint entry (`key`: a 4-bit entry's `low` or `high` bounds)."
+    return torch.from_numpy(np.frombuffer(base64.b64decode(entry[key], validate=True), dtype="<f4").copy())
 
 def _precision(v: torch.Tensor) -> torch.dtype:
     "The coarsest of bfloat16, float16 and float32 that holds every value of `v` exactly."
@@ -465,7 +472,11 @@ def _entry_differs(want, got, rtol: float) -> bool:
     "Whether a recorded fingerprint entry and the same tensor's now differ (or cannot be compared)."
     if got is None: return True
     if isinstance(want, dict) and isinstance(got, dict):
-        return want["shape"] != got["shape"] or not _same_tensor(_values(want), _values(got))
+        if want["shape"] != got["shape"]: return True
+        if ("low" in want) == ("low" in got): return not _same_tensor(_values(want), _values(got))
+        plain, packed = (want, got) if "low" in got else (got, want)  # one side 4-bit: the other's values round to it
+        v = _values(plain)
+        return not bool(((_values(packed, "low") <= v) & (v <= _values(packed, "high"))).all())
     if isinstance(want, list) and isinstance(got, list):  # the old form: [sum, sum of squares]
         return not all(math.isclose(x, y, rel_tol=rtol, abs_tol=1e-6) for x, y in zip(want, got))
     return True
@@ -477,6 +488,48 @@ def fingerprint_mismatch(
 ) -> str | None:
     "The first tensor whose recorded sample differs from `got`'s (or that `got` lacks); None when they agree."
     return next((k for k in want if _entry_differs(want[k], got.get(k), rtol)), None)
+
+# %% ../nbs/03_models.ipynb #4b1d0a12
+_4BIT_SLACK = 2**-8  # of a block's scale: a weight or its scale rounded to bfloat16 or float16 before quantizing
+
+def _is_4bit(p: torch.Tensor) -> bool:
+    "Whether `p` is a bitsandbytes 4-bit weight: packed bytes with the `quant_state` that reads them."
+    return p.dtype == torch.uint8 and getattr(p, "quant_state", None) is not None
+
+def _cells(table: torch.Tensor, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    "The interval of inputs in [-1, 1] that rounding to the nearest entry of `table` turns into each of `values`."
+    levels = table.detach().float().cpu().unique()  # sorted (FP4's 0 and -0 are one level)
+    mids, one = (levels[1:] + levels[:-1]) / 2, torch.ones(1)  # the outer intervals reach -1 and 1 (8-bit: ±0.993)
+    at = torch.searchsorted(levels, values)
+    return torch.cat([-one, mids])[at], torch.cat([mids, one])[at]
+
+def _take(t: torch.Tensor, at: torch.Tensor) -> torch.Tensor:
+    "The flat entries `at` of `t` (on any device), on the CPU."
+    return t.detach().reshape(-1)[at.to(t.device)].cpu()
+
+def _block_scales(state, blocks: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    "The scale a 4-bit weight stores for each of `blocks`, and the least and most the block's true scale can be."
+    if not state.nested:
+        scale = _take(state.absmax, blocks).float()
+        return scale, scale, scale
+    inner, offset = state.state2, float(state.offset)  # double quantization: each scale stored in 8 bits
+    level = _take(inner.code, _take(state.absmax, blocks).long()).float()
+    step = _take(inner.absmax, blocks // inner.blocksize).float()
+    lo, hi = _cells(inner.code, level)
+    return offset + level * step, (offset + lo * step).clamp_min(0), offset + hi * step
+
+def _sample_4bit(p: torch.Tensor) -> dict:
+    "A 4-bit weight's shape, its values at the fixed positions as stored, and the interval each was rounded from."
+    state = p.quant_state
+    at = torch.tensor(_positions(math.prod(state.shape)))
+    byte = _take(p, at // 2).long()
+    level = _take(state.code, torch.where(at % 2 == 0, byte >> 4, byte & 15)).float()  # the first value: high half
+    scale, least, most = _block_scales(state, at // state.blocksize)
+    lo, hi = _cells(state.code, level)
+    slack = _4BIT_SLACK * most
+    return {"shape": list(state.shape), "sample": _encoded((level * scale).to(state.dtype)),
+            "low": _encoded(torch.minimum(lo * least, lo * most) - slack),
+            "high": _encoded(torch.maximum(hi * least, hi * most) + slack)}
 
 # %% ../nbs/03_models.ipynb #b8d4e6a1
 def _model_name(model) -> str:
@@ -493,10 +546,12 @@ def _recorded_base(source: dict) -> str:
     return "its record does not name (no repo id or folder)"
 
 def _is_entry(v) -> bool:
-    "Whether `v` is an entry of today's fingerprint: a shape and a sample of the size the shape calls for."
+    """Whether `v` is an entry of today's fingerprint: a shape and a sample of the size the shape calls for (a 4-bit
+    weight's: its `low` and `high` bounds too)."""
     if not (isinstance(v, dict) and isinstance(v.get("shape"), list) and isinstance(v.get("sample"), str)): return False
-    try: return len(_values(v)) == len(_positions(math.prod(v["shape"])))
-    except (ValueError, TypeError): return False
+    keys = ("sample", "low", "high") if "low" in v or "high" in v else ("sample",)
+    try: return all(len(_values(v, k)) == len(_positions(math.prod(v["shape"]))) for k in keys)
+    except (ValueError, TypeError, KeyError): return False
 
 def _is_old_entry(v) -> bool:
     "Whether `v` is an entry of the fingerprint of adaptkit before it sampled every tensor: `[sum, sum of squares]`."

@@ -9,10 +9,10 @@ from pathlib import Path
 
 from peft import PeftModel
 
-from ..artifacts import AdapterArtifact, _named_base
+from ..artifacts import AdapterArtifact, named_base
 from ..hub import markdown_table, read_metadata, write_metadata
 from .config import METHOD
-from .principal import _check_init_dir, _check_rank, _save_adapter, _write_plain_lora
+from .principal import check_conversion_rank, check_init_dir, save_adapter_files, write_plain_lora
 
 # %% auto #0
 __all__ = ['PiSSAAdapter', 'save_pissa_as_lora']
@@ -71,16 +71,16 @@ class PiSSAAdapter(AdapterArtifact):
 
     def _write(self, folder: Path) -> None:
         if self.init_dir is not None:
-            self.conversion = _write_plain_lora(self.model, folder, self.init_dir, self.rank, self.adapter_name)
+            self.conversion = write_plain_lora(self.model, folder, self.init_dir, self.rank, self.adapter_name)
             src = read_metadata(folder).get("source") or {}  # the untouched base, as the initial adapter recorded it
             if not (self.base_model or self.base_path):  # what the caller stamped comes first; else the name the
-                named = _named_base(self.model)  # base was loaded by: a snapshot's repo@commit, a folder, a repo id
+                named = named_base(self.model)  # base was loaded by: a snapshot's repo@commit, a folder, a repo id
                 self.base_model = named.get("base_model") or src.get("base_model")
                 self.base_revision = self.base_revision or named.get("base_revision")
                 self.base_path = None if self.base_model else named.get("base_path")
             self.base_fingerprint = self.base_fingerprint or src.get("fingerprint")  # never the residual model's
         else:
-            _save_adapter(self.model, folder, self.adapter_name)
+            save_adapter_files(self.model, folder, self.adapter_name)
             if self.conversion: write_metadata(folder, pissa=self.conversion)
         self.settings = {**_conversion_settings(self.conversion), **(self.settings or {})}
         if self.tokenizer is not None: self.tokenizer.save_pretrained(folder)
@@ -127,6 +127,6 @@ def save_pissa_as_lora(
     adapter_name: str = "default",  # the PiSSA adapter to convert (PEFT's name); the model's others are not saved
 ) -> Path:
     "Save `peft_model`'s PiSSA adapter as a plain LoRA for the untouched base (exact, or truncated to `rank`), carded."
-    _check_init_dir(peft_model, Path(init_dir), adapter_name)  # before anything is written
-    _check_rank(peft_model, rank, adapter_name)
+    check_init_dir(peft_model, Path(init_dir), adapter_name)  # before anything is written
+    check_conversion_rank(peft_model, rank, adapter_name)
     return PiSSAAdapter(peft_model, init_dir=init_dir, rank=rank, adapter_name=adapter_name).save_pretrained(out_dir)

@@ -16,6 +16,7 @@ from pathlib import Path
 import torch
 from peft import LoraConfig, PeftModel, get_peft_model
 from peft.tuners.lora import LoraLayer
+from peft.tuners.tuners_utils import BaseTunerLayer
 from peft.utils import SAFETENSORS_WEIGHTS_NAME
 from peft.utils.other import get_pattern_key, transpose
 from safetensors.torch import load_file, save_file
@@ -24,9 +25,9 @@ from ..hub import file_checksums, is_repo_id, read_metadata, write_metadata
 from ..models import BaseMismatchError, check_adapter_base, check_base, fingerprint, fingerprint_mismatch
 
 # %% auto #0
-__all__ = ['NF4_LEVELS', 'pissa_config', 'principal_parts', 'bf16_residual_error', 'init_pissa', 'truncate_lora',
-           'save_pissa_residual', 'load_pissa_adapter', 'nf4_roundtrip', 'qpissa_round_errors', 'qpissa_error',
-           'quantization_error']
+__all__ = ['NF4_LEVELS', 'pissa_config', 'principal_parts', 'save_adapter_files', 'bf16_residual_error', 'init_pissa',
+           'check_init_dir', 'check_conversion_rank', 'truncate_lora', 'write_plain_lora', 'save_pissa_residual',
+           'load_pissa_adapter', 'nf4_roundtrip', 'qpissa_round_errors', 'qpissa_error', 'quantization_error']
 
 # %% ../../nbs/pissa/02_principal.ipynb #9c24dc3c
 def pissa_config(
@@ -102,9 +103,14 @@ def _residual_weights(peft_model: PeftModel, adapter_name: str, n: int = 4) -> d
     names = [f"{name}.weight" for name, mod in modules if isinstance(mod, LoraLayer) and adapter_name in mod.r]
     return fingerprint(peft_model, names=names[:n])
 
-def _save_adapter(peft_model: PeftModel, folder: str | Path, adapter_name: str, **kwargs) -> None:
-    """peft's `save_pretrained` of the one adapter `adapter_name` (`kwargs` passed on), its files at the top of `folder`
-    whatever its name, as "default"'s are (peft writes any other adapter into a subfolder named after it)."""
+def save_adapter_files(
+    peft_model: PeftModel,  # a PEFT model
+    folder: str | Path,  # where the adapter's files go (made if missing; files of the same names are replaced)
+    adapter_name: str = "default",  # the one adapter to save (PEFT's name); the model's others are not saved
+    **kwargs,  # passed to peft's `save_pretrained` (e.g. `path_initial_model_for_weight_conversion=`)
+) -> None:
+    """peft's `save_pretrained` of the one adapter `adapter_name`, its files at the top of `folder` whatever its name,
+    as "default"'s are (peft writes any other adapter into a subfolder named after it); no record, no card."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix="_peft-save-", dir=folder))
@@ -119,7 +125,7 @@ def _save_as_plain_lora_init(peft_model: PeftModel, folder: str | Path, adapter_
     "Save the adapter `adapter_name` marked as a plain LoRA (loading it must not decompose the weights again)."
     cfg = peft_model.peft_config[adapter_name]
     init, cfg.init_lora_weights = cfg.init_lora_weights, True
-    try: _save_adapter(peft_model, folder, adapter_name)
+    try: save_adapter_files(peft_model, folder, adapter_name)
     finally: cfg.init_lora_weights = init
 
 def _base_name(peft_model: PeftModel) -> str:
@@ -222,13 +228,17 @@ _INIT_FIELDS = ("init_lora_weights", "init_method", "niter", "seed", "dtype", "a
                 "bf16_residual_error_max", "bf16_residual_error_layer")  # copied onto the shared LoRA's record
 _BASE_CHANGING_INITS = ("pissa", "olora", "corda", "loftq", "lora_ga")  # peft inits that rewrite the base's weights
 
+def _base_changing_adapter(model) -> tuple[str, str] | None:
+    "The first adapter of a PEFT `model` whose init rewrote the base weights it adapts, with that init; else None."
+    inits = {n: getattr(c, "init_lora_weights", None) for n, c in (getattr(model, "peft_config", None) or {}).items()}
+    return next(((n, i) for n, i in inits.items() if str(i).lower().startswith(_BASE_CHANGING_INITS)), None)
+
 def _with_adapter(model, config: LoraConfig, adapter_name: str) -> PeftModel:
     """`model` with the new LoRA adapter `adapter_name` of `config`, active: a plain model wrapped (`get_peft_model`),
     a PEFT model given one more (`add_adapter`, then `set_adapter`), unless one of its adapters rewrote the base."""
     if not isinstance(model, PeftModel): return get_peft_model(model, config, adapter_name=adapter_name)
-    inits = {n: c.init_lora_weights for n, c in model.peft_config.items()}
-    if (changed := [n for n, i in inits.items() if str(i).lower().startswith(_BASE_CHANGING_INITS)]):
-        raise ValueError(f"the model's adapter {changed[0]!r} (init_lora_weights={inits[changed[0]]!r}) already "
+    if (changed := _base_changing_adapter(model)):
+        raise ValueError(f"the model's adapter {changed[0]!r} (init_lora_weights={changed[1]!r}) already "
                          "replaced the base weights it adapts: a PiSSA adapter beside it would record those, not the "
                          "untouched base, as the base of its shared LoRA; init PiSSA on the untouched base (beside "
                          "plain LoRA adapters only)")
@@ -305,9 +315,14 @@ def _checked_record(model, folder: Path, ignore_base_mismatch: bool = False) -> 
                    ignore_base_mismatch)
     return record
 
-def _check_init_dir(peft_model: PeftModel, init_dir: Path, adapter_name: str) -> dict:
-    """The initial adapter's record, after checking it is the one `peft_model`'s adapter `adapter_name` started from,
-    with its files intact."""
+def check_init_dir(
+    peft_model: PeftModel,  # a PiSSA model from `init_pissa` (trained or not)
+    init_dir: str | Path,  # the initial adapter `init_pissa` saved
+    adapter_name: str = "default",  # the PiSSA adapter `init_dir` should be the start of
+) -> dict:
+    """The initial adapter's record (`pissa` in its adaptkit.json), after checking it is the one `peft_model`'s adapter
+    `adapter_name` started from, with its files intact."""
+    init_dir = Path(init_dir)
     meta = read_metadata(init_dir).get("pissa", {})
     if not (init_dir / "adapter_config.json").is_file() or meta.get("role") != "initial adapter":
         raise FileNotFoundError(f"{init_dir}: no initial PiSSA adapter here; conversion needs the folder that "
@@ -324,7 +339,7 @@ def _check_init_dir(peft_model: PeftModel, init_dir: Path, adapter_name: str) ->
                          "init_pissa wrote for this model") from e
     return meta
 
-def _check_rank(
+def check_conversion_rank(
     peft_model: PeftModel,  # a PiSSA model from `init_pissa`
     rank: str | int,  # "exact" (2r, lossless) or the rank k of a truncated SVD of each layer's trained change
     adapter_name: str = "default",  # the PiSSA adapter to convert
@@ -385,18 +400,25 @@ def _convert(peft_model: PeftModel, adapter_name: str, folder: Path, init_dir: P
         errors[name] = _rel(delta - written, delta if delta.any() else s * B @ A)
     return errors
 
-def _write_plain_lora(peft_model: PeftModel, folder: Path, init_dir: Path, rank: str | int = "exact",
-                      adapter_name: str = "default") -> dict:
-    """Write `peft_model`'s PiSSA adapter `adapter_name` into `folder` as a plain LoRA for the untouched base; its
-    conversion record."""
-    meta = _check_init_dir(peft_model, Path(init_dir), adapter_name)
+def write_plain_lora(
+    peft_model: PeftModel,  # a PiSSA model from `init_pissa` (trained or not)
+    folder: str | Path,  # an existing folder the LoRA's files and record go into (no card: `save_pissa_as_lora`'s)
+    init_dir: str | Path,  # the initial adapter `init_pissa` saved
+    rank: str | int = "exact",  # "exact": rank 2r, alpha doubled, lossless; k: truncated SVD, error measured
+    adapter_name: str = "default",  # the PiSSA adapter to convert (PEFT's name)
+) -> dict:
+    """Write `peft_model`'s PiSSA adapter `adapter_name` into `folder` as a plain LoRA for the untouched base, with its
+    `adaptkit.json` record (`pissa`, `source`); the conversion record."""
+    folder, init_dir = Path(folder), Path(init_dir)
+    meta = check_init_dir(peft_model, init_dir, adapter_name)
+    check_conversion_rank(peft_model, rank, adapter_name)
     # peft rewrites the initial adapter's config while converting: it gets a private copy, removed afterwards; peft
     # loads it as an adapter named after its folder, which must not be one of the model's
     private = Path(tempfile.mkdtemp(prefix="_pissa_conversion-", dir=folder)) / f"_initial_{adapter_name}"
     shutil.copytree(init_dir, private)
-    try: _save_adapter(peft_model, folder, adapter_name, path_initial_model_for_weight_conversion=str(private))
+    try: save_adapter_files(peft_model, folder, adapter_name, path_initial_model_for_weight_conversion=str(private))
     finally: shutil.rmtree(private.parent, ignore_errors=True)
-    errors = _convert(peft_model, adapter_name, folder, Path(init_dir), rank)
+    errors = _convert(peft_model, adapter_name, folder, init_dir, rank)
     cfg, base = LoraConfig.from_pretrained(str(folder)), meta.get("base")
     pissa = peft_model.peft_config[adapter_name]
     record = {"role": "plain lora", "pissa_rank": pissa.r, "pissa_alpha": pissa.lora_alpha, "lora_rank": cfg.r,
@@ -518,8 +540,18 @@ def qpissa_error(
 # %% ../../nbs/pissa/02_principal.ipynb #96bccd2a
 _PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
+def _linear_weights(model, target_modules: tuple[str, ...]) -> dict[str, torch.Tensor]:
+    """The weight of each linear layer named one of `target_modules`, by its name in the plain model (through a PEFT
+    wrapper: the weight of its base layer)."""
+    inner = model.get_base_model() if isinstance(model, PeftModel) else model
+    out = {}
+    for name, mod in inner.named_modules():
+        linear = mod.get_base_layer() if isinstance(mod, BaseTunerLayer) else mod  # a `base_layer` is not a target
+        if isinstance(linear, torch.nn.Linear) and name.rsplit(".", 1)[-1] in target_modules: out[name] = linear.weight
+    return out
+
 def quantization_error(
-    model,  # a full-precision transformers model
+    model,  # a full-precision transformers model, or a PEFT model of one (its base layers are measured)
     r: int = 64,  # adapter rank
     *,
     niter: int | None = None,  # randomised SVD iterations; None: exact SVD
@@ -527,11 +559,14 @@ def quantization_error(
     target_modules: tuple[str, ...] = _PROJECTIONS,  # linear layers to measure
 ) -> dict:
     "Per-layer and whole-model NF4 quantization error of QLoRA vs QPiSSA, with the reduction ratios."
+    if (changed := _base_changing_adapter(model)):
+        raise ValueError(f"the model's adapter {changed[0]!r} (init_lora_weights={changed[1]!r}) replaced the weights "
+                         "it adapts (PiSSA: by their residuals): measure the model before its init, or the untouched "
+                         "base")
     layers = {}
-    for name, mod in model.named_modules():
-        if isinstance(mod, torch.nn.Linear) and name.rsplit(".", 1)[-1] in target_modules:
-            try: layers[name] = qpissa_error(mod.weight, r, niter=niter, iters=iters)
-            except ValueError as e: raise ValueError(f"{name}: {e}") from e  # the layer a rank does not fit
+    for name, weight in _linear_weights(model, target_modules).items():
+        try: layers[name] = qpissa_error(weight, r, niter=niter, iters=iters)
+        except ValueError as e: raise ValueError(f"{name}: {e}") from e  # the layer a rank does not fit
     if not layers: raise ValueError(f"no linear layer named any of {target_modules} in the model")
     qlora, qpissa = sum(v["qlora"] for v in layers.values()), sum(v["qpissa"] for v in layers.values())
     return {"r": r, "iters": iters, "layers": layers, "qlora": qlora, "qpissa": qpissa, "reduction": 1 - qpissa / qlora,

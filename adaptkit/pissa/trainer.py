@@ -20,7 +20,7 @@ from ..artifacts import ArtifactTrainerMixin
 from ..data import PROMPT_COMPLETION, Schema, load_rows
 from .artifact import PiSSAAdapter
 from .config import METHOD, PiSSAConfig, pissa_config
-from .principal import _check_rank, init_pissa
+from .principal import check_conversion_rank, init_pissa
 
 # %% auto #0
 __all__ = ['PiSSATrainer']
@@ -93,7 +93,7 @@ class PiSSATrainer(ArtifactTrainerMixin, SFTTrainer, method=METHOD):  # METHOD: 
         with warnings.catch_warnings(), _init_folder(args, self.init_dir) as init_dir:  # one process writes it
             warnings.filterwarnings("ignore", message="init_pissa replaced")  # the trainer owns the changed model
             model = init_pissa(model, self.pissa, init_dir=init_dir, seed=args.seed)
-        _check_rank(model, self.lora_rank)  # a rank no layer can take is refused before training
+        check_conversion_rank(model, self.lora_rank)  # a rank no layer can take is refused before training
         super().__init__(model=model, args=args, train_dataset=train_dataset, **kwargs)
 
 # %% ../../nbs/pissa/04_trainer.ipynb #27cf5817

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 from huggingface_hub import HfApi
-from peft import LoraConfig, PeftModel
+from peft import LoraConfig, PeftModel, get_peft_model
 
 from adaptkit.hub import pull, push_folder, read_metadata
 from adaptkit.models import load_causal_lm, load_tokenizer, tiny_causal_lm
@@ -192,6 +192,19 @@ def test_quantization_error_sums_layer_errors_of_the_model(tiny_tok):
     per_layer = [1 - d[1] / d[0] for d in direct.values()]
     assert rep["mean_layer_reduction"] == pytest.approx(sum(per_layer) / len(per_layer), rel=1e-3)
 
+
+
+def test_quantization_error_reads_a_peft_models_base_layers_and_refuses_a_pissa_one(tiny_tok, tmp_path):
+    "Through PEFT's wrapper (`base_model.model.` names, each LoRA layer's `base_layer`): the plain model's report."
+    names = ("q_proj", "up_proj")
+    plain = quantization_error(tiny_causal_lm(tiny_tok, num_layers=1), r=2, target_modules=names)
+    lora = LoraConfig(r=2, target_modules=["q_proj", "v_proj", "up_proj"], init_lora_weights=False)
+    wrapped = get_peft_model(tiny_causal_lm(tiny_tok, num_layers=1), lora, adapter_name="mine")
+    assert quantization_error(wrapped, r=2, target_modules=names) == plain
+    assert set(plain["layers"]) == {"model.layers.0.self_attn.q_proj", "model.layers.0.mlp.up_proj"}
+    pm = _init(tiny_causal_lm(tiny_tok, num_layers=1), pissa_config(2), tmp_path / "init")
+    with pytest.raises(ValueError, match=r"adapter 'default' \(init_lora_weights='pissa'\) replaced the weights it"):
+        quantization_error(pm, r=2, target_modules=names)
 
 def test_training_lowers_the_loss_on_the_training_rows_and_converts_exactly(tiny_tok, tmp_path):
     pm = _init(tiny_causal_lm(tiny_tok), pissa_config(4), tmp_path / "init")

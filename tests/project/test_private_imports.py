@@ -57,6 +57,11 @@ def test_private_names_crossing_modules_stay_under_one_per_thousand_lines():
                                    + "\n".join(f"  {m} <- {s}.{n}" for m, s, n in found))
 
 
+
+def test_pissa_takes_no_private_name_from_another_module():
+    "PiSSA's artifact and trainer build on the conversion's public pieces (`write_plain_lora`, `check_init_dir`, ...)."
+    assert [f for f in private_imports() if f[0].startswith(f"{LIB.name}.pissa")] == []
+
 def test_the_count_sees_relative_and_absolute_imports(tmp_path):
     "A planted package: each style of crossing counted once, a module's own and a dunder name not at all."
     lib = tmp_path / LIB.name

@@ -85,6 +85,21 @@ def test_every_module_is_exported_from_a_notebook():
     assert not stale, f"modules no notebook exports (delete them): {stale}"
 
 
+def test_every_module_line_is_within_120_characters():
+    """Ruff checks the notebooks' cells, not the modules made from them (nbdev wraps `__all__` 10 characters wider):
+    the lines no cell holds, such as the module docstring nbdev writes from a title cell, are checked here."""
+    import ast
+    long = []
+    for p in _modules():
+        text = p.read_text()
+        wrapped = {i for node in ast.parse(text).body if isinstance(node, ast.Assign)
+                   and any(getattr(t, "id", None) == "__all__" for t in node.targets)
+                   for i in range(node.lineno, node.end_lineno + 1)}
+        long += [f"{p.relative_to(ROOT)}:{i} ({len(line)} characters)" for i, line in enumerate(text.splitlines(), 1)
+                 if len(line) > 120 and i not in wrapped]
+    assert not long, long
+
+
 METHODS = ("pissa", "aligner", "repnoise", "translora", "emr")
 CORE = ("artifacts", "config", "data", "models", "tensorfiles", "tasks")
 
