@@ -513,7 +513,7 @@ def _bases(hub: dict, ns: str, log: _Log, models: DemoModels) -> dict:
     from adaptkit.tasks import minilm
     real = [d for d, given in (("SmolLM2-135M-Instruct", models.smol), ("gemma-3-270m", models.gemma)) if given is None]
     if not all((cache_dir() / d / "config.json").exists() for d in real):
-        log.say("adaptkit demo: converting the GGUF bases once into plain checkpoints (about a minute each, cached)")
+        log.say("adaptkit demo: converting the GGUF bases once into plain checkpoints (about 40 s, cached)")
     bases = {
         "smol": (
             f"{ns}/SmolLM2-135M-Instruct",
