@@ -40,6 +40,7 @@ class StreamWriter:
         self,
         path: Path,  # the file to write
         specs: dict,  # tensor name -> (safetensors dtype name, shape), in the order they will be written
+        hashed: bool = True,  # keep the sha256 of every byte written (`sha256`); False: not computed, unavailable
     ):
         header, offset = {"__metadata__": {"format": "pt"}}, 0
         for name, (dtype, shape) in specs.items():
@@ -54,7 +55,7 @@ class StreamWriter:
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path, self.todo, self.file = path, list(specs.items())[::-1], open(path, "wb")
         # of every byte written: the file's sha256, no re-read
-        self.hash = hashlib.sha256(struct.pack("<Q", len(raw)) + raw)
+        self.hash = hashlib.sha256(struct.pack("<Q", len(raw)) + raw) if hashed else None
         self.file.write(struct.pack("<Q", len(raw)) + raw)
         self.current, self.dtype, self.bytes_left = None, None, 0
 
@@ -69,7 +70,7 @@ class StreamWriter:
             raise ValueError(f"{self.path.name}: {name} takes {self.bytes_left} more bytes of {self.dtype}, "
                              f"got {data.nbytes} of {chunk.dtype}")
         self.file.write(data.data)
-        self.hash.update(data.data)
+        if self.hash is not None: self.hash.update(data.data)
         self.bytes_left -= data.nbytes
 
     def close(self, check: bool = True):
@@ -80,6 +81,7 @@ class StreamWriter:
 
     def sha256(self) -> str:
         "The hex sha256 of the bytes written so far (the whole file once every tensor is written)."
+        if self.hash is None: raise RuntimeError(f"{self.path.name}: written with hashed=False, no sha256 was kept")
         return self.hash.hexdigest()
 
 _SIZE = re.compile(r"\s*([0-9]+)\s*(GiB|MiB|KiB|GB|MB|KB)?\s*", re.IGNORECASE)  # digits, then a unit or none
@@ -121,9 +123,10 @@ class ShardWriter:
         folder: Path,  # where the shards and the index go
         specs: dict,  # tensor name -> (safetensors dtype name, shape), in the order they will be written
         max_shard_size: int | str,  # largest shard, in bytes or as "5GB"; a larger tensor gets a shard of its own
+        hashed: bool = True,  # keep every file's sha256 as it is written (`sha256s`), as `StreamWriter`
     ):
         split = shard_split(specs, max_shard_size)
-        self.writers = {f: StreamWriter(folder / f, {n: specs[n] for n in names})
+        self.writers = {f: StreamWriter(folder / f, {n: specs[n] for n in names}, hashed)
                         for f, names in split.filename_to_tensors.items()}
         self.where = {name: self.writers[f] for name, f in split.tensor_to_filename.items()}
         self.index = None

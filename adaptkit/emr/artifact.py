@@ -138,12 +138,13 @@ class MergedModel(Artifact):
     def _write(self, folder: Path) -> None:
         """Shards (`model.safetensors`, or `model-0000x-of-0000n.safetensors` and the index) with config.json and the
         base's files at the root, each tensor written as it comes; per task `tasks/<task>/own.safetensors`, config."""
-        writers = [ShardWriter(folder, _specs(self.state_dict), self.max_shard_size)]
+        # not hashed as written: the record's checksums are taken from the files (`Artifact._describe`)
+        writers = [ShardWriter(folder, _specs(self.state_dict), self.max_shard_size, hashed=False)]
         try:
             _write_tensors(writers[0], self.state_dict, "the merged model")
             for task, head in self.heads.items():
                 d = folder / "tasks" / check_task_name(task)
-                writers.append(StreamWriter(d / "own.safetensors", _specs(head)))
+                writers.append(StreamWriter(d / "own.safetensors", _specs(head), hashed=False))
                 _write_tensors(writers[-1], head, f"task {task!r}")
                 if (cfg := self.configs.get(task)): (d / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
         except BaseException:

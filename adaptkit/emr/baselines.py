@@ -10,6 +10,7 @@ import re
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
+import numpy as np
 import torch
 from tqdm.auto import tqdm
 
@@ -17,9 +18,8 @@ from .artifact import BESIDE, MergedModel, TensorStream, check_output, tensor_it
 from .format import published_base
 from .inputs import IN_MEMORY, check_complete, check_finite, exclude_patterns, open_inputs, plan_merge
 from .methods import MERGE_METHODS, TensorMerger, tensor_generator, tensor_parameters
-from .stream import ChunkReader, chunk_numel, merge_row_chunks
+from .stream import ChunkReader, all_finite, chunk_numel, float32_chunk, merge_row_chunks, stored_chunk
 from ..tensorfiles import DTYPE_NAMES, DTYPES, nbytes, size_in_bytes
-
 
 # %% auto #0
 __all__ = ['merge_models', 'task_arithmetic', 'ties_merge']
@@ -48,60 +48,66 @@ def _beside(base) -> dict:
     if folder is None: return dict(base.beside)
     return {f: (folder / f).read_bytes() for f in BESIDE if (folder / f).is_file()}
 
-def _check_result(t: torch.Tensor, name: str, method: str) -> torch.Tensor:
-    "`t`, a merged tensor, after checking it is finite (finite inputs can overflow: a large weight, a half dtype)."
-    if t.is_floating_point() and not torch.isfinite(t).all():
-        raise ValueError(f"tensor {name!r} of the merged model ({method}) has NaN or Inf values, though every input is "
-                         "finite: a weight or lambda too large for its dtype? Nothing was written")
-    return t
-
-def _chunk_inputs(reader: ChunkReader, k: int, name: str, rows, base, tasks: dict) -> tuple:
-    """Item `k` of the reader, chunk `rows` of tensor `name`: the base's chunk as stored, the same in float32 (flat),
-    and the task vectors' chunks stacked `(tasks, entries)` in float32."""
+def _chunk_inputs(reader: ChunkReader, k: int, name: str, rows, base, tasks: dict, buffers: tuple) -> tuple:
+    """Item `k` of the reader, chunk `rows` of tensor `name`: the base's chunk as stored, the same in float32 (a flat
+    array) and the task vectors' chunks stacked `(tasks, entries)` in float32 (an array in `buffers`, reused)."""
     raw = reader.get(k)
     b = base.read(name, rows) if raw[0] is None else raw[0]
-    b32 = b.float().reshape(-1)
-    task_vectors = torch.empty(len(tasks), b32.numel())
+    b32 = float32_chunk(b, buffers[0])
+    task_vectors = buffers[1][:, :b32.size]
     for i, (m, x) in enumerate(zip(tasks.values(), raw[1:])):
-        if x is None: m.delta(name, b32, rows, out=task_vectors[i])
-        else: torch.sub(x.float() if x.dtype == torch.float64 else x, b32, out=task_vectors[i])
+        if m.kind == "lora": m.delta(name, torch.from_numpy(b32), rows, out=torch.from_numpy(task_vectors[i]))
+        else: np.subtract(float32_chunk(m.read(name, rows) if x is None else x, task_vectors[i]), b32,
+                          out=task_vectors[i])
     return b, b32, task_vectors
 
-def _check_chunk(out: torch.Tensor, name: str, rows, base, tasks: dict, method: str) -> torch.Tensor:
-    """`out`, a merged chunk, after checking it is finite; if not, the inputs are read again to name the one with NaN
-    or Inf (every step keeps a NaN or Inf input's mark on the result: pruning and sign election multiply by 0)."""
-    if not out.is_floating_point() or torch.isfinite(out).all(): return out
+def _check_chunk(out, name: str, rows, base, tasks: dict, method: str):
+    """`out`, a merged chunk (a tensor or an array), after checking it is finite; if not, the inputs are read again to
+    name the one with NaN or Inf (every step keeps a NaN or Inf input's mark on the result: pruning and sign election
+    multiply by 0)."""
+    if all_finite(out): return out
     b = check_finite(base.read(name, rows), name, "the base")
     for t, m in tasks.items(): check_finite(m.delta(name, b.float(), rows), name, f"task {t!r}")
-    return _check_result(out, name, method)
+    raise ValueError(f"tensor {name!r} of the merged model ({method}) has NaN or Inf values, though every input is "
+                     "finite: a weight or lambda too large for its dtype? Nothing was written")
 
 def _merged_tensors(plan, base, tasks: dict, merger_for: Callable, dtype, method: str, bar) -> Iterator:
     """Each merged tensor in chunks of rows as computed, `(name, chunk)`: a chunk of every model in memory, read ahead
-    on a thread. A tensor whose pruning needs its exact magnitude thresholds is read `passes` more times first."""
+    on a thread. A tensor whose pruning needs its exact magnitude thresholds is read `passes` more times first. The
+    arithmetic is numpy's, on arrays sharing the chunks' memory (`adaptkit.emr.stream.float32_chunk`: why)."""
     mergers = {n: merger_for(n, math.prod(base.specs[n][1])) for n in plan.merged}
     chunks = {n: merge_row_chunks(base.specs[n][1]) for n in plan.merged}
     passes = {n: mergers[n].passes if len(chunks[n]) > 1 else 0 for n in plan.merged}
     items = [(n, r) for n in plan.merged for _ in range(passes[n] + 1) for r in chunks[n]]
     size = max(chunk_numel(base.specs[n][1], r) for n, r in items)
     reader, k = ChunkReader([base, *tasks.values()], items, plan.merged, size), 0
+    buffers = (np.empty(size, dtype=np.float32), np.empty((len(tasks), size), dtype=np.float32))
+    abs_buffer = np.empty((len(tasks), size), dtype=np.float32) if any(
+        m.reads_magnitudes for m in mergers.values()) else None
+    def inputs(merger, name, rows):  # the next chunk's base, in float32, task vectors, magnitudes (if pruned by them)
+        nonlocal k
+        b, b32, task_vectors = _chunk_inputs(reader, k, name, rows, base, tasks, buffers)
+        k += 1
+        if not merger.reads_magnitudes: return b, b32, task_vectors, None
+        return b, b32, task_vectors, np.abs(task_vectors, out=abs_buffer[:, :b32.size])
     try:
         for name in plan.merged:
             merger, shape, whole = mergers.pop(name), base.specs[name][1], len(chunks[name]) == 1
             for _ in range(passes[name]):
                 for rows in chunks[name]:
-                    merger.observe(_chunk_inputs(reader, k, name, rows, base, tasks)[2])
-                    k += 1
+                    merger.observe(*inputs(merger, name, rows)[2:])
                 merger.end_pass()
             for rows in chunks[name]:
-                b, b32, task_vectors = _chunk_inputs(reader, k, name, rows, base, tasks)
-                k += 1
+                b, b32, task_vectors, magnitudes = inputs(merger, name, rows)
                 for _ in range(merger.passes if whole else 0):  # one chunk: its thresholds from the chunk read
-                    merger.observe(task_vectors)
+                    merger.observe(task_vectors, magnitudes)
                     merger.end_pass()
-                out = merger.merge(b32, task_vectors).to(dtype or b.dtype)
-                del b, b32, task_vectors
-                yield name, _check_chunk(out, name, rows, base, tasks, method).reshape(
-                    shape if rows is None else (rows[1] - rows[0], *shape[1:]))
+                out = _check_chunk(merger.merge(b32, task_vectors, magnitudes), name, rows, base, tasks, method)
+                stored = stored_chunk(out, dtype or b.dtype)
+                if stored.dtype != torch.float32:  # a finite float32 too large for a narrower dtype: Inf
+                    _check_chunk(stored, name, rows, base, tasks, method)
+                del b, b32, task_vectors, magnitudes, out
+                yield name, stored.reshape(shape if rows is None else (rows[1] - rows[0], *shape[1:]))
             bar.update()
     finally:
         reader.close(cancel=k < len(items))
@@ -152,7 +158,6 @@ def _merge_into_one(pretrained, finetuned, exclude, endpoint, token, mergers_for
         need = sum(map(nbytes, specs.values())) + sum(nbytes(s) for h in own.values() for s in h.values())
         check_output(out_dir, inputs, need=need)
         return out._open_weights(out.save_pretrained(out_dir))
-
 
 # %% ../../nbs/emr/09_baselines.ipynb #66ba9799
 def _per_task(value, tasks: list, param: str) -> dict:

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import torch
 import yaml
 
@@ -24,64 +25,74 @@ __all__ = ['MERGE_METHODS', 'EMR', 'CONFIG_METHODS', 'prune_magnitude', 'prune_r
            'read_merge_config', 'reproducing_config']
 
 # %% ../../nbs/emr/10_methods.ipynb #770a461e
-def _bits(magnitudes: torch.Tensor) -> torch.Tensor:
-    "Non-negative floats, flat, as integers in the same order: their bit patterns (16-bit ones widened to int32)."
-    ints = {2: torch.int16, 4: torch.int32, 8: torch.int64}[magnitudes.element_size()]
+def _bits(magnitudes: torch.Tensor | np.ndarray) -> np.ndarray:
+    """Non-negative floats (a tensor or an array), flat, as integers in the same order: their bit patterns (16-bit ones
+    widened to int32), an array; integers are taken as such bits already."""
+    if isinstance(magnitudes, torch.Tensor):
+        flat = magnitudes.detach().cpu().reshape(-1)
+        magnitudes = flat.view({2: torch.int16, 4: torch.int32, 8: torch.int64}[flat.element_size()]).numpy()
+    ints = {2: np.int16, 4: np.int32, 8: np.int64}[magnitudes.itemsize]
     bits = magnitudes.reshape(-1).view(ints)
-    return bits.to(torch.int32) if ints is torch.int16 else bits
+    return bits.astype(np.int32) if ints is np.int16 else bits
 
 class _RankSelect:
     """The magnitudes at `ranks` (0: the largest) of a tensor seen in chunks, exactly: a radix selection over their
     bit patterns, 16 bits a pass over the chunks (float32: the top 16 bits of every entry, then the low 16 bits of the
     entries in the bins that hold the ranks). Each rank ends as (its value's bits, its place among the entries of that
-    value, how many entries are larger)."""
+    value, how many entries are larger), and `counts` holds how many entries have its value."""
     def __init__(self, ranks: list, dtype: torch.dtype = torch.float32):
         self.levels, self.level, self.hists = dtype.itemsize * 8 // 16, 0, {}
-        self.at = {r: (None, r, 0) for r in ranks}
+        self.at, self.counts = {r: (None, r, 0) for r in ranks}, {}
 
-    def add(self, magnitudes: torch.Tensor):
-        "Count one chunk of the magnitudes (non-negative, of `dtype`) in this pass's histograms."
+    def add(self, magnitudes: torch.Tensor | np.ndarray):
+        "Count one chunk of the magnitudes (non-negative, of `dtype`; or their `_bits`) in this pass's histograms."
         bits, shift = _bits(magnitudes), 16 * (self.levels - 1 - self.level)
         for prefix in {p for p, _, _ in self.at.values()}:
-            inside = bits if prefix is None else bits[(bits >> (shift + 16)) == prefix]
-            h = torch.bincount((inside >> shift) & 0xFFFF, minlength=1 << 16)
-            self.hists[prefix] = self.hists[prefix].add_(h) if prefix in self.hists else h
+            # the top 16 bits of a non-negative number are below 2**15; the next ones, of the entries in the bin
+            digits = bits >> shift if prefix is None else bits[(bits >> (shift + 16)) == prefix] >> shift & 0xFFFF
+            h = np.bincount(digits, minlength=1 << 16)
+            if prefix in self.hists: self.hists[prefix] += h
+            else: self.hists[prefix] = h
 
     def next_pass(self) -> bool:
         "After a pass over every chunk: narrow each rank by 16 bits; True while another pass is needed."
         for r, (prefix, rest, above) in self.at.items():
-            h = self.hists.get(prefix, torch.zeros(1 << 16, dtype=torch.int64)).flip(0)  # largest first
-            cum = h.cumsum(0)
-            j = int(torch.searchsorted(cum, rest, right=True))  # the bin holding the rest-th largest
+            h = self.hists.get(prefix, np.zeros(1 << 16, dtype=np.int64))[::-1]  # largest first
+            cum = np.cumsum(h)
+            j = int(np.searchsorted(cum, rest, side="right"))  # the bin holding the rest-th largest
             over = int(cum[j] - h[j])
             self.at[r] = ((prefix or 0) << 16 | (0xFFFF - j), rest - over, above + over)
+            self.counts[r] = int(h[j])  # after the last pass: the entries of exactly that value
         self.level, self.hists = self.level + 1, {}
         return self.level < self.levels
 
 class _RankKeep:
     """Which entries of a tensor seen in chunks, in order, rank in `[lo, hi)` by magnitude (largest first, ties by
     position, as a stable descending sort ranks them), from the values at ranks `lo` and `hi - 1`: an entry between
-    them is kept, one equal to either by its place among the entries of that value seen so far."""
+    them is kept, one equal to either by its place among the entries of that value seen so far (when the range keeps
+    only some of them: else the comparisons keep them all)."""
     def __init__(self, lo: int, hi: int, select: _RankSelect | None):
         self.lo, self.hi, self.top, self.bottom, self.ties = lo, hi, None, None, {}
         if hi <= lo: return  # nothing kept
         self.bottom = select.at[hi - 1][0]
         if lo > 0: self.top = select.at[lo][0]
         for r in (lo, hi - 1) if lo > 0 else (hi - 1,):
-            self.ties[select.at[r][0]] = [select.at[r][2], 0]  # value -> [entries larger, its entries seen so far]
+            value, _, above = select.at[r]  # its entries rank in [above, above + count)
+            if above < lo or above + select.counts[r] > hi:
+                self.ties[value] = [above, 0]  # value -> [entries larger, its entries seen so far]
 
-    def __call__(self, magnitudes: torch.Tensor) -> torch.Tensor:
-        "The boolean mask of the next chunk's entries (its magnitudes) that are kept."
+    def __call__(self, magnitudes: torch.Tensor | np.ndarray) -> torch.Tensor | np.ndarray:
+        "The boolean mask of the next chunk's entries (its magnitudes, or their `_bits`) that are kept, of their kind."
         bits = _bits(magnitudes)
-        if self.bottom is None: return torch.zeros(magnitudes.shape, dtype=torch.bool)
-        keep = bits >= self.bottom
+        keep = bits >= self.bottom if self.bottom is not None else np.zeros(bits.shape, dtype=bool)
         if self.top is not None: keep &= bits <= self.top
         for value, tie in self.ties.items():
-            at = (bits == value).nonzero().squeeze(1)
-            rank = tie[0] + tie[1] + torch.arange(len(at))
+            at = np.flatnonzero(bits == value)
+            rank = tie[0] + tie[1] + np.arange(len(at))
             keep[at] = (rank >= self.lo) & (rank < self.hi)
             tie[1] += len(at)
-        return keep.reshape(magnitudes.shape)
+        if isinstance(magnitudes, np.ndarray): return keep.reshape(magnitudes.shape)
+        return torch.from_numpy(keep).reshape(magnitudes.shape).to(magnitudes.device)
 
 def _rank_ranges(prune: str | None, numel: int, densities: list, gammas: list) -> dict:
     """Model -> the ranks by magnitude `[lo, hi)` its pruning keeps, for the models a magnitude pruning prunes: the
@@ -95,13 +106,15 @@ def _rank_ranges(prune: str | None, numel: int, densities: list, gammas: list) -
         out[i] = (top, top + kept)
     return out
 
-def _keep_ranks(magnitudes: torch.Tensor, lo: int, hi: int) -> torch.Tensor:
+def _keep_ranks(magnitudes: torch.Tensor | np.ndarray, lo: int, hi: int) -> torch.Tensor | np.ndarray:
     "The mask of the entries of a whole tensor ranked in `[lo, hi)` by magnitude (`_RankKeep` of one chunk)."
     select = _RankSelect([lo, hi - 1] if lo > 0 else [hi - 1], magnitudes.dtype) if hi > lo else None
+    bits = _bits(magnitudes)
     while select is not None:
-        select.add(magnitudes)
+        select.add(bits)
         if not select.next_pass(): break
-    return _RankKeep(lo, hi, select)(magnitudes)
+    keep = _RankKeep(lo, hi, select)(bits).reshape(magnitudes.shape)
+    return keep if isinstance(magnitudes, np.ndarray) else torch.from_numpy(keep).to(magnitudes.device)
 
 def prune_magnitude(
     task_vector: torch.Tensor,  # one model's task vector of one tensor
@@ -111,9 +124,10 @@ def prune_magnitude(
     if density >= 1: return task_vector
     return task_vector * _keep_ranks(task_vector.abs(), 0, int(density * task_vector.numel()))
 
-def _drop_random(task_vector: torch.Tensor, density: float, generator: torch.Generator, rescale: bool):
-    "DARE on a tensor or on its next chunk: the generator's next draws, one per entry in order."
-    kept = task_vector * (torch.rand(task_vector.shape, generator=generator) < density)
+def _drop_random(task_vector: torch.Tensor | np.ndarray, density: float, generator: torch.Generator, rescale: bool):
+    "DARE on a tensor or array, or on its next chunk: the generator's next draws, one per entry in order."
+    draws = torch.rand(task_vector.shape, generator=generator)  # torch's CPU generator draws on the calling thread
+    kept = task_vector * ((draws.numpy() if isinstance(task_vector, np.ndarray) else draws) < density)
     return kept / density if rescale and density > 0 else kept
 
 def prune_random(
@@ -147,22 +161,23 @@ def tensor_generator(
     digest = hashlib.sha256(f"{seed}\0{task}\0{name}".encode()).digest()
     return torch.Generator().manual_seed(int.from_bytes(digest[:8], "little") >> 1)
 
-
 # %% ../../nbs/emr/10_methods.ipynb #2651fb64
-def _sum0(x: torch.Tensor) -> torch.Tensor:
+def _sum0(x: torch.Tensor | np.ndarray) -> torch.Tensor | np.ndarray:
     "`x.sum(0)`, added in order one slice at a time: the same bits for a tensor and for each chunk of its columns."
-    out = x[0].clone()
+    out = x[0].copy() if isinstance(x, np.ndarray) else x[0].clone()
     for row in x[1:]: out += row
     return out
 
 def sign_agreement(
-    weighted: torch.Tensor,  # weighted task vectors stacked on dim 0
+    weighted: torch.Tensor,  # weighted task vectors stacked on dim 0 (or an array of them)
 ) -> torch.Tensor:
     "Where each task vector's sign agrees with the sign elected by the weighted sum (TIES; a zero sum elects +)."
-    return weighted.sign() == torch.where(_sum0(weighted) >= 0, 1.0, -1.0)
+    total = _sum0(weighted)
+    if isinstance(weighted, np.ndarray): return np.sign(weighted) == np.where(total >= 0, *total.dtype.type([1, -1]))
+    return weighted.sign() == torch.where(total >= 0, 1.0, -1.0)
 
 def combine_weighted(
-    weighted: torch.Tensor,  # weighted task vectors `w_t τ_t` stacked on dim 0
+    weighted: torch.Tensor,  # weighted task vectors `w_t τ_t` stacked on dim 0 (or an array of them)
     weights: torch.Tensor,  # the weights, shaped to broadcast against `weighted` ((models, 1, ...))
     consensus: bool,  # keep only the entries that agree with the elected sign (TIES)
     normalize: bool,  # divide by the summed weights of what was added (a zero sum divides by 1)
@@ -174,9 +189,8 @@ def combine_weighted(
         divisor[divisor == 0] = 1
     else:
         mixed, divisor = _sum0(weighted), _sum0(weights)
-        divisor[divisor.abs() < 1e-8] = 1
+        divisor[abs(divisor) < 1e-8] = 1
     return mixed / divisor if normalize else mixed
-
 
 # %% ../../nbs/emr/10_methods.ipynb #c5882f27
 @dataclass(frozen=True)
@@ -239,13 +253,14 @@ def merge_tensor(
 ) -> torch.Tensor:
     "One tensor of the merged model: prune each task vector, weight, elect signs or not, combine, scale, add the base."
     method = MERGE_METHODS[method] if isinstance(method, str) else method
+    flat = _array(task_vectors.reshape(len(task_vectors), -1)).copy()
     merger = TensorMerger(method, base.numel(), weights, densities, gammas, normalize=normalize, scaling=scaling,
-                           rescale=rescale, generators=generators, dtype=task_vectors.dtype)
-    flat = task_vectors.reshape(len(task_vectors), -1).clone()
+                           rescale=rescale, generators=generators, dtype=flat.dtype)
     for _ in range(merger.passes):
         merger.observe(flat)
         merger.end_pass()
-    return merger.merge(base.reshape(-1), flat).reshape(base.shape)
+    out = merger.merge(_array(base.reshape(-1)), flat).reshape(base.shape)
+    return torch.from_numpy(out).to(task_vectors.device, task_vectors.dtype)
 
 # %% ../../nbs/emr/10_methods.ipynb #ab635855
 def threshold_passes(method: MergeMethod, numel: int, densities: list, gammas: list | None = None,
@@ -256,11 +271,18 @@ def threshold_passes(method: MergeMethod, numel: int, densities: list, gammas: l
     ranks = _rank_ranges(method.prune, numel, densities, gammas or [0.01] * len(densities))
     return dtype.itemsize * 8 // 16 if any(hi > lo for lo, hi in ranks.values()) else 0
 
+def _array(x: torch.Tensor | np.ndarray) -> np.ndarray:
+    "`x` as an array: itself, or a tensor's CPU memory shared (float32 values for a dtype numpy lacks: bfloat16)."
+    if isinstance(x, np.ndarray): return x
+    x = x.detach().cpu()
+    return (x.float() if x.dtype in (torch.bfloat16, torch.float8_e4m3fn, torch.float8_e5m2) else x).numpy()
+
 class TensorMerger:
     """`merge_tensor` of one tensor seen in chunks of rows, in order, bit for bit the same as whole: first `passes`
     passes over every chunk's task vectors (`observe`, then `end_pass`) find magnitude pruning's exact thresholds,
     then `merge` merges each chunk. Every step but those thresholds is entry by entry, and DARE draws each chunk's
-    mask as the generator's next draws, which are those of the whole tensor (torch's CPU generator draws in order)."""
+    mask as the generator's next draws, which are those of the whole tensor (torch's CPU generator draws in order).
+    Chunks are numpy arrays (tensors are taken and given back too): see `float32_chunk` for why."""
     def __init__(self, method: MergeMethod, numel: int, weights: list, densities: list | None = None,
                  gammas: list | None = None, *, normalize: bool | None = None, scaling: float = 1.0,
                  rescale: bool = True, generators: list | None = None, dtype: torch.dtype = torch.float32):
@@ -276,26 +298,40 @@ class TensorMerger:
         self.keeps = {i: _RankKeep(lo, hi, None) for i, (lo, hi) in ranks.items() if hi <= lo}
         self.ranks, self.passes = ranks, threshold_passes(method, numel, self.densities, gammas, dtype)
 
-    def observe(self, task_vectors: torch.Tensor):
-        "Count the next chunk's task vectors `(models, entries)` in this pass."
-        for i, select in self.selects.items(): select.add(task_vectors[i].abs())
+    @property
+    def reads_magnitudes(self) -> bool:
+        "Whether it reads the task vectors' magnitudes (a magnitude pruning: `observe` and `merge` take them)."
+        return bool(self.ranks)
+
+    def observe(self, task_vectors: torch.Tensor | np.ndarray, magnitudes: np.ndarray | None = None):
+        "Count the next chunk's task vectors `(models, entries)` in this pass (`magnitudes`: their `abs()`, if known)."
+        for i, select in self.selects.items():
+            select.add(abs(_array(task_vectors[i])) if magnitudes is None else magnitudes[i])
 
     def end_pass(self):
         "After a pass over every chunk: narrow the thresholds; after the last, they are known."
         if not any([s.next_pass() for s in self.selects.values()]):
             self.keeps |= {i: _RankKeep(*self.ranks[i], s) for i, s in self.selects.items()}
 
-    def merge(self, base: torch.Tensor, task_vectors: torch.Tensor) -> torch.Tensor:
-        """The merged chunk of the next chunk's base `(entries,)` and task vectors `(models, entries)` (overwritten):
-        pruned, weighted, combined, scaled, plus the base."""
-        for i, d in enumerate(self.densities):
-            if i in self.keeps: task_vectors[i].mul_(self.keeps[i](task_vectors[i].abs()))
-            elif self.method.prune == "random" and d < 1:
-                task_vectors[i] = _drop_random(task_vectors[i], d, self.generators[i], self.rescale)
-        w = torch.tensor(self.weights, dtype=task_vectors.dtype).reshape(-1, *[1] * (task_vectors.dim() - 1))
-        merged = combine_weighted(task_vectors.mul_(w), w, self.method.consensus, self.normalize)
-        if self.method.name == "linear" and not self.normalize: merged = merged + (sum(self.weights) - 1) * base
-        return base + merged * self.scaling if self.scaling != 1 else base + merged
+    def merge(self, base: torch.Tensor | np.ndarray, task_vectors: torch.Tensor | np.ndarray,
+              magnitudes: np.ndarray | None = None) -> torch.Tensor | np.ndarray:
+        """The merged chunk of the next chunk's base `(entries,)` and task vectors `(models, entries)` (overwritten;
+        `magnitudes`: their `abs()`, if known): pruned, weighted, combined, scaled, plus the base; an array, or a
+        tensor of the task vectors' dtype when they are one."""
+        b, tv = _array(base), _array(task_vectors)
+        if magnitudes is None and self.keeps: magnitudes = abs(tv)
+        with np.errstate(all="ignore"):  # an Inf or NaN, as torch, silently: the engine names its tensor
+            for i, d in enumerate(self.densities):
+                if i in self.keeps: tv[i] *= self.keeps[i](magnitudes[i])
+                elif self.method.prune == "random" and d < 1:
+                    tv[i] = _drop_random(tv[i], d, self.generators[i], self.rescale)
+            w = np.array(self.weights, dtype=tv.dtype).reshape(-1, *[1] * (tv.ndim - 1))
+            tv *= w
+            merged = combine_weighted(tv, w, self.method.consensus, self.normalize)
+            if self.method.name == "linear" and not self.normalize: merged = merged + (sum(self.weights) - 1) * b
+            out = b + merged * self.scaling if self.scaling != 1 else b + merged
+        if isinstance(task_vectors, np.ndarray): return out
+        return torch.from_numpy(out).to(task_vectors.device, task_vectors.dtype)
 
 # %% ../../nbs/emr/10_methods.ipynb #8c226de3
 _DEFAULTS = {"density": 1.0, "gamma": 0.01}

@@ -10,6 +10,7 @@ import math
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 
+import numpy as np
 import torch
 
 from ..tensorfiles import DTYPES
@@ -102,3 +103,45 @@ class BackgroundWriter:
         while self.pending: self.pending.popleft().result()
 
     def close(self, cancel: bool = False): self.pool.shutdown(cancel_futures=cancel)
+
+# %% ../../nbs/emr/05_stream.ipynb #7ed19c6e
+# torch dtypes whose tensors numpy shares (`Tensor.numpy()`); bfloat16 and the float8s it has not
+_NUMPY = {t: np.dtype(str(t).removeprefix("torch.")) for t in (torch.float16, torch.float32, torch.float64, torch.int8,
+                                                           torch.int16, torch.int32, torch.int64, torch.uint8,
+                                                           torch.bool)}
+
+def float32_chunk(chunk: torch.Tensor, out: np.ndarray) -> np.ndarray:
+    """A chunk's values as a flat float32 array: its own memory when it is float32, else converted into the first
+    entries of `out` (a float32 array), as torch converts them."""
+    chunk = chunk.detach().reshape(-1)
+    if chunk.dtype == torch.float32: return chunk.numpy()
+    out = out[:chunk.numel()]
+    if chunk.dtype == torch.bfloat16:  # a bfloat16's bits are the top half of the float32's
+        np.left_shift(chunk.view(torch.int16).numpy().view(np.uint16), 16, out=out.view(np.uint32), dtype=np.uint32)
+    elif chunk.dtype in _NUMPY: np.copyto(out, chunk.numpy(), casting="unsafe")
+    else: torch.from_numpy(out).copy_(chunk)  # float8: torch's own conversion
+    return out
+
+def stored_chunk(values: np.ndarray, dtype: torch.dtype) -> torch.Tensor:
+    "A float32 array of results as a tensor of `dtype` (a float32 one shares its memory), rounded as torch rounds."
+    if dtype == torch.float32: return torch.from_numpy(values)
+    if dtype == torch.bfloat16:  # round to nearest even on the bits, as torch does (NaN aside: checked before)
+        bits = values.view(np.uint32)
+        rounded = bits >> 16
+        rounded &= 1
+        rounded += 0x7FFF
+        rounded += bits
+        rounded >>= 16
+        return torch.from_numpy(rounded.astype(np.uint16)).view(torch.bfloat16)
+    with np.errstate(over="ignore", invalid="ignore"):  # too large for float16: Inf, which the merge then refuses
+        if dtype in _NUMPY: return torch.from_numpy(values.astype(_NUMPY[dtype]))
+    return torch.from_numpy(values).to(dtype)
+
+def all_finite(x: torch.Tensor | np.ndarray) -> bool:
+    "Whether a tensor or array holds no NaN or Inf (one of integers always does)."
+    if isinstance(x, torch.Tensor):
+        if not x.is_floating_point(): return True
+        if x.dtype == torch.bfloat16: return bool(((x.detach().view(torch.int16).numpy() & 0x7F80) != 0x7F80).all())
+        if x.dtype not in _NUMPY: return bool(torch.isfinite(x).all())
+        x = x.detach().numpy()
+    return not np.issubdtype(x.dtype, np.floating) or bool(np.isfinite(x).all())
