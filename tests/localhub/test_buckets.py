@@ -18,7 +18,7 @@ from adaptkit.localhub import LocalHub
 
 pytest.importorskip("hf_xet")
 
-TOKEN = "hf_localhub_buckets_token"
+pytestmark = pytest.mark.hub(guarded=True)  # private buckets need a hub with a token
 
 
 @pytest.fixture(autouse=True)
@@ -142,24 +142,24 @@ def test_private_bucket_is_refused_without_the_token(hub, api, anonymous, tmp_pa
     assert (tmp_path / "b.txt").read_bytes() == b"classified"
 
 
-def test_a_hub_without_a_token_keeps_no_private_bucket(tmp_path):
+def test_a_hub_without_a_token_keeps_no_private_bucket(tmp_path, token):
     with LocalHub(tmp_path / "open") as hub:
         api = HfApi(endpoint=hub.endpoint, token=False)
         assert _status(lambda: api.create_bucket("localhub/secret", private=True)) == 400
         api.create_bucket("localhub/public")
         assert _status(lambda: api.update_bucket_settings("localhub/public", private=True)) == 400
         api.batch_bucket_files("localhub/public", add=[(b"open", "a.txt")])  # anyone writes an open hub
-    with LocalHub(tmp_path / "guarded", token=TOKEN) as hub:
-        HfApi(endpoint=hub.endpoint, token=TOKEN).create_bucket("localhub/secret", private=True)
+    with LocalHub(tmp_path / "guarded", token=token) as hub:
+        HfApi(endpoint=hub.endpoint, token=token).create_bucket("localhub/secret", private=True)
     with pytest.raises(ValueError, match="bucket localhub/secret"):  # a start without the token would expose it
         LocalHub(tmp_path / "guarded").start()
 
 
-def test_a_mirror_keeps_buckets_of_its_own(tmp_path):
+def test_a_mirror_keeps_buckets_of_its_own(tmp_path, token):
     "A mirror asks its upstream for the repos it lacks, never for a bucket: a bucket is the hub's own."
     with LocalHub(tmp_path / "upstream") as upstream, \
-            LocalHub(tmp_path / "mirror", upstream=upstream.endpoint, upstream_token=False, token=TOKEN) as hub:
-        api = HfApi(endpoint=hub.endpoint, token=TOKEN)
+            LocalHub(tmp_path / "mirror", upstream=upstream.endpoint, upstream_token=False, token=token) as hub:
+        api = HfApi(endpoint=hub.endpoint, token=token)
         with pytest.raises(BucketNotFoundError): api.bucket_info("localhub/b")  # a 404, not a question upstream
         api.create_bucket("localhub/b")
         api.batch_bucket_files("localhub/b", add=[(b"local", "a.txt")])
@@ -223,7 +223,7 @@ def test_copy_files_to_a_bucket(hub, api, random_bytes, tmp_path):
 
 def test_batch_lines_are_checked(hub, api, raw):
     api.create_bucket("localhub/b")
-    url, auth = f"{hub.endpoint}/api/buckets/localhub/b/batch", {"Authorization": f"Bearer {TOKEN}",
+    url, auth = f"{hub.endpoint}/api/buckets/localhub/b/batch", {"Authorization": f"Bearer {hub.token}",
                                                                "Content-Type": "application/x-ndjson"}
     lines = [{"type": "addFile", "path": "a.txt", "xetHash": "0" * 64, "mtime": 1},
              {"type": "renameFile", "path": "b.txt"}, {"type": "addFile", "path": "../c.txt", "xetHash": "0" * 64},
@@ -253,7 +253,7 @@ def test_move_and_settings(hub, api, anonymous):
 def test_hf_file_system_on_a_bucket(hub, api):
     api.create_bucket("localhub/fs")
     api.batch_bucket_files("localhub/fs", add=[(b"dummy text data", "data/text_data.txt"), (b"# card", "README.md")])
-    fs, root = HfFileSystem(endpoint=hub.endpoint, token=TOKEN, skip_instance_cache=True), "buckets/localhub/fs"
+    fs, root = HfFileSystem(endpoint=hub.endpoint, token=hub.token, skip_instance_cache=True), "buckets/localhub/fs"
     assert fs.ls(root, detail=False) == [f"{root}/README.md", f"{root}/data"]
     assert fs.ls(f"{root}/data", detail=False) == [f"{root}/data/text_data.txt"]
     with pytest.raises(FileNotFoundError): fs.ls(f"{root}/dat")  # a prefix of a folder is no folder
@@ -270,7 +270,7 @@ def test_hf_file_system_on_a_bucket(hub, api):
 
 def _hf(hub, *args, cwd=None) -> subprocess.CompletedProcess:
     "The stock `hf` command on `hub`, with the test module's token."
-    env = {**os.environ, "HF_ENDPOINT": hub.endpoint, "HF_TOKEN": TOKEN, "HF_HUB_DISABLE_TELEMETRY": "1",
+    env = {**os.environ, "HF_ENDPOINT": hub.endpoint, "HF_TOKEN": hub.token, "HF_HUB_DISABLE_TELEMETRY": "1",
            "HF_HUB_DISABLE_PROGRESS_BARS": "1", "NO_COLOR": "1"}
     hf = Path(sys.executable).with_name("hf")
     return subprocess.run([str(hf), *args], env=env, cwd=cwd, capture_output=True, text=True, timeout=300)
