@@ -366,13 +366,12 @@ def _repnoise(
 
 
 # %% ../nbs/21_demo.ipynb #f2914890
-def _discriminator(args: DemoArguments, hub: dict, smol: tuple, real: list, synthesis, work: Path, log: _Log,
-                   threshold: float | None = None):
+def _discriminator(args: DemoArguments, hub: dict, smol: tuple, source_tok, real: list, synthesis, work: Path,
+                   log: _Log, threshold: float | None = None):
     """Train a discriminator on real prompts against SmolLM2's synthetic ones, push it, pull it, set its threshold on
     held-out real prompts (None: what keeps 3/4 of them) and log its held-out accuracy; the pulled discriminator."""
     from adaptkit import translora as tl
-    from adaptkit.models import load_causal_lm, load_tokenizer
-    source_tok = load_tokenizer(smol[0], revision=smol[1], **hub)
+    from adaptkit.models import load_causal_lm
     fake = tl.synthesize_prompts(
         load_causal_lm(smol[0], revision=smol[1], **hub), source_tok, real[:5], synthesis, n=24, progress=False
     )
@@ -406,7 +405,7 @@ def _translora(args: DemoArguments, hub: dict, smol: tuple, gemma: tuple, pissa:
         generation_batch_size=12,
         completion_max_new_tokens=6,
     )
-    disc = _discriminator(args, hub, smol, real, synthesis, work, log, threshold)
+    disc = _discriminator(args, hub, smol, source_tok, real, synthesis, work, log, threshold)
     distillation = tl.DistillationConfig(
         str(work / "distill"), max_steps=args.translora_steps, per_device_train_batch_size=4, learning_rate=5e-4, **_CPU
     )
