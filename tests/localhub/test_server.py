@@ -346,8 +346,10 @@ def test_delete_file_and_folder_commits(hub, api, folder):
     api.delete_file("config.json", repo_id="team/d")
     api.delete_folder("sub", repo_id="team/d")
     assert api.list_repo_files("team/d") == [".gitattributes", "README.md", "model.safetensors"]
-    with pytest.raises(EntryNotFoundError): api.delete_file("nope.txt", repo_id="team/d")
-    with pytest.raises(EntryNotFoundError): api.delete_folder("nope", repo_id="team/d")
+    with pytest.raises(EntryNotFoundError) as e: api.delete_file("nope.txt", repo_id="team/d")
+    assert e.value.response.status_code == 404 and "A file with this name doesn't exist: nope.txt" in str(e.value)
+    with pytest.raises(EntryNotFoundError) as e: api.delete_folder("nope", repo_id="team/d")
+    assert e.value.response.status_code == 404 and "No folder nope" in str(e.value)
     # history is kept
     assert api.list_repo_files("team/d", revision=first) == sorted([".gitattributes", *_files(folder)])
     with pytest.raises(RevisionNotFoundError): api.list_repo_files("team/d", revision="no-such-branch")
