@@ -13,7 +13,7 @@ import sys
 import tempfile
 import time
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 # %% auto #0
@@ -47,6 +47,12 @@ class DemoArguments:
     translora_synthetic: int = field(default=24, metadata={"help": "Synthetic prompts Gemma writes for Trans-LoRA."})
     translora_steps: int = field(default=8, metadata={"help": "Distillation steps of the transferred LoRA (batch 4)."})
     emr_steps: int = field(default=40, metadata={"help": "Fine-tuning steps of each MiniLM task model (batch 16)."})
+    precision: str = field(
+        default="auto",
+        metadata={"help": "bf16 (training under CPU autocast, generation in bf16), fp32, or auto: bf16 where the CPU "
+                          "computes it natively (AMX or AVX512-BF16; 1.6x faster there), else fp32.",
+                  "choices": ["auto", "bf16", "fp32"]},
+    )
     n_test: int = field(
         default=60, metadata={"help": "Held-out arithmetic problems for the PiSSA, Aligner and Trans-LoRA evaluations."}
     )
@@ -142,13 +148,16 @@ def _quiet():
             logging.getLogger("adaptkit").setLevel(logging.NOTSET)
 
 # %% ../nbs/21_demo.ipynb #30196fea
-_CPU = {
-    "use_cpu": True,
-    "disable_tqdm": True,
-    "report_to": "none",
-    "save_strategy": "no",
-    "gradient_checkpointing": False,
-}
+def _cpu(args: DemoArguments) -> dict:
+    "What every demo trainer's config gets: the CPU in the resolved precision, no progress bars, reports or checkpoints."
+    return {"use_cpu": True, "bf16": args.precision == "bf16", "disable_tqdm": True, "report_to": "none",
+            "save_strategy": "no", "gradient_checkpointing": False}
+
+def _precision(choice: str) -> str:
+    "`--precision` resolved: 'auto' is 'bf16' on a CPU with native bf16 products (`models.cpu_has_bf16`), else 'fp32'."
+    from adaptkit.models import cpu_has_bf16
+    if choice not in ("auto", "bf16", "fp32"): raise ValueError(f"--precision {choice!r}: use auto, bf16 or fp32")
+    return ("bf16" if cpu_has_bf16() else "fp32") if choice == "auto" else choice
 
 def _push_base(folder: Path, repo_id: str, summary: str, hub: dict, log: _Log) -> str:
     "Push a base checkpoint with its card; return the commit."
@@ -200,7 +209,7 @@ def _pissa(args: DemoArguments, hub: dict, base: tuple, data, work: Path, log: _
     log.add("pissa", f"base SmolLM2 on {args.n_test} held-out sums", *base,
             accuracy=_interval(answer_hits(load(), tok, test)))
     cfg = lambda out: PiSSAConfig(str(work / out), pissa_r=16, max_steps=args.pissa_steps,
-                                  per_device_train_batch_size=8, learning_rate=2e-4, **_CPU)
+                                  per_device_train_batch_size=8, learning_rate=2e-4, **_cpu(args))
     torch.manual_seed(cfg("lora").seed)  # the LoRA's random A, as the trainer's seed fixes the data order
     lora = LoraConfig(r=16, lora_alpha=16, lora_dropout=0.0, target_modules="all-linear", task_type="CAUSAL_LM")
     baseline = SFTTrainer(get_peft_model(load(), lora), args=cfg("lora"), train_dataset=train, processing_class=tok)
@@ -255,7 +264,7 @@ def _aligner(args: DemoArguments, hub: dict, base: tuple, work: Path, log: _Log)
         per_device_train_batch_size=8,
         learning_rate=2e-4,
         max_length=256,
-        **_CPU,
+        **_cpu(args),
     )
     trainer = AlignerTrainer(
         base[0],
@@ -343,7 +352,7 @@ def _repnoise(
             f"questions / {len(rows['benign'])} benign answers, not pushed", *base,
             harmfulness=_interval(harm(undefended)), benign_loss=benign(undefended))
     cfg = RepNoiseConfig(str(work / "repnoise"), max_steps=args.repnoise_steps, per_device_train_batch_size=4,
-                         learning_rate=1e-4, layers=list(layers), max_length=max_length, **_CPU)
+                         learning_rate=1e-4, layers=list(layers), max_length=max_length, **_cpu(args))
     trainer = RepNoiseTrainer(copy.deepcopy(undefended), cfg, rows["defence"], processing_class=tok,
                               base_model=base[0])
     trainer.train()
@@ -376,7 +385,7 @@ def _discriminator(args: DemoArguments, hub: dict, smol: tuple, source_tok, real
         load_causal_lm(smol[0], revision=smol[1], **hub), source_tok, real[:5], synthesis, n=24, progress=False
     )
     disc = tl.train_discriminator(smol[0], source_tok, real[5:21], fake[:16], tl.DiscriminatorConfig(
-        str(work / "disc"), num_train_epochs=3, per_device_train_batch_size=8, learning_rate=1e-3, **_CPU),
+        str(work / "disc"), num_train_epochs=3, per_device_train_batch_size=8, learning_rate=1e-3, **_cpu(args)),
         endpoint=hub["endpoint"], token=hub["token"])
     repo = f"{args.namespace}/SmolLM2-135M-arithmetic-discriminator"
     commit = disc.push_to_hub(repo, **hub)
@@ -407,7 +416,7 @@ def _translora(args: DemoArguments, hub: dict, smol: tuple, gemma: tuple, pissa:
     )
     disc = _discriminator(args, hub, smol, source_tok, real, synthesis, work, log, threshold)
     distillation = tl.DistillationConfig(
-        str(work / "distill"), max_steps=args.translora_steps, per_device_train_batch_size=4, learning_rate=5e-4, **_CPU
+        str(work / "distill"), max_steps=args.translora_steps, per_device_train_batch_size=4, learning_rate=5e-4, **_cpu(args)
     )
     adapter = tl.transfer_lora(
         smol[0],
@@ -543,14 +552,16 @@ def run_demo(
     "Run all five methods through a Hub, print one line per step and the table of what was produced."
     from unittest import mock
 
+    import torch
     from huggingface_hub import constants as hf_constants
 
     from adaptkit.localhub.server import LocalHub
-    from adaptkit.models import cache_dir
+    from adaptkit.models import cache_dir, generation_dtype
     from adaptkit.tasks import arithmetic_task
-    log, models = _Log(), models or DemoModels()
+    log, models, args = _Log(), models or DemoModels(), replace(args, precision=_precision(args.precision))
     with contextlib.ExitStack() as stack:
         stack.enter_context(_quiet())
+        stack.enter_context(generation_dtype(torch.bfloat16 if args.precision == "bf16" else None))
         if not args.hub_endpoint:  # the embedded LocalHub takes large files by LFS, which the client uses with Xet off
             stack.enter_context(mock.patch.object(hf_constants, "HF_HUB_DISABLE_XET", True))
         endpoint = args.hub_endpoint or stack.enter_context(LocalHub(cache_dir() / "localhub", lfs=True)).endpoint
@@ -561,6 +572,7 @@ def run_demo(
         log.say(
             f"adaptkit demo: Hub at {endpoint}"
             + ("" if args.hub_endpoint else f" (LocalHub, data in {cache_dir() / 'localhub'})")
+            + f"; {args.precision}"
         )
         with log.stage("bases"): bases = _bases(hub, args.namespace, log, models)
         data = arithmetic_task(max(8 * args.pissa_steps, 64), args.n_test)
@@ -577,7 +589,7 @@ def run_demo(
         json.dumps(
             {"endpoint": endpoint, "seconds": round(time.perf_counter() - log.start), "stage_seconds": log.stages,
              "load_average": {**log.load, "end": [round(x, 2) for x in os.getloadavg()]}, "cpus": os.cpu_count(),
-             "rows": log.rows},
+             "precision": args.precision, "rows": log.rows},
             indent=1,
         )
         + "\n"

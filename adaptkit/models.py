@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import base64
+import contextlib
 import importlib.util
 import inspect
 import json
@@ -14,6 +15,7 @@ import os
 import re
 import struct
 import warnings
+from contextvars import ContextVar
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -27,10 +29,10 @@ if TYPE_CHECKING:  # transformers is imported where a model or tokenizer is made
 
 # %% auto #0
 __all__ = ['CHATML_TEMPLATE', 'SMOLLM2_REPO', 'load_causal_lm', 'load_tokenizer', 'load_base', 'load_adapter', 'tiny_tokenizer',
-           'tiny_causal_lm', 'default_bf16', 'merged', 'GeneratedText', 'generate_batched', 'encode_completion',
-           'completion_collator', 'completion_logprobs', 'BaseMismatchError', 'fingerprint', 'fingerprint_mismatch',
-           'check_base', 'check_adapter_base', 'gguf_tensors', 'from_gguf', 'tiny_gguf', 'cache_dir', 'packaged_file',
-           'smollm2']
+           'tiny_causal_lm', 'default_bf16', 'cpu_has_bf16', 'generation_dtype', 'eval_mode', 'generation_autocast',
+           'merged', 'GeneratedText', 'generate_batched', 'encode_completion', 'completion_collator',
+           'completion_logprobs', 'BaseMismatchError', 'fingerprint', 'fingerprint_mismatch', 'check_base',
+           'check_adapter_base', 'gguf_tensors', 'from_gguf', 'tiny_gguf', 'cache_dir', 'packaged_file', 'smollm2']
 
 # %% ../nbs/03_models.ipynb #798be5b5
 def load_causal_lm(
@@ -153,8 +155,43 @@ def tiny_causal_lm(
 
 # %% ../nbs/03_models.ipynb #49c6c830
 def default_bf16() -> bool:
-    "Whether to train in bf16: only on a CUDA GPU that supports it (bf16 autocast on a CPU is slow and lossy)."
+    "Whether to train in bf16 by default: only on a CUDA GPU that supports it (a CPU's results stay fp32's everywhere)."
     return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+
+def cpu_has_bf16(cpuinfo: str | Path = "/proc/cpuinfo") -> bool:
+    "Whether this CPU computes bf16 products natively (Linux's `amx_bf16` or `avx512_bf16` flag); False if unknown."
+    try: text = Path(cpuinfo).read_text()
+    except OSError: return False
+    flags = next((line.partition(":")[2].split() for line in text.splitlines() if line.startswith("flags")), [])
+    return bool({"amx_bf16", "avx512_bf16"} & set(flags))
+
+_GENERATION_DTYPE: ContextVar[torch.dtype | None] = ContextVar("adaptkit_generation_dtype", default=None)
+
+@contextlib.contextmanager
+def generation_dtype(
+    dtype: torch.dtype | None,  # what `generate_batched` computes in within the block (None: the model's dtype)
+):
+    "Within the block, `generate_batched` runs `generate` under autocast to `dtype` (the weights stay as they are)."
+    if dtype not in (None, torch.bfloat16, torch.float16): raise ValueError(f"generation_dtype: {dtype} is not a "
+                                                                            "half precision (torch.bfloat16/float16)")
+    token = _GENERATION_DTYPE.set(dtype)
+    try: yield
+    finally: _GENERATION_DTYPE.reset(token)
+
+@contextlib.contextmanager
+def eval_mode(model):
+    "`model` in eval mode within the block; its train/eval mode as it was afterwards, whatever happened."
+    training = model.training
+    model.eval()
+    try: yield model
+    finally: model.train(training)
+
+def generation_autocast(model):
+    """The autocast `generate_batched` runs `model` under: `generation_dtype`'s, or none when none is set or autocast
+    is already on (a caller's own autocast is kept; its weight cache is the caller's)."""
+    dtype, device = _GENERATION_DTYPE.get(), model.device.type
+    if dtype is None or torch.is_autocast_enabled(device): return contextlib.nullcontext()
+    return torch.autocast(device, dtype=dtype)
 
 def merged(
     model,  # a transformers model, possibly wrapped in a PEFT adapter
@@ -326,9 +363,8 @@ def generate_batched(
         from transformers import StopStringCriteria
         stop = StopStringCriteria(tokenizer, kw["stop_strings"])
     rows = tokenizer(prompts, add_special_tokens=add_special_tokens)["input_ids"] if prompts else []
-    out, training = [None] * len(prompts), model.training
-    model.eval()
-    try:
+    out = [None] * len(prompts)
+    with eval_mode(model), generation_autocast(model):
         arg = _cache_arg(model, generate_kwargs) if share_prefix and len(rows) > 1 else None
         P, kv = _common_prefix(rows) if arg else 0, None
         if P:
@@ -345,7 +381,6 @@ def generate_batched(
             if return_finish_reason:
                 texts = map(GeneratedText, texts, _finish_reasons(ids, start, eos, kw["pad_token_id"], stop))
             for i, text in zip(batch, texts): out[i] = text
-    finally: model.train(training)
     return out
 
 # %% ../nbs/03_models.ipynb #4402e5b1

@@ -44,7 +44,7 @@ def tiny_bases(tmp_path):
 def test_the_demo_runs_every_step_through_the_hub(tiny_bases, tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("ADAPTKIT_CACHE", str(tmp_path / "cache"))
     args = DemoArguments(namespace="tiny", pissa_steps=2, aligner_steps=2, repnoise_steps=2, translora_synthetic=8,
-                         translora_steps=2, emr_steps=2, n_test=8)
+                         translora_steps=2, emr_steps=2, n_test=8, precision="bf16")  # bf16 on any CPU
     start = time.perf_counter()
     assert run_demo(args, tiny_bases) == 0
     seconds = time.perf_counter() - start
@@ -113,6 +113,7 @@ def test_the_demo_runs_every_step_through_the_hub(tiny_bases, tmp_path, monkeypa
     assert set(results["stage_seconds"]) == {"bases", "pissa", "aligner", "repnoise", "translora", "emr"}
     assert all(s >= 0 for s in results["stage_seconds"].values()) and sum(results["stage_seconds"].values()) <= \
         results["seconds"] + 1
+    assert results["precision"] == "bf16" and "; bf16" in out.splitlines()[0]
     assert len(results["load_average"]["start"]) == len(results["load_average"]["end"]) == 3
     assert "kept 8 of 8 prompts" in out and "threshold 0.000" in out  # the stand-in threshold was used
     for repo_id, commit in pushed.items(): assert f"{repo_id}@{commit[:8]}" in out  # the final table names every commit
@@ -137,3 +138,15 @@ def test_a_gain_is_claimed_only_when_its_interval_is_above_zero():
     fields, _ = _gain([0] * 30, [1] * 3 + [0] * 27)  # +0.1 on 30 items: the interval reaches 0
     assert fields["gain"]["low"] == 0 and not fields["shows_gain"]
     with pytest.raises(ValueError): _gain([0, 1], [1])  # scores of other items cannot be paired
+
+
+def test_auto_precision_is_bf16_only_where_the_cpu_computes_it(monkeypatch):
+    "`--precision auto` follows the CPU's bf16 flag; bf16 and fp32 are taken as given; anything else is refused."
+    import adaptkit.models
+    from adaptkit.demo import _cpu, _precision
+    for native, auto in ((True, "bf16"), (False, "fp32")):
+        monkeypatch.setattr(adaptkit.models, "cpu_has_bf16", lambda: native)
+        assert [_precision(c) for c in ("auto", "bf16", "fp32")] == [auto, "bf16", "fp32"]
+    with pytest.raises(ValueError, match="--precision 'fp16': use auto, bf16 or fp32"): _precision("fp16")
+    assert _cpu(DemoArguments(precision="bf16"))["bf16"] and not _cpu(DemoArguments(precision="fp32"))["bf16"]
+    assert DemoArguments().precision == "auto"
