@@ -29,10 +29,10 @@ if TYPE_CHECKING:  # transformers is imported where a model or tokenizer is made
 
 # %% auto #0
 __all__ = ['CHATML_TEMPLATE', 'SMOLLM2_REPO', 'load_causal_lm', 'load_tokenizer', 'load_base', 'load_adapter', 'tiny_tokenizer',
-           'tiny_causal_lm', 'default_bf16', 'cpu_has_bf16', 'generation_dtype', 'eval_mode', 'generation_autocast',
-           'merged', 'GeneratedText', 'generate_batched', 'encode_completion', 'completion_collator',
-           'completion_logprobs', 'BaseMismatchError', 'fingerprint', 'fingerprint_mismatch', 'check_base',
-           'check_adapter_base', 'gguf_tensors', 'from_gguf', 'tiny_gguf', 'cache_dir', 'packaged_file', 'smollm2']
+           'tiny_causal_lm', 'default_bf16', 'cpu_has_bf16', 'generation_dtype', 'eval_mode', 'GeneratedText',
+           'generate_batched', 'encode_completion', 'completion_collator', 'completion_logprobs', 'BaseMismatchError',
+           'fingerprint', 'fingerprint_mismatch', 'check_base', 'check_adapter_base', 'gguf_tensors', 'from_gguf',
+           'tiny_gguf', 'cache_dir', 'packaged_file', 'smollm2']
 
 # %% ../nbs/03_models.ipynb #798be5b5
 def load_causal_lm(
@@ -186,18 +186,24 @@ def eval_mode(model):
     try: yield model
     finally: model.train(training)
 
-def generation_autocast(model):
-    """The autocast `generate_batched` runs `model` under: `generation_dtype`'s, or none when none is set or autocast
-    is already on (a caller's own autocast is kept; its weight cache is the caller's)."""
+@contextlib.contextmanager
+def _generation_autocast(model):
+    """`generate_batched`'s autocast: `generation_dtype`'s, or none when none is set or autocast is already on (a
+    caller's own autocast is kept; its weight cache is the caller's)."""
     dtype, device = _GENERATION_DTYPE.get(), model.device.type
-    if dtype is None or torch.is_autocast_enabled(device): return contextlib.nullcontext()
-    return torch.autocast(device, dtype=dtype)
+    if dtype is None or torch.is_autocast_enabled(device):
+        yield
+        return
+    # autocast keeps a weight's cast for the block only if the weight is a leaf that requires grad: a frozen weight (a
+    # PEFT model's base) would be cast again at every token. Under no_grad the flag builds no graph; it is put back.
+    frozen = [w for w in model.parameters() if not w.requires_grad and w.is_floating_point()]
+    if torch.is_grad_enabled(): frozen = []
+    for w in frozen: w.requires_grad_(True)
+    try:
+        with torch.autocast(device, dtype=dtype): yield
+    finally:
+        for w in frozen: w.requires_grad_(False)
 
-def merged(
-    model,  # a transformers model, possibly wrapped in a PEFT adapter
-):
-    "The plain transformers model with any PEFT adapter merged into its weights (a plain model as is)."
-    return model.merge_and_unload() if hasattr(model, "merge_and_unload") else model
 
 # %% ../nbs/03_models.ipynb #9792cac6
 def _new_text(tok, prompt_ids: torch.Tensor, ids: torch.Tensor, strip: bool) -> list[str]:
@@ -364,7 +370,7 @@ def generate_batched(
         stop = StopStringCriteria(tokenizer, kw["stop_strings"])
     rows = tokenizer(prompts, add_special_tokens=add_special_tokens)["input_ids"] if prompts else []
     out = [None] * len(prompts)
-    with eval_mode(model), generation_autocast(model):
+    with eval_mode(model), _generation_autocast(model):
         arg = _cache_arg(model, generate_kwargs) if share_prefix and len(rows) > 1 else None
         P, kv = _common_prefix(rows) if arg else 0, None
         if P:
