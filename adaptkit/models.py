@@ -29,7 +29,7 @@ if TYPE_CHECKING:  # transformers is imported where a model or tokenizer is made
 
 # %% auto #0
 __all__ = ['CHATML_TEMPLATE', 'SMOLLM2_REPO', 'load_causal_lm', 'load_tokenizer', 'load_base', 'load_adapter', 'tiny_tokenizer',
-           'tiny_causal_lm', 'default_bf16', 'cpu_has_bf16', 'generation_dtype', 'eval_mode', 'GeneratedText',
+           'tiny_causal_lm', 'default_bf16', 'cpu_has_bf16', 'generation_dtype', 'eval_mode', 'merged', 'GeneratedText',
            'generate_batched', 'encode_completion', 'completion_collator', 'completion_logprobs', 'BaseMismatchError',
            'fingerprint', 'fingerprint_mismatch', 'check_base', 'check_adapter_base', 'gguf_tensors', 'from_gguf',
            'tiny_gguf', 'cache_dir', 'packaged_file', 'smollm2']
@@ -204,6 +204,11 @@ def _generation_autocast(model):
     finally:
         for w in frozen: w.requires_grad_(False)
 
+def merged(
+    model,  # a transformers model, possibly wrapped in a PEFT adapter
+):
+    "The plain transformers model with any PEFT adapter merged into its weights (a plain model as is)."
+    return model.merge_and_unload() if hasattr(model, "merge_and_unload") else model
 
 # %% ../nbs/03_models.ipynb #9792cac6
 def _new_text(tok, prompt_ids: torch.Tensor, ids: torch.Tensor, strip: bool) -> list[str]:
