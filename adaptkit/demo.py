@@ -149,7 +149,7 @@ def _quiet():
 
 # %% ../nbs/21_demo.ipynb #30196fea
 def _cpu(args: DemoArguments) -> dict:
-    "What every demo trainer's config gets: the CPU in the resolved precision, no progress bars, reports or checkpoints."
+    "What every demo trainer's config gets: the CPU, the resolved precision, no progress bars, reports or checkpoints."
     return {"use_cpu": True, "bf16": args.precision == "bf16", "disable_tqdm": True, "report_to": "none",
             "save_strategy": "no", "gradient_checkpointing": False}
 
@@ -416,7 +416,8 @@ def _translora(args: DemoArguments, hub: dict, smol: tuple, gemma: tuple, pissa:
     )
     disc = _discriminator(args, hub, smol, source_tok, real, synthesis, work, log, threshold)
     distillation = tl.DistillationConfig(
-        str(work / "distill"), max_steps=args.translora_steps, per_device_train_batch_size=4, learning_rate=5e-4, **_cpu(args)
+        str(work / "distill"), max_steps=args.translora_steps, per_device_train_batch_size=4, learning_rate=5e-4,
+        **_cpu(args),
     )
     adapter = tl.transfer_lora(
         smol[0],
