@@ -158,7 +158,9 @@ def default_bf16() -> bool:
     "Whether to train in bf16 by default: only on a CUDA GPU that supports it (a CPU's results stay fp32's everywhere)."
     return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
 
-def cpu_has_bf16(cpuinfo: str | Path = "/proc/cpuinfo") -> bool:
+def cpu_has_bf16(
+    cpuinfo: str | Path = "/proc/cpuinfo",  # the CPU description Linux gives (a file like it, in tests)
+) -> bool:
     "Whether this CPU computes bf16 products natively (Linux's `amx_bf16` or `avx512_bf16` flag); False if unknown."
     try: text = Path(cpuinfo).read_text()
     except OSError: return False
@@ -179,7 +181,9 @@ def generation_dtype(
     finally: _GENERATION_DTYPE.reset(token)
 
 @contextlib.contextmanager
-def eval_mode(model):
+def eval_mode(
+    model,  # a torch module
+):
     "`model` in eval mode within the block; its train/eval mode as it was afterwards, whatever happened."
     training = model.training
     model.eval()
