@@ -6,7 +6,8 @@ loaded machine (1-minute load average above 0.75 per core, i.e. 1.5 on the 2-cor
 `ADAPTKIT_BENCH_WAIT` seconds (default 600) for the load to fall; if it does not, the benchmark refuses to run, unless
 `ADAPTKIT_BENCH_ALLOW_LOADED=1`, in which case the results are written to `<name>.loaded.json`, marked
 `"loaded": true`, and never replace the quiet `<name>.json`. Results from a GPU machine go to `<name>.<device>.json`
-(unless the benchmark is for a GPU alone: `device_suffix=False`). Every result records the commit it measured.
+(unless the benchmark is for a GPU alone: `device_suffix=False`). Every result records the commit it measured (taken
+as it starts, `code_commit`) and whether adaptkit/ or benchmarks/ (its results aside) differed from that commit.
 """
 import datetime
 import json
@@ -20,6 +21,8 @@ from pathlib import Path
 
 RESULTS = Path(__file__).parent / "results"
 MAX_LOAD_PER_CORE = 0.75
+# what a result measured: the library and the benchmarks, not the results earlier runs wrote
+CODE_PATHS = ("adaptkit", "benchmarks", ":(exclude)benchmarks/results")
 
 
 def max_load() -> float:
@@ -34,7 +37,8 @@ def device() -> str:
 
 
 def quiet_start(wait_s: float | None = None) -> dict:
-    "Wait for a quiet machine; return the start record (load average, time, whether it stayed loaded); exit if loaded."
+    """Wait for a quiet machine; return the start record (load average, time, whether it stayed loaded, the commit
+    measured); exit if loaded."""
     wait_s = float(os.environ.get("ADAPTKIT_BENCH_WAIT", 600)) if wait_s is None else wait_s
     deadline = time.monotonic() + wait_s
     while os.getloadavg()[0] > max_load() and time.monotonic() < deadline: time.sleep(10)
@@ -44,7 +48,7 @@ def quiet_start(wait_s: float | None = None) -> dict:
         sys.exit(f"load average {load[0]:.2f} > {max_load():.2f} after waiting {wait_s:.0f} s: timings would be "
                  f"inflated, so nothing is measured (ADAPTKIT_BENCH_ALLOW_LOADED=1 writes results marked loaded)")
     return {"load_average_at_start": [round(x, 2) for x in load], "loaded": loaded, **threads_at_start(),
-            "started": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
+            "started": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), **code_commit()}
 
 
 def threads_at_start() -> dict:
@@ -55,16 +59,28 @@ def threads_at_start() -> dict:
             "omp_num_threads": os.environ.get("OMP_NUM_THREADS"), "cpus_allowed": len(os.sched_getaffinity(0))}
 
 
-def code_commit() -> dict:
+def code_commit(root: Path | None = None) -> dict:
     """The commit measured: `git rev-parse HEAD` of this checkout (`$ADAPTKIT_COMMIT` where there is no git, e.g. a copy
-    of the tree on a lent GPU machine), and whether adaptkit/ or benchmarks/ differed from it (None: unknown)."""
-    root = Path(__file__).parent.parent
+    of the tree on a lent GPU machine), and whether adaptkit/ or benchmarks/ differed from it (None: unknown), with the
+    paths that did (at most 20). Results are left out: benchmarks/results/ holds what earlier runs wrote, which is not
+    the code measured (one benchmark after another would otherwise mark every later result changed)."""
+    root = Path(__file__).parent.parent if root is None else Path(root)
     git = lambda *a: subprocess.run(["git", "-C", str(root), *a], capture_output=True, text=True, timeout=30)
-    try: head, status = git("rev-parse", "HEAD"), git("status", "--porcelain", "--", "adaptkit", "benchmarks")
+    try: head, status = git("rev-parse", "HEAD"), git("status", "--porcelain", "--", *CODE_PATHS)
     except (OSError, subprocess.SubprocessError): head = status = None
     if head is not None and head.returncode == 0 and status.returncode == 0:
-        return {"commit": head.stdout.strip(), "uncommitted_changes": bool(status.stdout.strip())}
-    return {"commit": os.environ.get("ADAPTKIT_COMMIT"), "uncommitted_changes": None}
+        changed = [line[3:] for line in status.stdout.splitlines() if line.strip()]
+        return {"commit": head.stdout.strip(), "uncommitted_changes": bool(changed), "uncommitted_paths": changed[:20]}
+    return {"commit": os.environ.get("ADAPTKIT_COMMIT"), "uncommitted_changes": None, "uncommitted_paths": None}
+
+
+def commit_record(start: dict) -> dict:
+    """The commit a result measured: the one its start record holds (`quiet_start` takes it), else the checkout's now;
+    with `code_at_end` beside it when the code changed while the benchmark ran."""
+    now = code_commit()
+    if "commit" not in start: return now
+    at_start = {k: start.get(k) for k in now}
+    return at_start if at_start == now else {**at_start, "code_at_end": now}
 
 
 def median(xs) -> float:
@@ -82,7 +98,7 @@ def result_path(name: str, start: dict, device_suffix: bool = True) -> Path:
 def write_result(name: str, result: dict, start: dict, device_suffix: bool = True) -> Path:
     "Write `result` with the start record, commit, machine and device to results/<name>[.<device>][.loaded].json."
     dev = device()
-    record = {**code_commit(), **result, **start, "load_average_at_end": [round(x, 2) for x in os.getloadavg()],
+    record = {**commit_record(start), **result, **start, "load_average_at_end": [round(x, 2) for x in os.getloadavg()],
               "device": dev, "machine": platform.machine(), "cpus": os.cpu_count(), "python": platform.python_version()}
     import torch
     record["torch"], record["torch_threads"] = torch.__version__, torch.get_num_threads()

@@ -17,7 +17,6 @@ import datetime
 import filecmp
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -27,7 +26,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _bench import median, threads_at_start, write_result  # noqa: E402
+from _bench import code_commit, median, threads_at_start, write_result  # noqa: E402
 
 from adaptkit.models import from_gguf, packaged_file  # noqa: E402
 
@@ -92,10 +91,10 @@ def main():
     ap.add_argument("--old-repeats", type=int, default=1, help="runs of transformers' loader per model")
     ap.add_argument("--models", default="smollm2,gemma", help="comma-separated: smollm2, gemma")
     a = ap.parse_args()
+    # no wait for a quiet machine: the ratios are of CPU seconds, which hold under load (the commit as it starts)
     start = {"load_average_at_start": [round(x, 2) for x in os.getloadavg()], "loaded": False, **threads_at_start(),
-             "started": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
-    commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=Path(__file__).parent)
-    result = {"commit": commit.stdout.strip(), "cpu_cap_cores": cpu_cap(), "nice": os.nice(0), "repeats": a.repeats,
+             "started": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), **code_commit()}
+    result = {"cpu_cap_cores": cpu_cap(), "nice": os.nice(0), "repeats": a.repeats,
               "old_repeats": a.old_repeats,
               "ratio_note": "ratios of median process CPU seconds, the three measured back to back in one process: "
                             "they hold under load or a CPU cap, the seconds do not", "models": {}}

@@ -30,8 +30,8 @@ false there).
 
 Waits for a quiet machine and writes through benchmarks/_bench.py: benchmarks/results/merge_scale.json
 (merge_scale.loaded.json on a loaded machine with ADAPTKIT_BENCH_ALLOW_LOADED=1). A run replaces the entries of the
-sizes and methods it measured and keeps the others: each entry carries its own run (start time, rounds, shard size,
-threads), so the sizes can be measured in separate quiet windows. The real model's entries are under `sizes` too,
+sizes and methods it measured and keeps the others: each entry carries its own run (start time, commit, rounds, shard
+size, threads), so the sizes can be measured in separate quiet windows. The real model's entries are under `sizes` too,
 named `smollm2-<dtype>-<N>` (e.g. `smollm2-fp32-2`), each holding its methods.
 
 Run: .venv/bin/python benchmarks/merge_scale.py                     (0.1B, 0.5B and 1B, 7 methods, 3 rounds, and the
@@ -341,8 +341,9 @@ def main():
     finally:
         if not args.work: shutil.rmtree(work, ignore_errors=True)
     name = "merge_scale.tiny" if "tiny" in args.sizes else "merge_scale"
-    run = {"started": start["started"], "repeats": repeats, "max_shard_size": args.max_shard_size,
-           "threads": args.threads}
+    # each entry keeps its own run, commit included: entries of earlier runs stay beside this one's
+    run = {"started": start["started"], "commit": start["commit"], "uncommitted_changes": start["uncommitted_changes"],
+           "repeats": repeats, "max_shard_size": args.max_shard_size, "threads": args.threads}
     stored = json.loads(path.read_text())["sizes"] if (path := result_path(name, start)).exists() else {}
     for s, per_method in sizes.items():
         for m, r in per_method.items(): stored.setdefault(s, {})[m] = {**r, "run": run}

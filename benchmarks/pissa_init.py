@@ -133,9 +133,11 @@ def main():
               "error_metric": "relative Frobenius error of scaling * B A vs peft's exact init, over layers",
               **timing(folder)}
     if "--skip-qpissa" in sys.argv and (RESULTS / "pissa.json").exists():
-        result["qpissa"] = json.loads((RESULTS / "pissa.json").read_text())["qpissa"]
+        earlier = json.loads((RESULTS / "pissa.json").read_text())
+        # kept from an earlier run: the commit that run measured (None where it recorded none) goes with them
+        result["qpissa"] = {**earlier["qpissa"], "commit": earlier["qpissa"].get("commit", earlier.get("commit"))}
     else:
-        result["qpissa"] = qpissa(folder)
+        result["qpissa"] = {**qpissa(folder), "commit": start["commit"]}
     write_result("pissa", result, start)
     print(json.dumps(result["init"], indent=1))
 

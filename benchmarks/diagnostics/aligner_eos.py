@@ -14,6 +14,7 @@ import json
 import os
 import random
 import re
+import sys
 import time
 import warnings
 from pathlib import Path
@@ -25,10 +26,19 @@ import transformers
 from peft import LoraConfig
 from transformers import TrainerCallback
 
-from adaptkit.aligner import ALIGNER_V1_TEMPLATE, AlignerConfig, AlignerTrainer, aligner_rows, format_aligner_prompt
-from adaptkit.data import QAC, load_rows
-from adaptkit.models import generate_batched, load_causal_lm, load_tokenizer, smollm2
-from adaptkit.tasks import arithmetic_prompts
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: _bench, shared by every benchmark
+from _bench import code_commit  # noqa: E402
+
+from adaptkit.aligner import (  # noqa: E402
+    ALIGNER_V1_TEMPLATE,
+    AlignerConfig,
+    AlignerTrainer,
+    aligner_rows,
+    format_aligner_prompt,
+)
+from adaptkit.data import QAC, load_rows  # noqa: E402
+from adaptkit.models import generate_batched, load_causal_lm, load_tokenizer, smollm2  # noqa: E402
+from adaptkit.tasks import arithmetic_prompts  # noqa: E402
 
 warnings.filterwarnings("ignore"); datasets.disable_progress_bars(); transformers.utils.logging.disable_progress_bar()
 torch.set_num_threads(2)
@@ -112,7 +122,7 @@ def run(folder, tok, qac, test, up_test, warmup):
 
 
 def main():
-    t0, load = time.perf_counter(), os.getloadavg()
+    t0, load, commit = time.perf_counter(), os.getloadavg(), code_commit()
     folder = smollm2(); tok = load_tokenizer(folder); upstream = load_causal_lm(folder)
     train, test = split()
     answer = lambda rows: generate_batched(upstream, tok, arithmetic_prompts(tok, rows), batch_size=25,
@@ -122,8 +132,9 @@ def main():
     runs = [run(folder, tok, qac, test, up_test, w) for w in WARMUPS]
     other_pad = load_tokenizer(folder); other_pad.pad_token = "<|endoftext|>"
     runs.append(run(folder, other_pad, qac, test, up_test, 0.0))
-    RESULT.write_text(json.dumps({"eos_token": tok.eos_token, "eos_token_id": tok.eos_token_id, "runs": runs,
-                                  "torch_threads": torch.get_num_threads(), "load_average_at_start": list(load),
+    RESULT.write_text(json.dumps({**commit, "eos_token": tok.eos_token, "eos_token_id": tok.eos_token_id,
+                                  "runs": runs, "torch_threads": torch.get_num_threads(),
+                                  "load_average_at_start": list(load), "load_average_at_end": list(os.getloadavg()),
                                   "wall_seconds": time.perf_counter() - t0}, indent=1))
     print(f"wrote {RESULT}")
 

@@ -5,6 +5,7 @@ the temp folder only, for labelling by hand (benchmarks/diagnostics/repnoise_ans
 import json
 import os
 import random
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -12,8 +13,11 @@ from pathlib import Path
 import torch
 from _tutorial12 import ROOT, tutorial_setup
 
-from adaptkit.models import load_causal_lm
-from adaptkit.repnoise import (
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: _bench, shared by every benchmark
+from _bench import code_commit  # noqa: E402
+
+from adaptkit.models import load_causal_lm  # noqa: E402
+from adaptkit.repnoise import (  # noqa: E402
     RefusalClassifier,
     RepNoiseConfig,
     RepNoiseTrainer,
@@ -25,7 +29,8 @@ from adaptkit.repnoise import (
 
 g = tutorial_setup()
 S, tok, TR = g["S"], g["tok"], g["TRAIN_REFUSALS"]
-out = {"load_average_at_start": os.getloadavg(), "torch_threads": torch.get_num_threads(), "rungs": []}
+out = {**code_commit(), "load_average_at_start": os.getloadavg(), "torch_threads": torch.get_num_threads(),
+       "rungs": []}
 t0 = time.perf_counter()
 # held-out AdvBench prompts (not the 48 used in refusal training, not any pair's prompt)
 norm = g["norm"]

@@ -6,13 +6,18 @@ seeds)."""
 import copy
 import json
 import os
+import sys
 import time
+from pathlib import Path
 
 import torch
 from _tutorial12 import ROOT, tutorial_setup
 
-from adaptkit.models import load_causal_lm
-from adaptkit.repnoise import (
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: _bench, shared by every benchmark
+from _bench import code_commit  # noqa: E402
+
+from adaptkit.models import load_causal_lm  # noqa: E402
+from adaptkit.repnoise import (  # noqa: E402
     RefusalKeywords,
     RepNoiseConfig,
     RepNoiseTrainer,
@@ -32,7 +37,8 @@ undef = finetuned_copy(load_causal_lm(g["folder"]), refusal_rows, tokenizer=tok,
                        max_length=72, **g["REFUSAL"])
 ARMS = {"control": {"alpha": 0.0, "beta": 0.0}, "paper": {"alpha": 1.0, "beta": 0.001},
         "beta 1": {"alpha": 1.0, "beta": 1.0}, "alpha 4": {"alpha": 4.0, "beta": 0.001}}
-out = {"load_average_at_start": os.getloadavg(), "torch_threads": torch.get_num_threads(), "arms": {}}
+out = {**code_commit(), "load_average_at_start": os.getloadavg(), "torch_threads": torch.get_num_threads(),
+       "arms": {}}
 def read(model, name):
     t = time.perf_counter()
     r = representation_readouts(model, tok, harmful_eval, harmless_eval, max_length=72)
@@ -55,5 +61,6 @@ for name, s in ARMS.items():
     d = tr.model.eval()
     out["arms"][name] = {"log": [h for h in tr.state.log_history if "loss" in h], "before": read(d, name),
                          "after": read(attacked(d), name + "+att")}
+    out["load_average_at_end"] = os.getloadavg()  # at this write: the last one's is the end's
     (ROOT / "benchmarks/results/repnoise_mechanism_pilot.json").write_text(json.dumps(out, indent=1))
 print("done")

@@ -13,6 +13,7 @@ import json
 import os
 import random
 import re
+import sys
 import time
 import warnings
 from pathlib import Path
@@ -23,8 +24,11 @@ import torch
 from peft import LoraConfig
 from trl import SFTConfig, SFTTrainer
 
-from adaptkit.models import cache_dir, from_gguf, load_causal_lm, load_tokenizer, smollm2
-from adaptkit.translora import generate_texts
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: _bench, shared by every benchmark
+from _bench import code_commit  # noqa: E402
+
+from adaptkit.models import cache_dir, from_gguf, load_causal_lm, load_tokenizer, smollm2  # noqa: E402
+from adaptkit.translora import generate_texts  # noqa: E402
 
 warnings.filterwarnings("ignore"); torch.set_num_threads(2); torch.manual_seed(0)
 OUT = Path(__file__).resolve().parents[1] / "results" / "translora_task_probe.json"
@@ -68,8 +72,9 @@ gemma = cache_dir() / "gemma-3-270m"
 if not (gemma / "config.json").exists():
     from_gguf(g.assemble(cache_dir() / "gguf" / g.MODEL_NAME), gemma, base_model="google/gemma-3-270m")
 t0, load_at_start = time.perf_counter(), os.getloadavg()
-result = {"task": "a + b / a - b, a and b in 0..20, exact match of the first number", "n_test": len(test),
-          "lora": {"r": 8, "alpha": 16, "lr": 5e-4, "batch": 8, "seed": 0}, "accuracy": {}, "train_seconds": {}}
+result = {**code_commit(), "task": "a + b / a - b, a and b in 0..20, exact match of the first number",
+          "n_test": len(test), "lora": {"r": 8, "alpha": 16, "lr": 5e-4, "batch": 8, "seed": 0}, "accuracy": {},
+          "train_seconds": {}}
 for name, path in (("SmolLM2-135M-Instruct", smollm2()), ("Gemma-3-270M", gemma)):
     tok = load_tokenizer(path)
     result["accuracy"][f"{name} base"] = accuracy(load_causal_lm(path), tok)

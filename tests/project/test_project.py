@@ -371,6 +371,14 @@ def test_every_benchmark_records_the_load_and_torch_threads_at_its_start(monkeyp
     assert start["torch_threads_at_start"] == (torch.get_num_threads() if torch else None)
 
 
+def test_every_benchmark_records_the_commit_it_measured():
+    """Each benchmark writes through `_bench.write_result` (the commit its start record took, or the checkout's) or
+    puts `_bench.code_commit()` in what it writes itself (the diagnostics): a result says which code it measured."""
+    missing = [str(p.relative_to(ROOT)) for p in _benchmarks()
+               if not any(w in p.read_text(encoding="utf-8") for w in ("write_result(", "code_commit()"))]
+    assert not missing, f"benchmarks whose results do not say which commit they measured: {missing}"
+
+
 def benchmark_import_problems(paths) -> list[str]:
     "`file:line name` for each module or name a script imports (at any depth) that does not import: moved or gone."
     import ast
