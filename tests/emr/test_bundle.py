@@ -346,6 +346,12 @@ def replace_weights(folder, rel, tensors):
     (lambda m: m["files"].update({"tasks/zz/mask.safetensors": "0" * 64}),
      r"field 'files' names 'tasks/zz/mask.safetensors', not a file of"),
     (lambda m: m["files"].update({"README.md": "0" * 64}), r"field 'files' names 'README.md', not a file of"),
+    (lambda m: m["files"].update({"tasks/../emr.json": "0" * 64}),
+     r"field 'files' names 'tasks/\.\./emr.json', not a file of"),
+    (lambda m: m["files"].update({"unified/model..safetensors": "0" * 64}),  # no '..' anywhere, as in task names
+     r"field 'files' names 'unified/model\.\.safetensors', not a file of"),
+    (lambda m: m.update(tasks=["t0", "../t1"]),
+     r"b/emr.json: field 'tasks\[1\]': invalid task name '\.\./t1': use 1-64 letters"),
     (lambda m: m["files"].update({"unified/model.safetensors": "xyz"}),
      r"field 'files.unified/model.safetensors' must be a hex sha256, got \"xyz\""),
     (lambda m: m.update(results=[{"task": "x"}]),

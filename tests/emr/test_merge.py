@@ -352,6 +352,8 @@ def test_foreign_base_error_does_not_suggest_excluding_everything(tmp_path, clas
     with pytest.raises(ValueError, match="Most shared tensors are missing from the base") as e:
         emr_merge(renamed, tasks, out_dir=tmp_path / "b", progress=False)
     assert "exclude=" not in str(e.value)
+    assert str(e.value).endswith("Is the base the model they were fine-tuned from? Most shared tensors are missing "
+                                 "from the base: is it another architecture, or are its tensors named differently?")
 
 
 # ---- known answers: a merge computed by hand ----
@@ -510,6 +512,42 @@ def test_tensors_every_task_has_but_the_base_lacks_get_the_new_head_hint():
     }
 
 
+def test_as_many_new_tensors_as_merged_ones_still_get_the_new_head_hint():
+    "One tensor merged, one in every task but not the base: a new head, not another architecture."
+    pre = {"w": torch.zeros(3)}
+    ft = {t: {"w": torch.ones(3), "head": torch.ones(2)} for t in "ab"}
+    with pytest.raises(ValueError) as e:
+        emr_merge(pre, ft, progress=False)
+    assert str(e.value).endswith("If these are new heads, keep them per task with exclude=['head']")
+
+
+def test_the_new_head_hint_names_five_tensors_however_many_there_are():
+    "Six new tensors: the message counts them all and names the first five, in its list and in its exclude= hint."
+    pre = {f"w{i}": torch.zeros(3) for i in range(8)}
+    ft = {t: {k: torch.ones(3) for k in pre} | {f"h{i}": torch.ones(2) for i in range(6)} for t in "ab"}
+    with pytest.raises(ValueError) as e:
+        emr_merge(pre, ft, progress=False)
+    five = "['h0', 'h1', 'h2', 'h3', 'h4']"
+    assert str(e.value) == (f"6 tensors in every fine-tuned model but not in the base: {five}. Is the base the "
+                            f"model they were fine-tuned from? If these are new heads, keep them per task with "
+                            f"exclude={five}")
+
+
+def test_tensors_not_every_task_has_stay_the_own_of_those_that_have_them():
+    "A tensor the base lacks and one task has is that task's own; one the base has, when excluded, too."
+    pre = {"w": torch.zeros(3), "extra": torch.zeros(2)}
+    ft = {"a": {"w": torch.ones(3), "extra": torch.ones(2), "mine": torch.ones(4)}, "b": {"w": 2 * torch.ones(3)}}
+    with pytest.raises(ValueError, match=r"task 'b' \(an in-memory state dict\) has no tensor 'extra', which the base "
+                                         r"and task 'a' have: an incomplete checkpoint\? \(exclude=\['extra'\] keeps"):
+        emr_merge(pre, ft, progress=False)
+    for exclude in ("extra", ["nothing", "extra"], re.compile("^ext")):
+        bundle = emr_merge(pre, ft, exclude=exclude, progress=False)
+        assert list(bundle.meta["tensors"]) == ["w"]
+        assert bundle.meta["own"] == {"a": {"extra": {"dtype": "F32", "shape": [2]},
+                                            "mine": {"dtype": "F32", "shape": [4]}}, "b": {}}
+    assert torch.equal(bundle.task_state_dict("a")["mine"], torch.ones(4)) and "mine" not in bundle.task_state_dict("b")
+
+
 def test_values_whose_sums_overflow_float32_are_refused_naming_the_tensor():
     pre = {"a": torch.zeros(1), "b": torch.zeros(1)}
     # finite, but the sum over a and b is not
@@ -568,7 +606,7 @@ def test_exclude_takes_globs_and_regexes_and_refuses_excluding_everything():
     assert bundle.meta["exclude"] == ["nothing", "head.weight"]
     assert emr_merge(pre, ft, exclude=re.compile("^b$"), progress=False).meta["exclude"] == ["re:^b$"]
     with pytest.raises(
-        ValueError, match="no tensor is in the base and every fine-tuned model with one shape: nothing to merge"
+        ValueError, match="^no tensor is in the base and every fine-tuned model with one shape: nothing to merge$"
     ):
         emr_merge(pre, ft, exclude="*", progress=False)
 
@@ -657,6 +695,13 @@ def test_row_chunks_at_and_past_the_chunk_size():
     assert stream.row_chunks((100, 3000)) == [(0, 80), (80, 100)]  # C // 3000 = 87 rows, down to a multiple of 8
     assert stream.row_chunks((20, 2 ** 16)) == [(0, 8), (8, 16), (16, 20)]  # at least 8 rows (whole mask bytes)
     assert stream.row_chunks((3, C)) == [(0, 3)]
+
+
+def test_row_chunks_honour_an_explicit_chunk():
+    "`chunk` sets the parameters per chunk instead of `_CHUNK`: 200 // 10 = 20 rows, or 16 in multiples of 8."
+    assert stream.row_chunks((50, 10), 1, chunk=200) == [(0, 20), (20, 40), (40, 50)]
+    assert stream.row_chunks((50, 10), chunk=200) == [(0, 16), (16, 32), (32, 48), (48, 50)]
+    assert stream.row_chunks((20, 10), chunk=200) == [None]  # 200 parameters fit one chunk of 200
 
 
 def test_chunk_numel():

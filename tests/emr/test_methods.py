@@ -52,6 +52,24 @@ def test_ties_and_magnitude_prune_equal_peft(density):
     torch.testing.assert_close(got, want_prune, rtol=1e-6, atol=1e-7)
 
 
+def test_ties_on_float64_task_vectors_equals_peft():
+    "Float64 task vectors are pruned at their own thresholds (a radix selection over their 64 bits) and stay float64."
+    taus, w = task_vectors().double(), torch.full((3,), 0.6, dtype=torch.float64)
+    got = merge_tensor(torch.zeros(8, 6, dtype=torch.float64), taus, "ties", [1, 1, 1], [0.5] * 3, scaling=0.6)
+    assert got.dtype == torch.float64
+    torch.testing.assert_close(got, merge_utils.ties(list(taus), w, 0.5), rtol=1e-12, atol=1e-15)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_merge_tensor_returns_the_task_vectors_dtype(dtype):
+    "A bf16 or fp16 tensor merges to one of its own dtype: the float32 (bf16) or own-dtype (fp16) result, rounded."
+    taus, base = task_vectors().to(dtype), torch.randn(8, 6).to(dtype)
+    got = merge_tensor(base, taus, "ties", [0.4, 0.6, 0.5], [0.5] * 3)
+    assert got.dtype == dtype and got.shape == (8, 6)
+    if dtype == torch.bfloat16:  # numpy has no bfloat16: merged from its float32 values
+        assert torch.equal(got, merge_tensor(base.float(), taus.float(), "ties", [0.4, 0.6, 0.5], [0.5] * 3).to(dtype))
+
+
 def test_task_arithmetic_equals_peft_and_adds_the_base():
     taus, base = task_vectors(), torch.randn(8, 6)
     got = merge_tensor(base, taus, "task_arithmetic", [0.2, -0.5, 1.5])
@@ -455,6 +473,8 @@ def test_tensor_parameters_name_the_task_and_parameter(settings, message):
 def test_sign_agreement_elects_plus_on_a_zero_sum():
     weighted = torch.tensor([[1.0, 2.0, 0.0], [-1.0, -1.0, 0.0]])
     assert sign_agreement(weighted).tolist() == [[True, True, False], [False, False, False]]
+    # the engine's numpy arrays elect the same
+    assert sign_agreement(weighted.numpy()).tolist() == [[True, True, False], [False, False, False]]
 
 
 @pytest.mark.parametrize("consensus", [True, False])
@@ -472,3 +492,11 @@ def test_combine_weighted_normalizes_by_summed_weights_below_one():
     assert combine_weighted(weighted, weights, False, normalize=True).tolist() == [2.0, -2.0]
     assert combine_weighted(weighted, weights, True, normalize=True).tolist() == [2.0, -2.0]
     assert combine_weighted(weighted, weights, False, normalize=False).tolist() == [1.0, -1.0]
+
+
+def test_combine_weighted_divides_by_a_weight_sum_of_1e_8_as_mergekit():
+    "mergekit replaces a summed weight below 1e-8 by 1 (`divisor.abs() < 1e-8`): 1e-8 itself still divides."
+    for total, want in [(1e-8, 2.0), (-1e-8, 2.0), (9e-9, 1.8e-8)]:  # 9e-9: the sum, undivided
+        weights = torch.tensor([total, 0.0], dtype=torch.float64).reshape(2, 1)
+        weighted = weights * torch.tensor([[2.0], [5.0]], dtype=torch.float64)
+        assert combine_weighted(weighted, weights, False, normalize=True).tolist() == [pytest.approx(want)], total
