@@ -200,8 +200,8 @@ def _generation_autocast(model):
         return
     # autocast keeps a weight's cast for the block only if the weight is a leaf that requires grad: a frozen weight (a
     # PEFT model's base) would be cast again at every token. Under no_grad the flag builds no graph; it is put back.
-    frozen = [w for w in model.parameters() if not w.requires_grad and w.is_floating_point()]
-    if torch.is_grad_enabled(): frozen = []
+    frozen = [] if torch.is_grad_enabled() else [w for w in model.parameters()
+                                                   if not w.requires_grad and w.is_floating_point()]
     for w in frozen: w.requires_grad_(True)
     try:
         with torch.autocast(device, dtype=dtype): yield
