@@ -17,10 +17,11 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 # %% auto #0
-__all__ = ['PRECISIONS', 'EMR_TASKS', 'DemoArguments', 'DemoModels', 'run_demo']
+__all__ = ['PRECISIONS', 'STAGES', 'EMR_TASKS', 'DemoArguments', 'DemoModels', 'run_demo']
 
 # %% ../nbs/21_demo.ipynb #38e12f17
 PRECISIONS = ("auto", "bf16", "fp32")  # what --precision takes
+STAGES = ("pissa", "aligner", "repnoise", "translora", "emr")  # what --stages takes, in the order they run
 
 @dataclass
 class DemoArguments:
@@ -47,7 +48,8 @@ class DemoArguments:
         default=8, metadata={"help": "Steps of the attack (batch 4 of its 32 harmful rows)."}
     )
     translora_synthetic: int = field(default=24, metadata={"help": "Synthetic prompts Gemma writes for Trans-LoRA."})
-    translora_steps: int = field(default=8, metadata={"help": "Distillation steps of the transferred LoRA (batch 4)."})
+    translora_steps: int = field(default=8, metadata={"help": "Distillation steps of the transferred LoRA."})
+    translora_batch: int = field(default=4, metadata={"help": "Rows per distillation step of the transferred LoRA."})
     emr_steps: int = field(default=40, metadata={"help": "Fine-tuning steps of each MiniLM task model (batch 16)."})
     precision: str = field(
         default="auto",
@@ -55,6 +57,11 @@ class DemoArguments:
                           "computes it natively (AMX or AVX512-BF16; the demo took 907 s against 1,015 s in fp32 on a "
                           "2-core AMD EPYC), else fp32.",
                   "choices": list(PRECISIONS)},
+    )
+    stages: list[str] = field(
+        default_factory=lambda: list(STAGES),
+        metadata={"help": "The methods to run (the bases are always pushed; translora moves PiSSA's adapter, so it "
+                          "runs pissa too).", "choices": list(STAGES)},
     )
     n_test: int = field(
         default=60, metadata={"help": "Held-out arithmetic problems for the PiSSA, Aligner and Trans-LoRA evaluations."}
@@ -419,7 +426,8 @@ def _translora(args: DemoArguments, hub: dict, smol: tuple, gemma: tuple, pissa:
     )
     disc = _discriminator(args, hub, smol, source_tok, real, synthesis, work, log, threshold)
     distillation = tl.DistillationConfig(
-        str(work / "distill"), max_steps=args.translora_steps, per_device_train_batch_size=4, learning_rate=5e-4,
+        str(work / "distill"), max_steps=args.translora_steps, per_device_train_batch_size=args.translora_batch,
+        learning_rate=5e-4,
         **_cpu(args),
     )
     adapter = tl.transfer_lora(
@@ -549,11 +557,20 @@ def _bases(hub: dict, ns: str, log: _Log, models: DemoModels) -> dict:
                  in zip(bases.items(), (models.smol, models.gemma, models.minilm))}
     return {k: (repo, _push_base(folder, repo, summary, hub, log)) for k, (repo, folder, summary) in bases.items()}
 
+def _stages(chosen) -> list[str]:
+    "`--stages` resolved: known names, in the demo's order, with pissa added where translora (which moves it) runs."
+    unknown = [s for s in chosen if s not in STAGES]
+    if unknown or not chosen:
+        raise ValueError(f"--stages {' '.join(map(str, unknown or chosen)) or '(none)'}: use one or more of "
+                         f"{', '.join(STAGES)}")
+    wanted = set(chosen) | ({"pissa"} if "translora" in chosen else set())
+    return [s for s in STAGES if s in wanted]
+
 def run_demo(
     args: DemoArguments,  # the demo's settings (`adaptkit demo --help`)
     models: DemoModels | None = None,  # the checkpoints to start from; default the real small models (`make demo`)
 ) -> int:
-    "Run all five methods through a Hub, print one line per step and the table of what was produced."
+    "Run the five methods (or `args.stages`) through a Hub, print one line per step and the table of what was produced."
     from unittest import mock
 
     import torch
@@ -562,7 +579,8 @@ def run_demo(
     from adaptkit.localhub.server import LocalHub
     from adaptkit.models import cache_dir, generation_dtype
     from adaptkit.tasks import arithmetic_task
-    log, models, args = _Log(), models or DemoModels(), replace(args, precision=_precision(args.precision))
+    log, models, args = _Log(), models or DemoModels(), replace(args, precision=_precision(args.precision),
+                                                        stages=_stages(args.stages))
     with contextlib.ExitStack() as stack:
         stack.enter_context(_quiet())
         stack.enter_context(generation_dtype(torch.bfloat16 if args.precision == "bf16" else None))
@@ -576,24 +594,28 @@ def run_demo(
         log.say(
             f"adaptkit demo: Hub at {endpoint}"
             + ("" if args.hub_endpoint else f" (LocalHub, data in {cache_dir() / 'localhub'})")
-            + f"; {args.precision}"
+            + f"; {args.precision}" + ("" if args.stages == list(STAGES) else f"; stages: {' '.join(args.stages)}")
         )
         with log.stage("bases"): bases = _bases(hub, args.namespace, log, models)
         data = arithmetic_task(max(8 * args.pissa_steps, 64), args.n_test)
-        with log.stage("pissa"): pissa = _pissa(args, hub, bases["smol"], data, work, log)
-        with log.stage("aligner"): _aligner(args, hub, bases["smol"], work, log)
-        with log.stage("repnoise"):
-            _repnoise(args, hub, bases["smol"], work, log, models.repnoise_layers, models.repnoise_max_length)
-        with log.stage("translora"):
-            _translora(args, hub, bases["smol"], bases["gemma"], pissa, data, work, log, models.translora_threshold)
-        with log.stage("emr"): _emr(args, hub, bases["minilm"], work, log)
+        done, steps = {}, {
+            "pissa": lambda: _pissa(args, hub, bases["smol"], data, work, log),
+            "aligner": lambda: _aligner(args, hub, bases["smol"], work, log),
+            "repnoise": lambda: _repnoise(args, hub, bases["smol"], work, log, models.repnoise_layers,
+                                          models.repnoise_max_length),
+            "translora": lambda: _translora(args, hub, bases["smol"], bases["gemma"], done["pissa"], data, work, log,
+                                            models.translora_threshold),
+            "emr": lambda: _emr(args, hub, bases["minilm"], work, log),
+        }
+        for name in args.stages:
+            with log.stage(name): done[name] = steps[name]()
     out = cache_dir() / "demo" / "results.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(
         json.dumps(
             {"endpoint": endpoint, "seconds": round(time.perf_counter() - log.start), "stage_seconds": log.stages,
              "load_average": {**log.load, "end": [round(x, 2) for x in os.getloadavg()]}, "cpus": os.cpu_count(),
-             "precision": args.precision, "rows": log.rows},
+             "precision": args.precision, "stages": args.stages, "rows": log.rows},
             indent=1,
         )
         + "\n"

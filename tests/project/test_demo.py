@@ -8,7 +8,7 @@ import pytest
 import torch
 from huggingface_hub import HfApi
 
-from adaptkit.demo import EMR_TASKS, DemoArguments, DemoModels, run_demo
+from adaptkit.demo import EMR_TASKS, STAGES, DemoArguments, DemoModels, run_demo
 from adaptkit.localhub.server import LocalHub
 from adaptkit.models import tiny_causal_lm, tiny_tokenizer
 
@@ -111,6 +111,7 @@ def test_the_demo_runs_every_step_through_the_hub(tiny_bases, tmp_path, monkeypa
     assert abs(pissa["gain"] - (pissa["accuracy"] - rows[4]["accuracy"])) < 2e-4  # PiSSA - LoRA, paired
     assert abs(repnoise["gain"] - (harm[2]["harmfulness"] - harm[3]["harmfulness"])) < 2e-4  # undefended - immunised
     assert set(results["stage_seconds"]) == {"bases", "pissa", "aligner", "repnoise", "translora", "emr"}
+    assert results["stages"] == list(STAGES) and "stages:" not in out.splitlines()[0]
     assert all(s >= 0 for s in results["stage_seconds"].values()) and sum(results["stage_seconds"].values()) <= \
         results["seconds"] + 1
     assert results["precision"] == "bf16" and "; bf16" in out.splitlines()[0]
@@ -150,3 +151,24 @@ def test_auto_precision_is_bf16_only_where_the_cpu_computes_it(monkeypatch):
     with pytest.raises(ValueError, match="--precision 'fp16': use auto, bf16 or fp32"): _precision("fp16")
     assert _cpu(DemoArguments(precision="bf16"))["bf16"] and not _cpu(DemoArguments(precision="fp32"))["bf16"]
     assert DemoArguments().precision == "auto"
+
+
+def test_the_demo_runs_only_the_stages_asked_for(tiny_bases, tmp_path, monkeypatch, capsys):
+    "`--stages translora`: the bases, then PiSSA (whose adapter Trans-LoRA moves), then Trans-LoRA, and nothing else."
+    monkeypatch.setenv("ADAPTKIT_CACHE", str(tmp_path / "cache"))
+    args = DemoArguments(namespace="tiny", pissa_steps=2, translora_synthetic=8, translora_steps=2, translora_batch=2,
+                         n_test=8, stages=["translora"], precision="fp32")
+    assert run_demo(args, tiny_bases) == 0
+    out = capsys.readouterr().out
+    results = json.loads((tmp_path / "cache" / "demo" / "results.json").read_text())
+    assert [r["step"] for r in results["rows"]] == ["base"] * 3 + ["pissa"] * 3 + ["translora"] * 4
+    assert results["stages"] == ["pissa", "translora"]
+    assert set(results["stage_seconds"]) == {"bases", "pissa", "translora"}
+    assert "; stages: pissa translora" in out.splitlines()[0]
+
+
+def test_an_unknown_stage_is_refused_before_the_hub_starts(tmp_path, monkeypatch):
+    monkeypatch.setenv("ADAPTKIT_CACHE", str(tmp_path / "cache"))
+    with pytest.raises(ValueError, match="--stages pisa: use one or more of pissa, aligner, repnoise, translora, emr"):
+        run_demo(DemoArguments(stages=["pissa", "pisa"]), DemoModels())
+    assert not (tmp_path / "cache").exists()
