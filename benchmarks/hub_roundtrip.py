@@ -8,7 +8,10 @@ request bodies and serves the same bytes from memory with no lookup) and against
   floor server runs too: it receives the same xorbs and shards, decodes and hashes every chunk of a xorb (LocalHub's
   own `chunk_hash`, `decode_chunk`, `merkle_root`) and refuses one whose merkle root is not the hash it was sent
   under, writes and fsyncs each xorb and shard, and does nothing else; LocalHub's Xet push over the floor's is
-  `xet_push_vs_floor` (goal <= 1.2).
+  `xet_push_vs_floor` (goal <= 1.2). A second LocalHub runs beside it with the one check the floor lacks switched off
+  (its store's `verify_sha256=False`: the sha256 a shard gives each new file is recorded unchecked, not recomputed
+  from the file's bytes after the shard arrives); its push over the floor's is `xet_push_vs_floor_no_sha256_check`,
+  so the two ratios say how much of the gap is that check.
 - lfs (Xet disabled in the client): the LFS batch API. Here a floor server runs too: it receives the same bytes,
   hashes them while receiving, writes and fsyncs them, and does nothing else; LocalHub's LFS push over the floor's is
   `lfs_push_vs_floor` (goal <= 1.2).
@@ -24,8 +27,8 @@ to back each server was billed for the pushes before its own (measured: the floo
 over five pushes in a row; without the sync the ratio came out 1.54 in this benchmark and 0.74 and 0.91 in two
 runs of 5 and 7 LocalHub/floor pairs alone).
 Waits for a quiet machine and writes through benchmarks/_bench.py: benchmarks/results/hub.json (hub.loaded.json
-when ADAPTKIT_BENCH_ALLOW_LOADED=1 on a loaded machine). `--size-mib N` or `--repeats N` checks the script at
-another setting: it prints the result and writes nothing.
+when ADAPTKIT_BENCH_ALLOW_LOADED=1 on a loaded machine). `--size-mib N`, `--repeats N` or `--modes xet` (some of
+the modes: xet, lfs, inline) checks the script at another setting: it prints the result and writes nothing.
 Run: .venv/bin/python benchmarks/hub_roundtrip.py"""
 import argparse
 import hashlib
@@ -52,6 +55,8 @@ os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 
 MIB, FILES, REPEATS, SIZE_MIB = 1 << 20, 4, 5, 256
+MODES = {"xet": "xet (client defaults, LocalHub's default)", "lfs": "lfs (Xet disabled)",
+         "inline": "inline (LocalHub lfs=False)"}
 COMMIT = "0" * 40
 PROFILE = {  # cProfile of LocalHub's handler threads, one 64 MiB inline push and pull, in-process, before and after
     "before (issue 13)": "2.2 s in handlers: b64decode(validate=True) of the whole 85 MiB line 0.66 s, json.loads of "
@@ -253,6 +258,7 @@ def serve(kind: str, folder: str, root: str, lfs: bool):
         server.serve_forever()
     from adaptkit.localhub.server import LocalHub
     hub = LocalHub(root, lfs=lfs, allowed_hosts=[PROXY_HOST]).start()  # the counting proxy's address, same port
+    if kind == NO_SHA256: hub.server.store.xet.verify_sha256 = False  # before its port is known: before any request
     print(hub.port, flush=True)
     while True: time.sleep(3600)
 
@@ -262,6 +268,7 @@ def fresh_bytes(folder: Path) -> None:
     for f in folder.glob("*.safetensors"): f.write_bytes(os.urandom(f.stat().st_size))
 
 
+NO_SHA256 = "localhub_no_sha256_check"  # xet mode: LocalHub recording the sha256s shards give, unchecked
 PROXY_HOST = "127.0.0.2"  # another loopback address: the proxy listens there on the server's own port
 
 
@@ -333,10 +340,11 @@ def run_mode(folder: Path, root: Path, mode: str) -> dict:
     "Push (upload_folder) and pull (snapshot_download, fresh caches) through each server, interleaved; medians."
     from huggingface_hub import HfApi, constants, snapshot_download
     lfs = mode != "inline"
-    kinds = ("null", "localhub") if mode == "inline" else ("null", "floor", "localhub")
+    kinds = {"inline": ("null", "localhub"), "lfs": ("null", "floor", "localhub"),
+             "xet": ("null", "floor", "localhub", NO_SHA256)}[mode]
     servers = {kind: start_server(kind, folder, root, lfs, mode) for kind in kinds}
     times = {kind: {"push_s": [], "pull_s": []} for kind in servers}
-    ok, changed = True, None
+    ok, changed = {}, None  # per LocalHub: every pull gave back the pushed bytes
     constants.HF_HUB_DISABLE_XET = mode == "lfs"  # the LFS path is what clients with Xet disabled use
     try:
         for i in range(REPEATS):
@@ -354,8 +362,9 @@ def run_mode(folder: Path, root: Path, mode: str) -> dict:
                 os.sync()
                 times[kind]["pull_s"].append(timed(lambda: got.setdefault("p", snapshot_download(
                     repo, endpoint=endpoint, token="bench", cache_dir=cache))))
-                if kind == "localhub":  # the null server serves the bytes it read at its start
-                    ok &= all((Path(got["p"]) / f.name).read_bytes() == f.read_bytes() for f in folder.iterdir())
+                if kind.startswith("localhub"):  # the null server serves the bytes it read at its start
+                    ok[kind] = ok.get(kind, True) and all((Path(got["p"]) / f.name).read_bytes() == f.read_bytes()
+                                                          for f in folder.iterdir())
                 shutil.rmtree(cache)
         if mode != "inline":
             _, endpoint, where = servers["localhub"]
@@ -365,7 +374,7 @@ def run_mode(folder: Path, root: Path, mode: str) -> dict:
         for proc, _, _ in servers.values(): proc.terminate(); proc.wait(10)
     for t in times.values():
         t.update(push_median_s=median(t["push_s"]), pull_median_s=median(t["pull_s"]))
-    times["localhub"]["identical_bytes"] = ok
+    for kind, same in ok.items(): times[kind]["identical_bytes"] = same
     if changed: times["localhub"]["one_tensor_changed"] = changed
     return times
 
@@ -375,8 +384,10 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--size-mib", type=int, default=SIZE_MIB, help="model size (others: a check, unwritten)")
     parser.add_argument("--repeats", type=int, default=REPEATS, help="repeats per server (medians)")
+    parser.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES), help="modes to run (default: all)")
     args = parser.parse_args()
-    REPEATS, full = args.repeats, (args.size_mib, args.repeats) == (SIZE_MIB, parser.get_default("repeats"))
+    REPEATS = args.repeats
+    full = (args.size_mib, args.repeats, args.modes) == (SIZE_MIB, parser.get_default("repeats"), list(MODES))
     start = quiet_start() if full else {"load_average_at_start": list(os.getloadavg()), "loaded": None}
     with tempfile.TemporaryDirectory() as d:
         root = Path(d)
@@ -386,9 +397,8 @@ def main():
         copy_s = median(copies)
         result = {"bytes": size, "repeats": REPEATS, "client": "huggingface_hub upload_folder / snapshot_download",
                   "copy_s": copies, "copy_median_s": copy_s, "profile": PROFILE, "modes": {}}
-        names = {"xet": "xet (client defaults, LocalHub's default)", "lfs": "lfs (Xet disabled)",
-                 "inline": "inline (LocalHub lfs=False)"}
-        for mode, name in names.items():
+        for mode in args.modes:
+            name = MODES[mode]
             times = run_mode(folder, root, mode)
             null, hub = times["null"], times["localhub"]
             m = {"localhub": hub, "null_server": null}
@@ -402,11 +412,21 @@ def main():
                 m["push_vs_floor"] = result[f"{mode}_push_vs_floor"] = hub["push_median_s"] / floor
                 pairs = [h / f for h, f in zip(hub["push_s"], times["floor"]["push_s"])]  # pushed back to back
                 m["push_vs_floor_paired"] = {"median": median(pairs), "min": min(pairs), "max": max(pairs)}
+            if NO_SHA256 in times:  # the same LocalHub without the sha256 check the floor does not do
+                trusting = times[NO_SHA256]
+                m[NO_SHA256] = trusting
+                m["push_vs_floor_no_sha256_check"] = result[f"{mode}_push_vs_floor_no_sha256_check"] = (
+                    trusting["push_median_s"] / floor)
+                pairs = [h / f for h, f in zip(trusting["push_s"], times["floor"]["push_s"])]
+                m["push_vs_floor_no_sha256_check_paired"] = {"median": median(pairs), "min": min(pairs),
+                                                             "max": max(pairs)}
             result["modes"][name] = m
             line = (f"{name}: push {hub['push_median_s']:.2f} s ({m['push_vs_null']:.2f}x null "
                     f"{null['push_median_s']:.2f} s, {m['push_vs_copy']:.0f}x copy"
                     + (f", {m['push_vs_floor']:.2f}x floor {times['floor']['push_median_s']:.2f} s" if "floor" in times
                        else "")
+                    + (f"; without the sha256 check {times[NO_SHA256]['push_median_s']:.2f} s, "
+                       f"{m['push_vs_floor_no_sha256_check']:.2f}x floor" if NO_SHA256 in times else "")
                     + f"), pull {hub['pull_median_s']:.2f} s ({m['pull_vs_null']:.2f}x null "
                     f"{null['pull_median_s']:.2f} s, {m['pull_vs_copy']:.0f}x copy), "
                     f"identical: {hub['identical_bytes']}")

@@ -593,8 +593,10 @@ class XetStore:
                  root: Path | str,  # the folder that holds the CAS (created if missing)
                  dedup_expiry: int = 7 * 24 * 3600,  # seconds a client may use a global dedup answer
                  cache_size: int = 64,  # xorb chunk tables kept in memory
-                 stale_after: float = 3600.0):  # seconds after which a tmp/ file was left by a killed writer (0: any)
+                 stale_after: float = 3600.0,  # seconds after which a tmp/ file was left by a killed writer (0: any)
+                 verify_sha256: bool = True):  # `put_shard` recomputes new files' sha256s (False: trusts the client's)
         self.root, self.dedup_expiry, self.cache_size = Path(root), dedup_expiry, cache_size
+        self.verify_sha256 = verify_sha256
         for d in ("xorbs", "files", "sha256", "dedup", "tmp"): (self.root / d).mkdir(parents=True, exist_ok=True)
         for stale in (self.root / "tmp").iterdir():  # left by a killed writer
             if time.time() - stale.stat().st_mtime >= stale_after: stale.unlink(missing_ok=True)
@@ -620,14 +622,17 @@ def _path(self: XetStore, kind: str, name: str, suffix: str = "") -> Path:
     return self.root / kind / name[:2] / (name + suffix)
 
 @patch
-def _write(self: XetStore, path: Path, parts: Iterable[bytes]):
-    "Write `parts` to `path` through a flushed temporary file and a rename; a full disk is a 507."
+def _write(self: XetStore,
+           path: Path,  # where the object goes
+           parts: Iterable[bytes],  # its bytes
+           sync: bool = True):  # fsync it before the rename (False: a hint a crash may lose; see `_index_chunk`)
+    "Write `parts` to `path` through a temporary file (fsynced if `sync`) and a rename; a full disk is a 507."
     fd, tmp = tempfile.mkstemp(dir=self.root / "tmp")
     try:
         with os.fdopen(fd, "wb") as f:
             for p in parts: f.write(p)
             f.flush()
-            os.fsync(f.fileno())
+            if sync: os.fsync(f.fileno())
         path.parent.mkdir(parents=True, exist_ok=True)
         os.replace(tmp, path)
     except OSError as e:
@@ -669,9 +674,17 @@ def put_xorb(self: XetStore,
     return True
 
 @patch
-def _index_chunk(self: XetStore, chunk: bytes, xorb: str):
+def _index_chunk(self: XetStore,
+                 chunk: bytes,  # an eligible chunk's hash
+                 xorb: str,  # the stored xorb that holds it (hex)
+                ):
+    """Point global dedup for `chunk` at `xorb`, once the xorb is stored (see `collect_garbage`). An entry is a hint,
+    renamed into place but not fsynced: one a crash left empty or cut, or that names a xorb no longer held, is
+    answered as unknown (`dedup_shard`) and written anew here; one that names a held xorb is renewed."""
     path = self._path("dedup", hash_to_hex(chunk))
-    if not self._renew(path): self._write(path, [xorb.encode()])  # after the xorb: see `collect_garbage`
+    try: held = path.read_text()
+    except FileNotFoundError: held = ""
+    if not (self.has_xorb(held) and self._renew(path)): self._write(path, [xorb.encode()], sync=False)
 
 @patch
 def xorb(self: XetStore,
@@ -965,46 +978,69 @@ def _check_shard_file(self: XetStore, f: ShardFile) -> XetFile:
     return XetFile(f.hex, f.size, f.sha256, tuple(terms))
 
 @patch
-def _sha256(self: XetStore, f: XetFile) -> str:
-    "The sha256 of a stored file's bytes, each chunk hashed where it was read (its chunk hash is not checked)."
+def _sha256(self: XetStore,
+            terms: Iterable,  # (xorb hex, first chunk, end chunk, ...) of a file, in order
+            stop: threading.Event | None = None,  # once set, the hashing stops at its next chunk: None is answered
+           ) -> str | None:
+    "The sha256 of the bytes `terms` rebuild, each chunk hashed where it was read (its chunk hash is not checked)."
     sha = hashlib.sha256()
-    for xhex, a, b, _ in f.terms:
-        for _, plain in self._plain_chunks(self.xorb(xhex), a, b): sha.update(plain)
+    for xhex, a, b, *_ in terms:
+        x = self.xorb(xhex)
+        if not 0 <= a <= b <= len(x.chunks): raise XetError(f"xorb {xhex} has no chunks [{a}, {b})")
+        chunks = self._plain_chunks(x, a, b)
+        try:
+            for _, plain in chunks:
+                if stop is not None and stop.is_set(): return None
+                sha.update(plain)
+        finally: chunks.close()
     return sha.hexdigest()
 
 @patch
-def _check_sha256s(self: XetStore, files: Sequence[XetFile]) -> list[XetFile]:
-    """Recompute the files' sha256s from their bytes, several at once (hashing frees the GIL); a 400 if one differs from
-    the shard's. A file the shard gives none (hf_xet's SKIP_SHA256, as bucket uploads send) gets the one computed."""
-    workers = min(len(files), os.cpu_count() or 1)
-    if workers > 1:
-        with ThreadPoolExecutor(workers) as pool: found = list(pool.map(self._sha256, files))
-    else: found = [self._sha256(f) for f in files]
-    for f, sha in zip(files, found):
-        if f.sha256 is not None and sha != f.sha256:
-            raise XetError(f"shard file {f.hash}: its bytes have sha256 {sha}, not the {f.sha256} the shard gives")
-    return [replace(f, sha256=sha) for f, sha in zip(files, found)]
+def _checked_files(self: XetStore,
+                   shard: Shard,  # a parsed shard
+                   verify: bool,  # recompute each new file's sha256 from its bytes
+                  ) -> list[tuple[XetFile, bool]]:
+    """(record, new) of each file of `shard`, once all of it checks out against the store; a 400 naming what fails. The
+    new files' sha256s are hashed from their bytes (threads: hashlib frees the GIL) while the rest is checked."""
+    plan = []  # (a file of the shard, its stored record if every xorb that names is held: not rebuilt again)
+    for f in shard.files:
+        known = self.file(f.hex) if self.has_file(f.hex) else None
+        plan.append((f, known if known is not None and all(self.has_xorb(t[0]) for t in known.terms) else None))
+    hashed = {f.hex: f for f, known in plan if known is None and (verify or f.sha256 is None)}
+    stop = threading.Event()
+    pool = ThreadPoolExecutor(min(len(hashed), os.cpu_count() or 1)) if hashed else None
+    try:
+        sums = {h: pool.submit(self._sha256, [(hash_to_hex(t.xorb), t.start, t.end) for t in f.terms], stop)
+                for h, f in hashed.items()}
+        for sx in shard.xorbs: self._check_shard_xorb(sx)
+        checked = []
+        for f, known in plan:
+            if known is None: checked.append((self._check_shard_file(f), True))
+            elif f.sha256 is not None and known.sha256 != f.sha256:
+                raise XetError(f"shard file {f.hex}: sha256 {f.sha256}, but the stored file with this hash has "
+                               f"{known.sha256}")
+            else: checked.append((known, False))
+        for k, (rec, new) in enumerate(checked):  # the terms are checked: the bytes hashed are the file's
+            if not new or rec.hash not in sums: continue
+            sha = sums[rec.hash].result()
+            if rec.sha256 is not None and sha != rec.sha256:
+                raise XetError(f"shard file {rec.hash}: its bytes have sha256 {sha}, not the {rec.sha256} the shard "
+                               "gives")
+            checked[k] = (replace(rec, sha256=sha), True)  # SKIP_SHA256 (bucket uploads): the one its bytes hash to
+    finally:
+        stop.set()  # a refused shard: hashing still under way stops at its next chunk
+        if pool is not None: pool.shutdown()
+    return checked
 
 @patch
 def put_shard(self: XetStore,
               data: bytes,  # the serialized shard, as uploaded
-              verify_sha256: bool = True,  # recompute each new file's sha256 from its bytes (False: trust the shard)
+              verify_sha256: bool | None = None,  # recompute each new file's sha256 from its bytes (False: trust the
+                                                  # shard's; None: as the store's `verify_sha256` says)
              ) -> list[XetFile]:
     "Check a shard against the store, then record its files; they become the LFS objects a commit may name."
     shard = parse_shard(data)
-    for sx in shard.xorbs: self._check_shard_xorb(sx)
-    checked = []
-    for f in shard.files:
-        known = self.file(f.hex) if self.has_file(f.hex) else None
-        if known is None or not all(self.has_xorb(t[0]) for t in known.terms):
-            checked.append((self._check_shard_file(f), True))
-        elif f.sha256 is not None and known.sha256 != f.sha256:
-            raise XetError(f"shard file {f.hex}: sha256 {f.sha256}, but the stored file with this hash has "
-                           f"{known.sha256}")
-        else: checked.append((known, False))
-    hashed = [rec for rec, new in checked if new and (verify_sha256 or rec.sha256 is None)]  # chunks: checked above
-    computed = {rec.hash: rec for rec in self._check_sha256s(hashed)}
-    checked = [(computed.get(rec.hash, rec), new) for rec, new in checked]
+    checked = self._checked_files(shard, self.verify_sha256 if verify_sha256 is None else verify_sha256)
     named = {hash_to_hex(sx.hash) for sx in shard.xorbs} | {t[0] for rec, _ in checked for t in rec.terms}
     for xhex in sorted(named):  # in use from now: a collection running now keeps them, or one is gone (refused)
         if not self._renew(self._path("xorbs", xhex)): raise _missing_xorb("this shard", xhex)
@@ -1154,6 +1190,9 @@ def dedup_shard(self: XetStore,
     path = self._path("dedup", hash_to_hex(hex_to_hash(chunk, "chunk hash")))
     try: xhex = path.read_text()
     except FileNotFoundError: raise XetError(f"chunk {chunk} is not in the global dedup index", 404) from None
+    if not _HEX64.fullmatch(xhex):  # an entry a crash cut short (entries are hints, not fsynced: `_index_chunk`)
+        raise XetError(f"chunk {chunk} is not in the global dedup index (its entry is cut short; the next upload of "
+                       "the chunk writes it anew)", 404)
     try: x = self.check_xorb(xhex)  # a client may reference any of its chunks: all of them must check out
     except XetError:
         raise XetError(f"chunk {chunk} is not in the global dedup index (its xorb {xhex} is not held intact)",

@@ -6,6 +6,7 @@ expiry: an absolute time (seconds since the epoch), `dedup_expiry` seconds from 
 through xet/tmp; what a killed writer left there is removed."""
 import hashlib
 import os
+import threading
 import time
 
 import numpy as np
@@ -137,3 +138,57 @@ def test_a_partial_write_left_in_tmp_is_removed_when_a_hub_takes_the_root(tmp_pa
     assert not partial.exists()
     partial.write_bytes(b"half a xorb")
     with LocalHub(tmp_path / "hub"): assert not partial.exists()
+
+
+def test_the_sha256s_are_hashed_while_the_rest_of_the_shard_is_checked(tmp_path, monkeypatch):
+    """Issue 47, item 2: the sha256 pass starts once the shard is parsed, beside its other checks (the xorbs it lists,
+    each file's terms), not after them. Here the check of the file's terms waits for the hashing to be under way: had
+    the hashing waited for the checks, it would never start."""
+    store, data = XetStore(tmp_path / "xet"), _random(300_000, seed=3)
+    chunks, x, verification = _upload(store, data)
+    fhex, blob = _shard(x, chunks, verification, hashlib.sha256(data).hexdigest())
+    hashing, plain_chunks, check = threading.Event(), store._plain_chunks, store._check_shard_file
+    def hashed(*args, **kwargs):
+        hashing.set()
+        yield from plain_chunks(*args, **kwargs)
+    def checked(f):
+        assert hashing.wait(30), "the sha256 pass waited for the shard's other checks"
+        return check(f)
+    monkeypatch.setattr(store, "_plain_chunks", hashed)
+    monkeypatch.setattr(store, "_check_shard_file", checked)
+    assert [r.sha256 for r in store.put_shard(blob)] == [hashlib.sha256(data).hexdigest()]
+
+
+def test_a_shard_refused_while_its_sha256s_are_hashed_stops_the_hashing(tmp_path, monkeypatch):
+    "A check that refuses the shard stops the hashing at its next chunk; no hashing thread outlives `put_shard`."
+    store, data = XetStore(tmp_path / "xet"), _random(2_000_000, seed=4)
+    chunks, x, verification = _upload(store, data)
+    assert len(x.chunks) > 10
+    fhex, blob = _shard(x, chunks, verification, hashlib.sha256(data).hexdigest())
+    refused, handed, plain_chunks = threading.Event(), [], store._plain_chunks
+    def hashed(*args, **kwargs):
+        for k, piece in plain_chunks(*args, **kwargs):
+            handed.append(k)
+            if len(handed) == 2: assert refused.wait(30)  # the second chunk waits for the refusal
+            yield k, piece
+    def refuse(f):
+        refused.set()
+        raise XetError(f"shard file {f.hex}: refused by the test")
+    monkeypatch.setattr(store, "_plain_chunks", hashed)
+    monkeypatch.setattr(store, "_check_shard_file", refuse)
+    before = threading.active_count()
+    with pytest.raises(XetError, match="refused by the test"): store.put_shard(blob)
+    assert threading.active_count() == before and len(handed) == 2  # of its many chunks
+    assert not store.has_file(fhex)
+
+
+def test_a_store_may_trust_the_clients_sha256s_and_a_call_may_still_check(tmp_path):
+    "`XetStore(verify_sha256=False)` records the sha256s shards give unchecked; `put_shard(verify_sha256=True)` checks."
+    store, data = XetStore(tmp_path / "xet", verify_sha256=False), _random(300_000, seed=6)
+    chunks, x, verification = _upload(store, data)
+    lie = hashlib.sha256(b"other bytes").hexdigest()
+    fhex, blob = _shard(x, chunks, verification, lie)
+    with pytest.raises(XetError, match="its bytes have sha256"): store.put_shard(blob, verify_sha256=True)
+    assert not store.has_file(fhex)
+    assert store.put_shard(blob)[0].sha256 == lie and store.file_by_sha256(lie).hash == fhex
+    assert XetStore(tmp_path / "checked").verify_sha256  # the default: checked
