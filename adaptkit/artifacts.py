@@ -466,14 +466,15 @@ class ArtifactTrainerMixin:
         if isinstance(artifact, AdapterArtifact): artifact.base_fingerprint = self.base_fingerprint
         return artifact
 
-    def artifact(self) -> Artifact:
-        "The artifact this trainer produces (subclasses build it from the trained model)."
+    def _artifact(self) -> Artifact:
+        "The artifact this trainer trains, as its method builds it from the trained model (each trainer defines it)."
         raise NotImplementedError
 
-    def _described(self) -> Artifact:
-        """`self.artifact()` as its card names it: by TRL's hooks `_name`, `_paper` and `_tag_names` of this trainer,
-        its settings followed by how it was trained (`training_setup`)."""
-        art = self.artifact()
+    def artifact(self) -> Artifact:
+        """The artifact this trainer produces, as its card names it: by TRL's hooks `_name`, `_paper` and `_tag_names`
+        of this trainer, its settings followed by how it was trained (`training_setup`). The final save writes it and
+        `push_to_hub` uploads its card; `trainer.artifact().push_to_hub(repo)` writes the same card."""
+        art = self._artifact()
         art.settings = {**(art.settings or {}), **training_setup(self.args, self.model)}
         if art.method is not None: art.method = dataclasses.replace(art.method, name=self._name, paper=self._paper)
         art.tags = [*(art.tags or []), *self._tag_names]
@@ -486,7 +487,7 @@ class ArtifactTrainerMixin:
                           **kwargs):  # what else `push_to_hub` passes on (unused)
         "Write adaptkit's card of the trained artifact to `output_dir/README.md` (TRL's hook; `push_to_hub` calls it)."
         if not self.is_world_process_zero(): return
-        art = self._described()
+        art = self.artifact()
         art.tags += [tags] if isinstance(tags, str) else list(tags or [])
         if dataset_name: art.datasets = list(dict.fromkeys([*(art.datasets or []), dataset_name]))
         name = self.args.hub_model_id or model_name or Path(self.args.output_dir).name
@@ -501,7 +502,7 @@ class ArtifactTrainerMixin:
         out = Path(output_dir or self.args.output_dir)
         if _is_checkpoint(out):
             with checkpoint_shards(self): return super()._save(output_dir, state_dict)
-        art = self._described()
+        art = self.artifact()
         if isinstance(art, ModelArtifact): art.max_shard_size = getattr(self.args, "save_max_shard_size", "5GB")
         state_dict = self._full_state_dict(art, state_dict)  # on every process: a gather is collective
         if not self.args.should_save: return

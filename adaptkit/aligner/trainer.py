@@ -123,7 +123,7 @@ def _tokenizer_of(model):
 
 # %% ../../nbs/aligner/02_trainer.ipynb #ec3e1003
 @patch
-def artifact(self: AlignerTrainer) -> Aligner:
+def _artifact(self: AlignerTrainer) -> Aligner:
     "The trained aligner, with its base, template and settings."
     a = self.args
     aligner = self._stamped(Aligner(self.model, self.processing_class, a.template))

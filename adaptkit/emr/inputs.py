@@ -6,10 +6,12 @@
 from __future__ import annotations
 
 import fnmatch
+import glob
 import json
 import math
 import os
 import re
+from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -231,6 +233,19 @@ def _is_excluded(name: str, exclude) -> bool:
     return any(p.search(name) if isinstance(p, re.Pattern) else fnmatch.fnmatchcase(name, p)
                for p in exclude_patterns(exclude))
 
+def _exclude_hint(
+    names: list,  # the tensors to keep per task
+    known,  # the tensor names of the base and the tasks: a glob of the hint matches none but `names`
+) -> list:
+    """An `exclude=` that names every one of `names` and no other `known` tensor, short: one glob for two or more
+    names under a dotted prefix (`classifier.*`) that no other tensor has, else the name (escaped for fnmatch)."""
+    prefixes = lambda n: [n[:i + 1] for i, c in enumerate(n) if c == "."]  # "a.b.c": "a.", "a.b."
+    taken = {p for n in set(known) - set(names) for p in prefixes(n)}  # another tensor's: `p*` would match it
+    shared = Counter(p for n in dict.fromkeys(names) for p in prefixes(n))
+    pattern = lambda n: next((glob.escape(p) + "*" for p in prefixes(n) if shared[p] > 1 and p not in taken),
+                             glob.escape(n))
+    return list(dict.fromkeys(map(pattern, names)))
+
 def _check_tensor_sets(base: ModelSource, tasks: dict, exclude):
     "Raise when a task model lacks a non-excluded base tensor that other task models have, naming the model and tensor."
     for name in base.specs:
@@ -270,7 +285,8 @@ _SIZE_KEYS = ("model_type", "hidden_size", "num_hidden_layers", "num_attention_h
 def _shape_error(t: str, m: ModelSource, base: ModelSource, names: list, differ: list) -> ValueError:
     """The error for task `t`'s tensors `names` in other shapes than the base's (the first one described),
     `differ` the config sizes that differ."""
-    (_, got), (_, shape), keep = m.specs[names[0]], base.specs[names[0]], f"exclude={names[:5]!r}"
+    (_, got), (_, shape) = m.specs[names[0]], base.specs[names[0]]
+    keep = f"exclude={_exclude_hint(names, [*base.specs, *m.specs])!r}"
     more = f" (and {len(names) - 1} more: {names[1:4]})" if len(names) > 1 else ""
     where = (f"task {t!r}: tensor {names[0]!r} has shape {list(got)} in {m.where(names[0])}, the base "
              f"{list(shape)} in {base.where(names[0])}{more}")
@@ -315,7 +331,7 @@ def plan_merge(base: ModelSource, tasks: dict, exclude) -> MergePlan:
             if name in m.specs: own[t].append(name)
     if orphans:
         hint = (
-            f"If these are new heads, keep them per task with exclude={orphans[:5]!r}"
+            f"If these are new heads, keep them per task with exclude={_exclude_hint(orphans, names)!r}"
             if len(orphans) <= len(merged)
             else "Most shared tensors are missing from the base: is it another architecture, or are its tensors "
             "named differently?"
@@ -340,7 +356,7 @@ def check_complete(base: ModelSource, plan: MergePlan, exclude):
                          + (f" (nor {len(lost) - 1} more: {lost[1:4]})" if len(lost) > 1 else "")
                          + ": the merged checkpoint would lack it, and transformers would initialise it afresh when "
                          "loading it. Were the fine-tuned models saved with another config (tied embeddings)? Nothing "
-                         f"was written; exclude={lost[:5]!r} leaves it out knowingly")
+                         f"was written; exclude={_exclude_hint(lost, base.specs)!r} leaves it out knowingly")
 
 # %% ../../nbs/emr/02_inputs.ipynb #31db8f82
 _ARCHITECTURE_KEYS = ("model_type", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")

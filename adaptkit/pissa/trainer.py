@@ -98,7 +98,7 @@ class PiSSATrainer(ArtifactTrainerMixin, SFTTrainer, method=METHOD):  # METHOD: 
 
 # %% ../../nbs/pissa/04_trainer.ipynb #27cf5817
 @patch
-def artifact(self: PiSSATrainer) -> PiSSAAdapter:
+def _artifact(self: PiSSATrainer) -> PiSSAAdapter:
     "The trained adapter as a `PiSSAAdapter` (converted to a plain LoRA when saved), with its base and settings."
     cfg, a, k = self.pissa, self.args, self.lora_rank
     adapter = self._stamped(PiSSAAdapter(self.model, self.processing_class, init_dir=self.init_dir, rank=k))

@@ -23,7 +23,7 @@ from fastcore.meta import delegates
 from tqdm.auto import tqdm
 
 from ..data import DataError
-from ..models import generate_batched, merged, packaged_file
+from ..models import eval_mode, generate_batched, merged, packaged_file
 from .loss import LayerCapture, readout, readout_ce
 from .trainer import encode_answer, format_prompt, pad_answers
 from ..tasks import bootstrap_ci, mmd
@@ -99,9 +99,8 @@ def harmful_finetune_attack(
 def _answer_sums(model, tokenizer, rows: Sequence[Mapping], column: str, batch_size: int, max_length: int) -> tuple:
     "Per row: summed cross-entropy of the answer tokens, greedy hits among them, their count (prompt tokens masked)."
     encoded = _encoded(tokenizer, rows, column, max_length, f"{column} rows")
-    was_training, ce, hits, n = model.training, [], [], []
-    model.eval()
-    try:
+    ce, hits, n = [], [], []
+    with eval_mode(model):
         for s in range(0, len(encoded), batch_size):
             batch = {k: v.to(model.device) for k, v in pad_answers(tokenizer, encoded[s:s + batch_size]).items()}
             logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits[:, :-1].float()
@@ -111,7 +110,6 @@ def _answer_sums(model, tokenizer, rows: Sequence[Mapping], column: str, batch_s
             ce += token_ce.sum(1).tolist()
             hits += ((logits.argmax(-1) == target) & keep).sum(1).tolist()
             n += keep.sum(1).tolist()
-    finally: model.train(was_training)
     if (empty := [i for i, k in enumerate(n) if not k]):
         raise DataError(f"{column} rows, row {empty[0]}: no answer token left to score within max_length={max_length}")
     return ce, hits, n
@@ -720,11 +718,10 @@ def representation_readouts(
     harmless = _encoded(tokenizer, harmless_rows, "completion", max_length, "harmless rows")
     if min(len(harmful), len(harmless)) < folds:
         raise ValueError(f"the probe needs at least {folds} rows of each class, got {len(harmful)} and {len(harmless)}")
-    was_training, g = model.training, torch.Generator().manual_seed(seed)
-    model.eval()
-    norm, head = readout(model)
+    g = torch.Generator().manual_seed(seed)
     mmds, ce, tokens, pooled = defaultdict(list), defaultdict(float), 0, {0: defaultdict(list), 1: defaultdict(list)}
-    try:
+    with eval_mode(model):
+        norm, head = readout(model)
         for cls, rows in ((1, harmful), (0, harmless)):
             for s in range(0, len(rows), batch_size):
                 batch = {k: v.to(model.device) for k, v in pad_answers(tokenizer, rows[s:s + batch_size]).items()}
@@ -744,8 +741,6 @@ def representation_readouts(
         read = cap.layers
         y = torch.tensor([1] * len(harmful) + [0] * len(harmless))
         probe = [_probe_accuracy(torch.cat(pooled[1][i] + pooled[0][i]).double().cpu(), y, folds, seed) for i in read]
-    finally:
-        model.train(was_training)
     return {"layers": read, "noise_mmd": [sum(mmds[i]) / len(mmds[i]) for i in read],
             "harmful_ce": [ce[i] / tokens for i in read], "probe_accuracy": probe,
             "n_harmful": len(harmful), "n_harmless": len(harmless)}

@@ -207,7 +207,7 @@ def defence_settings(
 
 # %% ../../nbs/repnoise/03_trainer.ipynb #5fd48052
 @patch
-def artifact(self: RepNoiseTrainer) -> ImmunisedModel:
+def _artifact(self: RepNoiseTrainer) -> ImmunisedModel:
     "The trained model as an `ImmunisedModel`: the base's repo id and revision, its settings, report and criteria."
     model = self._stamped(ImmunisedModel(self.model, self.processing_class, report=self.report, criteria=self.criteria))
     model.settings = defence_settings(self.args, len(self.rows))

@@ -14,7 +14,7 @@ from fastcore.basics import patch
 
 from ..artifacts import AdapterArtifact
 from ..hub import markdown_table, repo_link, write_metadata
-from ..models import completion_logprobs
+from ..models import completion_logprobs, eval_mode
 from .config import DISCRIMINATOR_TEMPLATE, METHOD
 
 # %% auto #0
@@ -68,14 +68,11 @@ def score(self: Discriminator,
           batch_size: int = 16,  # texts per forward pass
           ) -> list[float]:
     "P(real) of each text."
-    was_training = self.model.training
-    self.model.eval()
-    try:
-        prompts = [self.template.format(text=t) for t in texts]
+    prompts = [self.template.format(text=t) for t in texts]
+    with eval_mode(self.model):
         real, synthetic = (
             _label_logprobs(self.model, self.tokenizer, prompts, label, batch_size) for label in self.labels
         )
-    finally: self.model.train(was_training)
     return torch.sigmoid(real - synthetic).tolist()
 
 @patch

@@ -18,7 +18,7 @@ from .artifact import TransferredAdapter
 from .config import METHOD, DistillationConfig, EmptyGenerationError, stage_config, vocabularies_match
 
 # %% auto #0
-__all__ = ['target_lora_config', 'TransLoRATrainer', 'distill_lora']
+__all__ = ['target_lora_config', 'TransLoRATrainer', 'distillation_trainer', 'distill_lora']
 
 # %% ../../nbs/translora/05_trainer.ipynb #1edb0962
 def target_lora_config(
@@ -68,7 +68,7 @@ class TransLoRATrainer(ArtifactTrainerMixin, SFTTrainer, method=METHOD):
 
     Its artifact is a `TransferredAdapter`."""
     distillation = "sequence"
-    artifact = _transfer_artifact
+    _artifact = _transfer_artifact
 
     def __init__(
         self,
@@ -104,7 +104,7 @@ def _gkd_trainer_class() -> type:
 
         Its artifact is a `TransferredAdapter`."""
         distillation = "logit"
-        artifact = _transfer_artifact
+        _artifact = _transfer_artifact
 
         def __init__(
             self,
@@ -154,9 +154,18 @@ def __getattr__(name: str):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 # %% ../../nbs/translora/05_trainer.ipynb #ce8cd58f
-def _distillation_trainer(student, tokenizer, rows: datasets.Dataset, config: DistillationConfig, *, teacher=None,
-                          teacher_tokenizer=None, **trainer_kwargs):
-    "The trainer of `config.distillation`, after checking the rows and (logit level) the teacher and vocabularies."
+def distillation_trainer(
+    student,  # the target base: a model object (gets the LoRA injected), folder or repo id
+    tokenizer,  # the student's tokenizer
+    rows: datasets.Dataset,  # the teacher's prompt/completion rows (`teacher_completions`)
+    config: DistillationConfig,  # distillation settings: `config.distillation` picks the trainer
+    *,
+    teacher=None,  # the teacher model, needed for logit-level distillation
+    teacher_tokenizer=None,  # the teacher's tokenizer, checked against `tokenizer` for logit-level
+    **trainer_kwargs,  # the rest of the trainer's arguments (peft_config, provenance, base_model, ...)
+):
+    """The untrained trainer of `config.distillation`: a `TransLoRATrainer` (sequence level) or a
+    `TransLoRAGKDTrainer` (logit level), after checking the rows and (logit level) the teacher and vocabularies."""
     if len(rows) == 0 or not {"prompt", "completion"} <= set(rows.column_names):
         raise EmptyGenerationError(
             f"distillation needs prompt/completion rows; got {len(rows)} rows with columns {rows.column_names}"
@@ -186,7 +195,7 @@ def distill_lora(
 ):
     "The target base + a LoRA distilled from the teacher's completions (a `peft.PeftModel`)."
     config = stage_config(config, DistillationConfig, output_dir)
-    trainer = _distillation_trainer(
+    trainer = distillation_trainer(
         student, tokenizer, rows, config, teacher=teacher, teacher_tokenizer=teacher_tokenizer, peft_config=peft_config
     )
     trainer.train()

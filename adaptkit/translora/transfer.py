@@ -32,7 +32,7 @@ from adaptkit.translora.config import (
 )
 from .discriminator import warn_if_near_chance
 from .synthesis import generate_texts, synthesize_kept, synthesize_prompts, vllm_generator
-from .trainer import _distillation_trainer
+from .trainer import distillation_trainer
 
 _logger = logging.getLogger(__name__)
 
@@ -215,7 +215,7 @@ def _distill_stage(models: _Models, teacher, rows, distillation: DistillationCon
     "The target adapter: a new LoRA on the target base distilled from the teacher's `rows`, its inputs recorded."
     with _timed_stage(timings, "distill"):
         base_model, base_revision = _recorded_repo(provenance["target_base"], endpoint)
-        trainer = _distillation_trainer(
+        trainer = distillation_trainer(
             models.target_base,
             models.target_tok,
             rows,

@@ -24,13 +24,13 @@ def _lora(base):
 
 
 class StandIn(ArtifactTrainerMixin):
-    "A trainer's stand-in: the mixin needs `args`, `model`, `is_world_process_zero` and `artifact`."
+    "A trainer's stand-in: the mixin needs `args`, `model`, `is_world_process_zero` and `_artifact`."
     _name, _paper = "stand-in", None
     def __init__(self, out, model, tok):
         self.args = TrainingArguments(str(out), use_cpu=True, report_to="none")
         self.model, self.tok = self._load_base(model), tok
     def is_world_process_zero(self): return True
-    def artifact(self): return self._stamped(AdapterArtifact(_lora(self.model), self.tok))
+    def _artifact(self): return self._stamped(AdapterArtifact(_lora(self.model), self.tok))
 
 
 def test_a_folder_filled_again_loses_its_old_record(tiny_tok, tmp_path):
@@ -122,3 +122,27 @@ def test_a_trainers_card_and_record_say_how_it_was_trained(method, tiny_model_di
         text = card.read_text()
         assert "| `num_processes` | `2` |" in text and "| `total_train_batch_size` | `12` |" in text, text
         assert "| `gradient_accumulation_steps` | `2` |" in text and "| `precision` | `fp32` |" in text
+
+
+def _settings_section(card: str) -> str:
+    "A card's `## Settings` section: its table of the artifact's settings and how it was trained."
+    return card.split("## Settings", 1)[1].split("\n## ", 1)[0]
+
+
+@pytest.mark.parametrize("method", ["aligner", "pissa"])
+def test_an_artifact_pushed_from_trainer_artifact_says_how_it_was_trained(method, hub, tiny_model_dir, tmp_path,
+                                                                          monkeypatch):
+    """`trainer.artifact().push_to_hub(repo)` (the demo's way) uploads the card `trainer.push_to_hub()` does
+    (`create_model_card`): its settings section names the processes, the global batch and the precision."""
+    from adaptkit.hub import pull
+    trainer = _trainer(method, tiny_model_dir, tmp_path / "run", per_device_train_batch_size=3,
+                       gradient_accumulation_steps=2)
+    monkeypatch.setattr(type(trainer.args), "world_size", property(lambda self: 2))
+    trainer.artifact().push_to_hub("team/pushed", endpoint=hub.endpoint)
+    folder = pull("team/pushed", endpoint=hub.endpoint)
+    pushed = _settings_section((folder / "README.md").read_text())
+    assert "| `num_processes` | `2` |" in pushed and "| `total_train_batch_size` | `12` |" in pushed, pushed
+    assert "| `precision` | `fp32` |" in pushed, pushed
+    assert read_metadata(folder)["settings"]["precision"] == "fp32"
+    trainer.create_model_card()  # what `trainer.push_to_hub()` uploads
+    assert _settings_section((tmp_path / "run" / "README.md").read_text()) == pushed

@@ -521,16 +521,42 @@ def test_as_many_new_tensors_as_merged_ones_still_get_the_new_head_hint():
     assert str(e.value).endswith("If these are new heads, keep them per task with exclude=['head']")
 
 
-def test_the_new_head_hint_names_five_tensors_however_many_there_are():
-    "Six new tensors: the message counts them all and names the first five, in its list and in its exclude= hint."
+def _hinted_exclude(error) -> list:
+    "The `exclude=[...]` an error's message suggests, as the list a user would pass."
+    import ast
+    return ast.literal_eval(re.search(r"exclude=(\[.*?\])", str(error)).group(1))
+
+
+def test_the_new_head_hint_names_five_tensors_and_excludes_them_all():
+    """Six new tensors with no dotted prefix in common: the message counts them all and names the first five; its
+    exclude= hint names all six."""
     pre = {f"w{i}": torch.zeros(3) for i in range(8)}
     ft = {t: {k: torch.ones(3) for k in pre} | {f"h{i}": torch.ones(2) for i in range(6)} for t in "ab"}
     with pytest.raises(ValueError) as e:
         emr_merge(pre, ft, progress=False)
-    five = "['h0', 'h1', 'h2', 'h3', 'h4']"
+    five, six = "['h0', 'h1', 'h2', 'h3', 'h4']", "['h0', 'h1', 'h2', 'h3', 'h4', 'h5']"
     assert str(e.value) == (f"6 tensors in every fine-tuned model but not in the base: {five}. Is the base the "
                             f"model they were fine-tuned from? If these are new heads, keep them per task with "
-                            f"exclude={five}")
+                            f"exclude={six}")
+    assert sorted(emr_merge(pre, ft, exclude=_hinted_exclude(e.value), progress=False).meta["own"]["a"]) == [
+        f"h{i}" for i in range(6)]
+
+
+def test_following_the_new_head_hint_for_seven_tensors_merges():
+    """Seven new-head tensors: the exclude= hint covers every one, by prefix where no other tensor shares it
+    (`classifier.*`, `pooler.*`; not `model.*`, which the merged tensors have), and passed as given the merge runs."""
+    heads = ["classifier.dense.weight", "classifier.dense.bias", "classifier.out_proj.weight",
+             "classifier.out_proj.bias", "pooler.dense.weight", "pooler.dense.bias", "model.score.weight"]
+    pre = {f"model.layers.{i}.w": torch.zeros(3) for i in range(8)}
+    ft = {t: {k: torch.ones(3) for k in pre} | {h: torch.ones(2) for h in heads} for t in "ab"}
+    with pytest.raises(ValueError, match=r"^7 tensors in every fine-tuned model but not in the base") as e:
+        emr_merge(pre, ft, progress=False)
+    listed = str(e.value).split(" exclude=")[0]
+    assert "pooler.dense.weight" in listed and "pooler.dense.bias" not in listed  # the message names five
+    hinted = _hinted_exclude(e.value)
+    assert hinted == ["classifier.*", "pooler.*", "model.score.weight"], hinted
+    bundle = emr_merge(pre, ft, exclude=hinted, progress=False)
+    assert sorted(bundle.meta["own"]["a"]) == sorted(heads) and sorted(bundle.meta["tensors"]) == sorted(pre)
 
 
 def test_tensors_not_every_task_has_stay_the_own_of_those_that_have_them():

@@ -326,3 +326,29 @@ def test_report_runs_with_its_settings(tiny_tok, judge, monkeypatch):
     with pytest.raises(TypeError, match=re.escape("settings must be an ImmunisationSettings")):
         immunisation_report(models, tiny_tok, attack_rows=attack, eval_rows=eval_a, benign_rows=benign,
                             benign_train_rows=benign_train, classifier=judge, settings={"steps": 3})
+
+
+@pytest.mark.parametrize("training", [True, False])
+def test_the_harness_scores_in_eval_mode_and_leaves_the_mode_as_it_was(tiny_tok, training):
+    "`answer_scores` and `representation_readouts` run the model in eval mode (no dropout) and give its mode back."
+    model = tiny_causal_lm(tiny_tok).train(training)
+    seen = []
+    model.register_forward_pre_hook(lambda m, args: seen.append(m.training))
+    answer_scores(model, tiny_tok, ROWS, "harmful", max_length=64)
+    harness.representation_readouts(model, tiny_tok, ROWS, ROWS, max_length=64, folds=2)
+    assert seen and not any(seen) and model.training == training
+
+
+def test_the_harness_gives_the_mode_back_when_scoring_fails(tiny_tok):
+    "A forward that fails, or a model without a final norm to read layers out with: the model is left in train mode."
+    model = tiny_causal_lm(tiny_tok).train()
+    def fail(module, args): raise RuntimeError("the forward failed")
+    hook = model.register_forward_pre_hook(fail)
+    with pytest.raises(RuntimeError, match="the forward failed"):
+        answer_scores(model, tiny_tok, ROWS, "harmful", max_length=64)
+    assert model.training
+    hook.remove()
+    del model.model.norm  # no final norm: `readout` refuses the model
+    with pytest.raises(ValueError, match="no final norm found on its decoder"):
+        harness.representation_readouts(model, tiny_tok, ROWS, ROWS, max_length=64, folds=2)
+    assert model.training

@@ -19,6 +19,7 @@ from torch.nn.utils.rnn import pad_sequence
 from transformers import AutoModelForCausalLM
 
 import adaptkit.repnoise.harness as repnoise_eval
+from adaptkit.artifacts import training_setup
 from adaptkit.data import DataError
 from adaptkit.hub import pull, push_folder, read_metadata, write_metadata
 from adaptkit.localhub.server import LocalHub
@@ -376,7 +377,8 @@ def test_immunised_model_round_trip(tiny_model_dir, tiny_model_copy, hub, tmp_pa
     trainer.train()
     trainer.report = REPORT
     art = trainer.artifact()
-    assert art.settings == defence_settings(trainer.args, len(ROWS)) and art.settings["beta"] == 0.001
+    made = training_setup(trainer.args, trainer.model)  # how it was trained, as `trainer.push_to_hub()` says
+    assert art.settings == {**defence_settings(trainer.args, len(ROWS)), **made} and art.settings["beta"] == 0.001
     saved = art.save_pretrained(tmp_path / "saved")
     loaded = ImmunisedModel.from_pretrained(saved)
     assert _same_weights(loaded.model, trainer.model) and loaded.report == REPORT and loaded.settings == art.settings

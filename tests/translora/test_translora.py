@@ -622,3 +622,16 @@ def test_the_one_answer_warning_at_the_edges_of_its_share(caplog):
     assert not warned(["7"] * 50 + [str(i) for i in range(100, 150)])
     assert warned(["7", "7"]) and "all 2 distilled rows have one answer ('7'): the teacher collapsed" in caplog.text
     assert not warned(["7"]) and not warned([])  # one row or none: nothing to judge
+
+
+def test_discriminator_scores_in_eval_mode_and_gives_the_mode_back(tiny_tok):
+    "`Discriminator.score` runs its model in eval mode and leaves it in the mode it was, also when a forward fails."
+    model = get_peft_model(tiny_causal_lm(tiny_tok), LoraConfig(r=2, target_modules=["q_proj"])).train()
+    disc, seen = Discriminator(model, tiny_tok), []
+    hook = model.register_forward_pre_hook(lambda m, args: seen.append(m.training))
+    assert len(disc.score(["a text", "another text"])) == 2 and seen and not any(seen) and model.training
+    hook.remove()
+    def fail(module, args): raise RuntimeError("the forward failed")
+    model.register_forward_pre_hook(fail)
+    with pytest.raises(RuntimeError, match="the forward failed"): disc.score(["a text"])
+    assert model.training
