@@ -5,13 +5,14 @@
 # %% ../nbs/08_config.ipynb #c0nf1g02
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
 
 from .models import default_bf16
 from .tensorfiles import size_in_bytes
 
 # %% auto #0
-__all__ = ['MethodConfig', 'no_checkpoints']
+__all__ = ['MethodConfig', 'no_checkpoints', 'SFTMethodConfig', 'compact_lm_head', 'CompactHeadMixin']
 
 # %% ../nbs/08_config.ipynb #c0nf1g04
 @dataclass
@@ -45,3 +46,38 @@ def no_checkpoints(
     "A `save_strategy` field that writes no checkpoints unless asked: `no` by default, the reason in its help."
     return field(default="no", metadata={"help": f"Checkpoints: 'no' by default ({why}); 'steps', 'epoch' or 'best' "
                                                  "write them."})
+
+# %% ../nbs/08_config.ipynb #c0mpact2
+@dataclass
+class SFTMethodConfig(MethodConfig):
+    """`MethodConfig` of a method trained by TRL's `SFTTrainer` (with `CompactHeadMixin`); first among the bases:
+    `class PiSSAConfig(SFTMethodConfig, SFTConfig)`."""
+    compact_lm_head: bool = field(
+        default=True, metadata={"help": "Project the LM head only at the positions the loss reads (the completion's "
+                                        "tokens) on a CPU too, as TRL does on a CUDA GPU: the same loss and gradients, "
+                                        "in less time when the vocabulary is large."}
+    )
+
+@contextlib.contextmanager
+def compact_lm_head(
+    on: bool = True,  # False: TRL's head as it is (every position, on a CPU)
+):
+    """While the block runs, TRL's fused LM head (`trl.trainer.utils.add_fused_lm_head`) projects only the positions
+    with a label on the CPU as well, as it does on a CUDA/XPU GPU with Triton; a TRL without that switch: unchanged."""
+    from trl.trainer import utils
+    trl_choice = getattr(utils, "_use_triton", None)  # the head's, at each call: only labelled positions, or all
+    if not on or trl_choice is None:
+        yield
+        return
+    utils._use_triton = lambda device: device.type == "cpu" or trl_choice(device)
+    try: yield
+    finally: utils._use_triton = trl_choice
+
+class CompactHeadMixin:
+    """A TRL trainer whose `compute_loss` runs in `compact_lm_head()` while `args.compact_lm_head` is on (the default,
+    also without the field): `class PiSSATrainer(ArtifactTrainerMixin, CompactHeadMixin, SFTTrainer)`."""
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        "TRL's `compute_loss`, its fused LM head projecting only the labelled positions (`compact_lm_head`)."
+        with compact_lm_head(getattr(self.args, "compact_lm_head", True)):
+            return super().compute_loss(model, inputs, return_outputs=return_outputs,
+                                        num_items_in_batch=num_items_in_batch)

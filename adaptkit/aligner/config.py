@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 from trl import DPOConfig, SFTConfig
 
-from ..config import MethodConfig, no_checkpoints
+from ..config import MethodConfig, SFTMethodConfig, no_checkpoints
 from ..hub import Method
 
 # %% auto #0
@@ -55,7 +55,7 @@ def check_template(
 
 # %% ../../nbs/aligner/01_config.ipynb #13eaa608
 @dataclass
-class AlignerConfig(MethodConfig, SFTConfig):
+class AlignerConfig(SFTMethodConfig, SFTConfig):
     "`SFTConfig` for an aligner: the official recipe's defaults, the identity warm-up and the prompt template."
     identity_warmup_ratio: float = field(
         default=0.2, metadata={"help": "Fraction of rows first trained with correction := answer (0 disables)."}

@@ -18,6 +18,7 @@ from trl import SFTTrainer
 from .artifact import Aligner
 from .config import METHOD, AlignerConfig, check_template, format_aligner_prompt
 from ..artifacts import ArtifactTrainerMixin
+from ..config import CompactHeadMixin, compact_lm_head
 from ..data import QAC, load_rows
 from ..models import encode_completion, load_tokenizer
 
@@ -64,7 +65,7 @@ def warn_short_targets(
 
 
 # %% ../../nbs/aligner/02_trainer.ipynb #4feca762
-class AlignerTrainer(ArtifactTrainerMixin, SFTTrainer, method=METHOD):  # METHOD: TRL's card hooks (`_name`, ...)
+class AlignerTrainer(ArtifactTrainerMixin, CompactHeadMixin, SFTTrainer, method=METHOD):  # METHOD: TRL's card hooks
     "TRL's `SFTTrainer` for an aligner: validates Q-A-C rows, runs the identity warm-up, then trains on corrections."
 
     def __init__(
@@ -105,7 +106,7 @@ class AlignerTrainer(ArtifactTrainerMixin, SFTTrainer, method=METHOD):  # METHOD
             _logger.info("aligner identity warm-up on %d of %d rows", len(self.warmup), len(self.qac))
             warm = SFTTrainer(model=self.model, args=self._warmup_args(), train_dataset=self.warmup,
                               processing_class=self.processing_class)
-            self.warmup_log = warm.train().metrics
+            with compact_lm_head(self.args.compact_lm_head): self.warmup_log = warm.train().metrics
         return super().train(*args, **kwargs)
 
     def _warmup_args(self) -> AlignerConfig:

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from peft import LoraConfig
 from trl import SFTConfig
 
-from ..config import MethodConfig
+from ..config import SFTMethodConfig
 from ..hub import Method
 from .principal import pissa_config
 
@@ -35,7 +35,7 @@ def _lora_rank(value, r: int) -> str | int:
 
 # %% ../../nbs/pissa/01_config.ipynb #4c83b913
 @dataclass
-class PiSSAConfig(MethodConfig, SFTConfig):
+class PiSSAConfig(SFTMethodConfig, SFTConfig):
     "`SFTConfig` with PiSSA's recipe (lr 2e-5, cosine, 3% warm-up) and the adapter's settings, the one place for both."
     pissa_r: int = field(default=16, metadata={"help": "Adapter rank r (the shared plain LoRA has rank 2r)."})
     pissa_alpha: int | None = field(default=None, metadata={"help": "lora_alpha; default r (the paper's scaling 1)."})

@@ -17,6 +17,7 @@ from peft import LoraConfig
 from trl import SFTConfig, SFTTrainer
 
 from ..artifacts import ArtifactTrainerMixin
+from ..config import CompactHeadMixin
 from ..data import PROMPT_COMPLETION, Schema, load_rows
 from .artifact import PiSSAAdapter
 from .config import METHOD, PiSSAConfig, pissa_config
@@ -65,7 +66,7 @@ def _init_folder(
         with tempfile.TemporaryDirectory(prefix="adaptkit-pissa-init-") as d: yield Path(d) / "init"
     if (state := getattr(args, "distributed_state", None)) is not None: state.wait_for_everyone()
 
-class PiSSATrainer(ArtifactTrainerMixin, SFTTrainer, method=METHOD):  # METHOD: TRL's card hooks (`_name`, ...)
+class PiSSATrainer(ArtifactTrainerMixin, CompactHeadMixin, SFTTrainer, method=METHOD):  # METHOD: TRL's card hooks
     "TRL's `SFTTrainer` with a PiSSA adapter; its artifact is the adapter as a plain LoRA with adaptkit's card."
 
     def __init__(

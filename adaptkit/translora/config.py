@@ -16,7 +16,7 @@ import torch
 from safetensors import safe_open
 from trl import SFTConfig
 
-from ..config import MethodConfig, no_checkpoints
+from ..config import SFTMethodConfig, no_checkpoints
 from ..data import SEEDS, DataError, load_rows
 from ..hub import Method, read_metadata
 from ..models import check_base
@@ -171,7 +171,7 @@ def _lora(r: int, alpha: int | None, target_modules) -> "peft.LoraConfig":
     return LoraConfig(r=r, lora_alpha=alpha or 2 * r, target_modules=target_modules, task_type="CAUSAL_LM")
 
 @dataclass
-class DiscriminatorConfig(MethodConfig, SFTConfig):
+class DiscriminatorConfig(SFTMethodConfig, SFTConfig):
     "`SFTConfig` of the discriminator: its prompt, labels, keep threshold and LoRA, with small-LoRA training defaults."
     discriminator_template: str = field(
         default=DISCRIMINATOR_TEMPLATE, metadata=_help("Discriminator prompt with {text}.")
@@ -208,7 +208,7 @@ class DiscriminatorConfig(MethodConfig, SFTConfig):
 
 # %% ../../nbs/translora/01_config.ipynb #b7487fd8
 @dataclass
-class DistillationConfig(MethodConfig, SFTConfig):
+class DistillationConfig(SFTMethodConfig, SFTConfig):
     "`SFTConfig` of the distillation into the target LoRA: sequence or logit level, the target LoRA, GKD's settings."
     distillation: str = field(default="sequence", metadata=_help(
         "'sequence' (SFT on the teacher's answers, any tokenizers) or 'logit' (GKD on the teacher's logits, "

@@ -14,6 +14,7 @@ import datasets
 from trl import SFTTrainer
 
 from ..artifacts import recorded_base, training_setup
+from ..config import compact_lm_head
 from ..models import completion_collator, encode_completion, fingerprint, load_base
 from .artifact import Discriminator
 from .config import DiscriminatorConfig, EmptyGenerationError, stage_config
@@ -84,7 +85,7 @@ def train_discriminator(
     base_fingerprint = fingerprint(model)
     trainer = SFTTrainer(model=model, args=config, train_dataset=rows, processing_class=tokenizer,
                          peft_config=config.lora_config(), data_collator=completion_collator(tokenizer))
-    trainer.train()
+    with compact_lm_head(config.compact_lm_head): trainer.train()
     disc = Discriminator(
         trainer.model,
         tokenizer,

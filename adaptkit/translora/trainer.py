@@ -12,6 +12,7 @@ import datasets
 from trl import SFTTrainer
 
 from ..artifacts import ArtifactTrainerMixin
+from ..config import CompactHeadMixin
 from ..data import PROMPT_COMPLETION, Schema, load_rows
 from ..models import completion_collator, encode_completion
 from .artifact import TransferredAdapter
@@ -63,7 +64,7 @@ def _transfer_artifact(self) -> TransferredAdapter:
     return adapter
 
 # %% ../../nbs/translora/05_trainer.ipynb #4fa973e9
-class TransLoRATrainer(ArtifactTrainerMixin, SFTTrainer, method=METHOD):
+class TransLoRATrainer(ArtifactTrainerMixin, CompactHeadMixin, SFTTrainer, method=METHOD):
     """TRL's `SFTTrainer` distilling the teacher's answers into a LoRA on the target base.
 
     Its artifact is a `TransferredAdapter`."""

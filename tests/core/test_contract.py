@@ -398,11 +398,13 @@ def test_every_method_declares_itself_once_and_its_artifacts_and_trainers_use_it
 
 
 def test_every_method_config_resolves_bf16_and_report_to_on_the_one_base(monkeypatch):
-    "Every TrainingArguments adaptkit defines stands on `MethodConfig`, which asks `default_bf16` once per config."
+    """Every TrainingArguments adaptkit defines stands on `MethodConfig` (before any TRL or transformers base), which
+    asks `default_bf16` once per config; every `SFTConfig` on `SFTMethodConfig` (its `compact_lm_head`)."""
     from transformers import TrainingArguments
+    from trl import SFTConfig
 
     import adaptkit.config
-    from adaptkit.config import MethodConfig
+    from adaptkit.config import MethodConfig, SFTMethodConfig
     artifact_classes()  # every module imported
     seen, todo = set(), [TrainingArguments]  # through TRL's configs too
     while todo: todo += [sub for sub in todo.pop().__subclasses__() if sub not in seen and not seen.add(sub)]
@@ -412,7 +414,10 @@ def test_every_method_config_resolves_bf16_and_report_to_on_the_one_base(monkeyp
     calls = []
     monkeypatch.setattr(adaptkit.config, "default_bf16", lambda: calls.append(1) or True)  # as on a GPU with bf16
     for cls in configs:
-        assert issubclass(cls, MethodConfig) and cls.__mro__[1] is MethodConfig, cls
+        mro = cls.__mro__
+        assert issubclass(cls, MethodConfig) and all(c.__module__.startswith("adaptkit.")
+                                                     for c in mro[:mro.index(MethodConfig)]), cls
+        assert issubclass(cls, SFTMethodConfig) == issubclass(cls, SFTConfig), cls
         cfg = cls("x", use_cpu=True)
         assert (cfg.bf16, cfg.report_to) == (False, []), cls  # never bf16 with use_cpu; no tracker unless asked
         assert cls("x", use_cpu=True, report_to="tensorboard").report_to == ["tensorboard"]
