@@ -210,6 +210,7 @@ def _pissa(args: DemoArguments, hub: dict, base: tuple, data, work: Path, log: _
     from peft import LoraConfig, get_peft_model
     from trl import SFTTrainer
 
+    from adaptkit.config import compact_lm_head
     from adaptkit.models import load_causal_lm, load_tokenizer
     from adaptkit.pissa import PiSSAAdapter, PiSSAConfig, PiSSATrainer
     from adaptkit.tasks import answer_hits
@@ -223,7 +224,7 @@ def _pissa(args: DemoArguments, hub: dict, base: tuple, data, work: Path, log: _
     torch.manual_seed(cfg("lora").seed)  # the LoRA's random A, as the trainer's seed fixes the data order
     lora = LoraConfig(r=16, lora_alpha=16, lora_dropout=0.0, target_modules="all-linear", task_type="CAUSAL_LM")
     baseline = SFTTrainer(get_peft_model(load(), lora), args=cfg("lora"), train_dataset=train, processing_class=tok)
-    lora_loss = baseline.train().metrics["train_loss"]
+    with compact_lm_head(): lora_loss = baseline.train().metrics["train_loss"]  # as PiSSATrainer trains
     lora_hits = answer_hits(baseline.model, tok, test)
     del baseline
     log.add("pissa", f"the baseline: LoRA r16 (peft's init), the same {args.pissa_steps} steps, lr, data and seed "
