@@ -178,7 +178,8 @@ def test_a_shard_refused_while_its_sha256s_are_hashed_stops_the_hashing(tmp_path
     monkeypatch.setattr(store, "_check_shard_file", refuse)
     before = threading.active_count()
     with pytest.raises(XetError, match="refused by the test"): store.put_shard(blob)
-    assert threading.active_count() == before and len(handed) == 2  # of its many chunks
+    # of its many chunks: 2 if the hashing reached the second before the refusal, 1 if the refusal came first
+    assert threading.active_count() == before and 1 <= len(handed) <= 2
     assert not store.has_file(fhex)
 
 
