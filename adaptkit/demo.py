@@ -55,7 +55,7 @@ class DemoArguments:
         default="auto",
         metadata={"help": "bf16 (training under CPU autocast, generation in bf16), fp32, or auto: bf16 where the CPU "
                           "computes it natively (AMX or AVX512-BF16; the demo took 907 s against 1,015 s in fp32 on a "
-                          "2-core AMD EPYC), else fp32.",
+                          "2-core AMD EPYC, before the compact LM head), else fp32.",
                   "choices": list(PRECISIONS)},
     )
     stages: list[str] = field(
@@ -562,7 +562,7 @@ def _stages(chosen) -> list[str]:
     "`--stages` resolved: known names, in the demo's order, with pissa added where translora (which moves it) runs."
     unknown = [s for s in chosen if s not in STAGES]
     if unknown or not chosen:
-        raise ValueError(f"--stages {' '.join(map(str, unknown or chosen)) or '(none)'}: use one or more of "
+        raise ValueError(f"--stages {' '.join(unknown) or '(none)'}: use one or more of "
                          f"{', '.join(STAGES)}")
     wanted = set(chosen) | ({"pissa"} if "translora" in chosen else set())
     return [s for s in STAGES if s in wanted]

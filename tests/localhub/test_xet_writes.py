@@ -9,7 +9,6 @@ import hashlib
 import os
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 import adaptkit.localhub.xet as hubxet
@@ -27,9 +26,6 @@ from adaptkit.localhub.xet import (
     serialize_xorb,
     verification_hash,
 )
-
-
-def _random(n, seed=0) -> bytes: return np.random.default_rng(seed).integers(0, 256, n, dtype=np.uint8).tobytes()
 
 
 def _inodes(root: Path, kind: str) -> dict:
@@ -51,7 +47,8 @@ def _shard_of(store: XetStore, files: list) -> bytes:
     return serialize_shard(Shard(files=tuple(made)), footer=False)
 
 
-def test_xorbs_records_and_sha256_entries_are_fsynced_before_they_appear_and_dedup_hints_are_not(tmp_path, monkeypatch):
+def test_xorbs_records_and_sha256_entries_are_fsynced_before_they_appear_and_dedup_hints_are_not(tmp_path, monkeypatch,
+                                                                                                   random_bytes):
     store, synced, visible_at_sync = XetStore(tmp_path / "xet"), set(), []
     real_fsync = os.fsync
     def fsync(fd):
@@ -60,7 +57,7 @@ def test_xorbs_records_and_sha256_entries_are_fsynced_before_they_appear_and_ded
         visible_at_sync.extend(k for k in ("xorbs", "files", "sha256", "dedup") if ino in _inodes(store.root, k))
         real_fsync(fd)
     monkeypatch.setattr(hubxet.os, "fsync", fsync)
-    files = [_random(300_000, seed=k) for k in range(3)]
+    files = [random_bytes(300_000, seed=k) for k in range(3)]
     recs = store.put_shard(_shard_of(store, files))
     assert [r.sha256 for r in recs] == [hashlib.sha256(d).hexdigest() for d in files]
     assert visible_at_sync == []  # each was fsynced while still in tmp/, before its rename
@@ -71,8 +68,8 @@ def test_xorbs_records_and_sha256_entries_are_fsynced_before_they_appear_and_ded
     assert len(hints) >= 3 and not set(hints) & synced  # every file's first chunk, none fsynced
 
 
-def test_a_dedup_entry_a_crash_cut_short_is_no_answer_and_the_next_upload_writes_it_anew(tmp_path):
-    store, data = XetStore(tmp_path / "xet"), _random(300_000, seed=5)
+def test_a_dedup_entry_a_crash_cut_short_is_no_answer_and_the_next_upload_writes_it_anew(tmp_path, random_bytes):
+    store, data = XetStore(tmp_path / "xet"), random_bytes(300_000, seed=5)
     rec = store.put_file(data)
     first = hash_to_hex(store.xorb(rec.terms[0][0]).chunks[0].hash)
     entry = store.root / "dedup" / first[:2] / first
@@ -81,17 +78,18 @@ def test_a_dedup_entry_a_crash_cut_short_is_no_answer_and_the_next_upload_writes
         entry.write_text(torn)
         with pytest.raises(XetError, match="not in the global dedup index") as e: store.dedup_shard(first)
         assert e.value.status == 404
-    longer = store.put_file(data + _random(200_000, seed=6))  # a new file, same first chunk, in a new xorb
+    longer = store.put_file(data + random_bytes(200_000, seed=6))  # a new file, same first chunk, in a new xorb
     assert longer.terms[0][0] != rec.terms[0][0]
     assert hash_to_hex(store.xorb(longer.terms[0][0]).chunks[0].hash) == first
     assert entry.read_text() == longer.terms[0][0]  # written anew
     assert store.dedup_shard(first)  # answered again
-    store.put_file(data + _random(100_000, seed=7))  # a third xorb with that chunk: the entry names a held xorb, kept
+    # a third xorb with that chunk: the entry names a held xorb, so it is kept
+    store.put_file(data + random_bytes(100_000, seed=7))
     assert entry.read_text() == longer.terms[0][0]
 
 
-def test_a_full_disk_under_a_shards_records_is_507_and_records_nothing(tmp_path, monkeypatch):
-    store, files = XetStore(tmp_path / "xet"), [_random(300_000, seed=k) for k in (8, 9)]
+def test_a_full_disk_under_a_shards_records_is_507_and_records_nothing(tmp_path, monkeypatch, random_bytes):
+    store, files = XetStore(tmp_path / "xet"), [random_bytes(300_000, seed=k) for k in (8, 9)]
     shard = _shard_of(store, files)  # the xorbs are stored: the disk fills before the records
     def full(fd): raise OSError(errno.ENOSPC, "No space left on device")
     real_fsync = os.fsync
