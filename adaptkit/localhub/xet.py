@@ -646,9 +646,14 @@ def _write(self: XetStore,
 def _renew(self: XetStore,
            path: Path,  # a stored object: a xorb, a file record, an index entry
           ) -> bool:
-    "Mark an object used now (its time stamp), under the lock `collect_garbage` deletes under; False if it is gone."
+    """Mark an object used now (its mtime), under the lock `collect_garbage` deletes under; False if it is gone. A
+    xorb's remembered check (`check_xorb`) of the version on disk just before is carried over to the renewed one."""
     with self._lock:
-        try: os.utime(path)
+        seen = self._checked.get(path.name) if path == self._path("xorbs", path.name) else None
+        try:
+            if seen is not None and _stamp(path) != seen[0]: seen = None  # changed since checked: nothing to carry
+            os.utime(path)
+            if seen is not None: self._checked[path.name] = (_stamp(path), seen[1])  # the same bytes, renewed
         except FileNotFoundError: return False
     return True
 

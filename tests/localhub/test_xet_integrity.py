@@ -1,15 +1,19 @@
 """LocalHub serves no Xet byte it has not checked: a xorb damaged on disk is refused, by the fetch route the client
 with hf_xet reads (naming the file and the xorb, and logged), by a plain download, by the global dedup answer and by
 the check of a file's bytes; and a push of the same bytes stores it anew, from a client whose own cache still lists
-it too. Nothing here touches the network."""
+it too. A renewal (a push, a shard, a dedup answer naming a xorb) keeps what was checked: a pull right after a push
+hashes nothing again, and a change of the bytes before or after a renewal is still found. Nothing here touches the
+network."""
 import hashlib
 import json
 import logging
+import os
 from pathlib import Path
 
 import pytest
 from huggingface_hub import hf_hub_download
 
+import adaptkit.localhub.xet as xet
 from adaptkit.localhub.storage import RepoStore
 from adaptkit.localhub.xet import (
     Shard,
@@ -162,3 +166,61 @@ def test_the_store_never_vouches_for_a_damaged_xorb_and_stores_it_anew(random_by
     assert store.put_xorb(xhex, blob) is True and b"".join(store.iter_file(rec.hash)) == content
     _flip(path, 100)  # a copy damaged while the store holds it: an upload of it replaces it
     assert store.put_xorb(xhex, blob) is True and b"".join(store.iter_file(rec.hash)) == content
+
+
+def _count_chunk_checks(monkeypatch) -> list:
+    "Count every chunk `check_xorb` re-reads and re-hashes from disk: the list's length."
+    calls, check = [], xet._chunk_fault
+    monkeypatch.setattr(xet, "_chunk_fault", lambda f, c, i: calls.append(i) or check(f, c, i))
+    return calls
+
+
+def test_a_pull_right_after_a_push_hashes_nothing_the_push_checked(hub, api, pushed, tmp_path, token, monkeypatch):
+    """The push checked every chunk, then its shard renewed the xorb (a new mtime and ctime): the check is carried
+    over, so the first pull hashes no chunk again (it re-hashed every one before); bytes changed later still refuse."""
+    data, xorb = pushed
+    calls = _count_chunk_checks(monkeypatch)
+    got = hf_hub_download("me/r", "w.bin", endpoint=hub.endpoint, token=token, cache_dir=tmp_path / "c1")
+    assert Path(got).read_bytes() == data and calls == []
+    api.upload_file(path_or_fileobj=data, path_in_repo="again.bin", repo_id="me/r")  # renews the xorb once more
+    _flip(xorb)
+    with pytest.raises(Exception) as e:
+        hf_hub_download("me/r", "w.bin", endpoint=hub.endpoint, token=token, cache_dir=tmp_path / "c2")
+    assert not isinstance(e.value, AssertionError) and calls  # checked again, found damaged
+    assert (hub.root / "xet" / "damaged" / xorb.name).is_file()
+
+
+def _flip_keeping_mtime(path: Path) -> None:
+    "Flip a byte, then put the old atime and mtime back: only the ctime tells."
+    st = path.stat()
+    _flip(path, 100)
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+
+def _fetch(xs: XetStore, xhex: str) -> bytes:
+    "All of a xorb's chunk bytes, as the fetch route hf_xet reads serves them (checked first: `check_xorb`)."
+    return b"".join(xs.xorb_bytes(xhex, 0, xs.xorb(xhex).data_length))
+
+
+@pytest.mark.parametrize("change", ["none", "before", "after", "mtime kept"])
+def test_a_renewal_keeps_a_check_and_a_change_of_bytes_is_still_found(random_bytes, tmp_path, monkeypatch, change):
+    """A file of two xorbs, its shard renews both: served, no chunk is hashed again; bytes changed before or after a
+    renewal, or rewritten with the old mtime put back: found and refused; only renewed: served unhashed."""
+    store = RepoStore(tmp_path / "hub")
+    try:
+        _two_xorb_file(random_bytes, store)  # each xorb checked whole as it came, then renewed by the shard
+        xs, calls, paths = store.xet, _count_chunk_checks(monkeypatch), _xorbs(store.xet.root)
+        assert all(_fetch(xs, p.name) for p in paths) and calls == []
+        path, stamp = paths[0], xet._stamp(paths[0])
+        if change == "before": _flip(path, 100)  # changed, then renewed: the check is not carried over to it
+        assert xs._renew(path) and xet._stamp(path) != stamp
+        if change == "after": _flip(path, 100)
+        if change == "mtime kept": _flip_keeping_mtime(path)
+        if change == "none":  # only renewed: still checked, hashed not again
+            assert _fetch(xs, path.name) and calls == []
+            return
+        with pytest.raises(XetError, match="damaged") as e:
+            _fetch(xs, path.name)
+        assert e.value.status == 500 and calls and (xs.root / "damaged" / path.name).is_file()
+        assert _fetch(xs, paths[1].name) and len(calls) == 1  # the other xorb: still checked, hashed not again
+    finally: store.close()
