@@ -82,6 +82,17 @@ def _state_dict_source(state_dict: Mapping, config: dict | None = None) -> Model
 # %% ../../nbs/emr/02_inputs.ipynb #f1b6dca2
 _LORA_KEY = re.compile(r"^base_model\.model\.(.+)\.(lora_A|lora_B|lora_embedding_A|lora_embedding_B)(?:\.weight)?$")
 _UNSUPPORTED_LORA = ("use_dora", "lora_bias", "trainable_token_indices", "target_parameters", "layer_replication")
+_LISTED = 5  # the task models an error describes one by one; past them it counts the rest and names them
+
+def _more(names: list) -> str:
+    "' (and N more: [...])' after the first of `names`, which the message describes, naming three more; '' for one."
+    return f" (and {len(names) - 1} more: {names[1:4]})" if len(names) > 1 else ""
+
+def _listing(problems: dict, sep: str = "; ") -> str:
+    "Each task model's problem (task -> its description) joined by `sep`; past `_LISTED`, the rest counted and named."
+    rest = list(problems)[_LISTED:]
+    more = f"{sep}and {len(rest)} more task models: {rest}" if rest else ""
+    return sep.join(list(problems.values())[:_LISTED]) + more
 
 def _read_lora_config(folder: Path) -> dict:
     "The adapter's `adapter_config.json`, refused unless it is a plain LoRA stored as safetensors."
@@ -117,12 +128,16 @@ class _LoraSource(ModelSource):
         self.full, self.own = full, {n for n, k in full.items() if ".base_layer." not in k}
 
     def _check_delta_shapes(self, folder: Path):
-        "Raise unless every `B A` has its base weight's shape (from the headers: (out, r) @ (r, in), some transposed)."
+        """Raise unless every `B A` has its base weight's shape (from the headers: (out, r) @ (r, in), some
+        transposed), naming the first that has not and counting the others."""
+        bad = {}
         for n, p in self.pairs.items():
             shape = (self.adapter.specs[p["B"][0]][1][0], self.adapter.specs[p["A"][0]][1][1])
-            if (shape[::-1] if self.transposed[n] else shape) != self.base.specs[n][1]:
-                raise ValueError(f"{folder}: the LoRA delta of {n} would have shape {list(shape)}, "
-                                 f"the base weight has {list(self.base.specs[n][1])}")
+            if (shape[::-1] if self.transposed[n] else shape) != self.base.specs[n][1]: bad[n] = shape
+        if bad:
+            n, shape = next(iter(bad.items()))
+            raise ValueError(f"{folder}: the LoRA delta of {n} would have shape {list(shape)}, "
+                             f"the base weight has {list(self.base.specs[n][1])}{_more(list(bad))}")
 
     def _lora_delta(self, name: str, rows: tuple | None = None) -> torch.Tensor:
         "`scaling · B A` for the base weight `name` (its rows `rows`), in float32 and the base weight's layout."
@@ -246,14 +261,27 @@ def _exclude_hint(
                              glob.escape(n))
     return list(dict.fromkeys(map(pattern, names)))
 
+def _known(base: ModelSource, tasks: dict) -> list:
+    "The tensor names of the base and every task model: what an `exclude=` hint must match no more of than it names."
+    return [*base.specs, *(n for m in tasks.values() for n in m.specs)]
+
 def _check_tensor_sets(base: ModelSource, tasks: dict, exclude):
-    "Raise when a task model lacks a non-excluded base tensor that other task models have, naming the model and tensor."
+    """Raise when task models lack non-excluded base tensors that other task models have, naming every such model, the
+    first tensor it lacks and how many more."""
+    lacking = {t: [] for t in tasks}  # task -> [(tensor, a task that has it)]
     for name in base.specs:
         have = [t for t, m in tasks.items() if name in m.specs]
         if have and len(have) < len(tasks) and not _is_excluded(name, exclude):
-            lacking = next(t for t in tasks if t not in have)
-            raise ValueError(f"task {lacking!r} ({tasks[lacking].location}) has no tensor {name!r}, which the base and "
-                             f"task {have[0]!r} have: an incomplete checkpoint? (exclude={[name]!r} keeps it per task)")
+            for t in lacking:
+                if name not in tasks[t].specs: lacking[t].append((name, have[0]))
+    if not (bad := {t: v for t, v in lacking.items() if v}): return
+    problems = {t: f"task {t!r} ({tasks[t].location}) has no tensor {v[0][0]!r}, which the base and task {v[0][1]!r} "
+                   f"have{_more([n for n, _ in v])}" for t, v in bad.items()}
+    names = list(dict.fromkeys(n for v in bad.values() for n, _ in v))
+    hint = _exclude_hint(names, _known(base, tasks))
+    why = "an incomplete checkpoint" if len(bad) == 1 else "incomplete checkpoints"
+    raise ValueError(f"{_listing(problems)}: {why}? (exclude={hint!r} keeps {'it' if len(names) == 1 else 'them'} "
+                     "per task)")
 
 @dataclass
 class MergePlan:
@@ -269,15 +297,23 @@ def _is_mergeable(name: str, base: ModelSource, tasks: dict, exclude) -> bool:
             and not _is_excluded(name, exclude) and not any(name in m.own for m in tasks.values()))
 
 def _check_dtypes(base: ModelSource, tasks: dict, exclude):
-    "Raise when a task holds a float tensor of the base with a dtype that cannot merge (integer, bool, float8)."
+    """Raise when task models hold float tensors of the base with a dtype that cannot merge (integer, bool, float8),
+    naming every such model, the first such tensor and how many more."""
+    held = {t: [] for t in tasks}  # task -> [(tensor, its dtype there, the base's)]
     for name, (dtype, shape) in base.specs.items():
         if dtype not in MERGEABLE or _is_excluded(name, exclude): continue
         for t, m in tasks.items():
             got = m.specs.get(name)
             if got and got[1] == shape and got[0] not in MERGEABLE and name not in m.own:
-                raise ValueError(
-                    f"task {t!r} ({m.location}) holds {name!r} as {got[0]}, the base as {dtype}: it cannot be merged. "
-                    f"Convert that checkpoint to float, or keep the tensor per task with exclude={[name]!r}")
+                held[t].append((name, got[0], dtype))
+    if not (bad := {t: v for t, v in held.items() if v}): return
+    problems = {t: f"task {t!r} ({tasks[t].location}) holds {v[0][0]!r} as {v[0][1]}, the base as {v[0][2]}"
+                   f"{_more([n for n, *_ in v])}" for t, v in bad.items()}
+    names = list(dict.fromkeys(n for v in bad.values() for n, *_ in v))
+    one, hint = len(names) == 1, _exclude_hint(names, _known(base, tasks))
+    raise ValueError(f"{_listing(problems)}: {'it' if one else 'they'} cannot be merged. Convert "
+                     f"{'that checkpoint' if len(bad) == 1 else 'those checkpoints'} to float, or keep the "
+                     f"{'tensor' if one else 'tensors'} per task with exclude={hint!r}")
 
 _SIZE_KEYS = ("model_type", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
               "num_key_value_heads", "head_dim", "vocab_size", "max_position_embeddings", "type_vocab_size", "id2label")
@@ -287,9 +323,8 @@ def _shape_error(t: str, m: ModelSource, base: ModelSource, names: list, differ:
     `differ` the config sizes that differ."""
     (_, got), (_, shape) = m.specs[names[0]], base.specs[names[0]]
     keep = f"exclude={_exclude_hint(names, [*base.specs, *m.specs])!r}"
-    more = f" (and {len(names) - 1} more: {names[1:4]})" if len(names) > 1 else ""
     where = (f"task {t!r}: tensor {names[0]!r} has shape {list(got)} in {m.where(names[0])}, the base "
-             f"{list(shape)} in {base.where(names[0])}{more}")
+             f"{list(shape)} in {base.where(names[0])}{_more(names)}")
     if not differ:
         return ValueError(f"{where}, though their configs agree on every size: a damaged or mismatched checkpoint? "
                           f"({keep} keeps it per task)")
@@ -306,19 +341,27 @@ def _check_shapes(base: ModelSource, tasks: dict, exclude):
     """Raise when a task holds a base tensor in another shape, unless both configs say it is a head of other labels
     (they differ in `id2label` and in no other size): configs that agree on every size mean a damaged or mismatched
     checkpoint, configs that differ in another size (a resized vocabulary) a tensor no merge can combine. Without
-    both configs, it stays per task."""
+    both configs, it stays per task. Every task model so refused is named, each on its own line."""
+    errors = {}
     for t, m in tasks.items():
         if not (base.config and m.config): continue
         names = [n for n, (_, shape) in base.specs.items()
                  if n in m.specs and m.specs[n][1] != shape and n not in m.own and not _is_excluded(n, exclude)]
         differ = [k for k in _SIZE_KEYS if base.config.get(k) != m.config.get(k)]
-        if names and differ != ["id2label"]: raise _shape_error(t, m, base, names, differ)
+        if names and differ != ["id2label"]: errors[t] = _shape_error(t, m, base, names, differ)
+    if len(errors) == 1: raise next(iter(errors.values()))
+    if errors:
+        raise ValueError(f"{len(errors)} task models hold tensors of the base in other shapes:\n- "
+                         + _listing({t: str(e) for t, e in errors.items()}, "\n- "))
 
 def plan_merge(base: ModelSource, tasks: dict, exclude) -> MergePlan:
     "Decide from metadata only which tensors merge and which stay each task's own; raise on tensors the base lacks."
-    _check_tensor_sets(base, tasks, exclude)
-    _check_dtypes(base, tasks, exclude)
-    _check_shapes(base, tasks, exclude)
+    errors = []
+    for check in (_check_tensor_sets, _check_dtypes, _check_shapes):  # each names every model it refuses
+        try: check(base, tasks, exclude)
+        except ValueError as e: errors.append(e)
+    if len(errors) == 1: raise errors[0]
+    if errors: raise ValueError(f"{len(errors)} checks refuse these inputs:\n" + "\n".join(map(str, errors)))
     names = list(dict.fromkeys([*base.specs, *(n for m in tasks.values() for n in m.specs)]))
     merged, own, orphans = [], {t: [] for t in tasks}, []
     for name in names:
@@ -408,7 +451,7 @@ def open_inputs(pretrained, finetuned, endpoint, token) -> tuple[ModelSource, di
 
 def check_finite(t: torch.Tensor, name: str, who: str) -> torch.Tensor:
     "`t`, after checking it has no NaN/Inf (integer tensors always pass)."
-    if t.is_floating_point() and not torch.isfinite(t).all():
+    if t.is_floating_point() and not torch.isfinite(t.float() if t.element_size() == 1 else t).all():  # float8 too
         raise ValueError(f"tensor {name!r} of {who} has NaN or Inf values: nothing was written")
     return t
 

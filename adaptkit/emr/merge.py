@@ -164,13 +164,17 @@ def emr_merge(
 
 # %% ../../nbs/emr/08_merge.ipynb #2df88425
 def _check_local_models(cfg: MergeConfig):
-    "Raise, before anything is read or downloaded, for a model given as a local path that is not there."
+    "Raise, before anything is read or downloaded, for the models given as local paths that are not there, every one."
+    gone = []
     for who, ref in [("base_model", cfg.base), *((f"model of task {t!r}", r) for t, r in cfg.models.items())]:
         ref = split_revision(ref)[0]  # `repo@revision`: the repo
         path = Path(ref).expanduser()
         if not path.exists() and (looks_like_path(ref) or not is_repo_id(ref)):
-            raise FileNotFoundError(f"{who}: no local folder {ref!r} ({path.absolute()}); it is a path, not a Hub repo "
-                                    "id, so no Hub was asked")
+            gone.append(f"{who}: no local folder {ref!r} ({path.absolute()})")
+    if gone:
+        raise FileNotFoundError("; ".join(gone) + ("; it is a path, not a Hub repo id, so no Hub was asked"
+                                                   if len(gone) == 1 else "; they are paths, not Hub repo ids, so no "
+                                                   "Hub was asked"))
 
 def _check_config_output(cfg: MergeConfig, out_dir) -> None:
     "Refuse an output folder that cannot be replaced, before any model is read."

@@ -1,4 +1,5 @@
-"""What the EMR tests share: `classifier`, the tiny random Llama sequence classifier their tasks are fine-tuned from."""
+"""What the EMR tests share: `classifier`, the tiny random Llama sequence classifier their tasks are fine-tuned from,
+and `no_tensor_may_be_read`, the guard that a refusal comes from the headers alone."""
 import pytest
 import torch
 
@@ -27,3 +28,18 @@ def classifier():
     """`classifier(num_labels=2, seed=0, *, hidden=16, vocab_size=64, pad_token_id=0, dtype=torch.float32)`: a tiny
     random Llama sequence classifier, a base or a task model of the EMR tests."""
     return _classifier
+
+
+def _no_tensor_may_be_read(monkeypatch):
+    "Every read of tensor data from a file fails the test: a refusal must come from the headers alone."
+    from adaptkit.tensorfiles import TensorFiles
+    def read(*args, **kwargs): pytest.fail("a tensor was read before the refusal")
+    monkeypatch.setattr(TensorFiles, "read", read)
+    monkeypatch.setattr(TensorFiles, "read_into", read)
+
+
+@pytest.fixture
+def no_tensor_may_be_read():
+    """`no_tensor_may_be_read(monkeypatch)`: from then on (within `monkeypatch` or its context) every read of tensor
+    data from a file fails the test."""
+    return _no_tensor_may_be_read

@@ -475,6 +475,10 @@ Q_B = "base_model.model.model.layers.0.self_attn.q_proj.lora_B.weight"
     (lambda f: rewrite_adapter(f, lambda sd: sd | {Q_A: torch.zeros(4, 15)}),
      r"lora: the LoRA delta of model.layers.0.self_attn.q_proj.weight would have shape \[16, 15\], "
      r"the base weight has \[16, 16\]"),
+    (lambda f: rewrite_adapter(f, lambda sd: sd | {k: torch.zeros(4, 15) for k in sd if "lora_A" in k}),
+     r"lora: the LoRA delta of model.layers.0.self_attn.q_proj.weight would have shape \[16, 15\], the base weight "
+     r"has \[16, 16\] \(and 3 more: \['model.layers.0.self_attn.v_proj.weight', "
+     r"'model.layers.1.self_attn.q_proj.weight', 'model.layers.1.self_attn.v_proj.weight'\]\)$"),
 ])
 def test_each_check_on_a_lora_adapter_names_it(tmp_path, tiny_inputs, edit, message):
     tasks = tiny_inputs(tmp_path)
@@ -572,6 +576,110 @@ def test_tensors_not_every_task_has_stay_the_own_of_those_that_have_them():
         assert bundle.meta["own"] == {"a": {"extra": {"dtype": "F32", "shape": [2]},
                                             "mine": {"dtype": "F32", "shape": [4]}}, "b": {}}
     assert torch.equal(bundle.task_state_dict("a")["mine"], torch.ones(4)) and "mine" not in bundle.task_state_dict("b")
+
+
+
+def saved_inputs(tmp_path, finetuned: dict) -> dict:
+    "Each state dict of `finetuned` (task -> tensors) saved as a folder's model.safetensors: task -> that folder."
+    from safetensors.torch import save_file
+    for t, sd in finetuned.items():
+        (tmp_path / t).mkdir()
+        save_file(sd, tmp_path / t / "model.safetensors")
+    return {t: tmp_path / t for t in finetuned}
+
+
+PRE = {"u": torch.zeros(2), "v": torch.zeros(2), "w": torch.zeros(3), "x": torch.zeros(3)}  # a file's order: sorted
+
+
+def test_every_task_model_lacking_tensors_is_named_in_one_error(tmp_path, monkeypatch, no_tensor_may_be_read):
+    "Two task models each lacking other tensors: one error names both, before any tensor is read; its hint merges."
+    full = {k: v + 1 for k, v in PRE.items()}
+    folders = saved_inputs(tmp_path, {"base": PRE, "a": full, "b": {k: full[k] for k in "xwu"},
+                                      "c": {k: full[k] for k in "xv"}})
+    tasks = {t: folders[t] for t in "abc"}
+    with monkeypatch.context() as m:
+        no_tensor_may_be_read(m)
+        with pytest.raises(ValueError) as e:
+            emr_merge(folders["base"], tasks, out_dir=tmp_path / "bundle", progress=False)
+    assert str(e.value) == (
+        f"task 'b' ({tasks['b']}) has no tensor 'v', which the base and task 'a' have; task 'c' ({tasks['c']}) has no "
+        f"tensor 'u', which the base and task 'a' have (and 1 more: ['w']): incomplete checkpoints? "
+        f"(exclude=['v', 'u', 'w'] keeps them per task)")
+    assert not (tmp_path / "bundle").exists()
+    bundle = emr_merge(folders["base"], tasks, exclude=_hinted_exclude(e.value), progress=False)
+    assert list(bundle.meta["tensors"]) == ["x"] and sorted(bundle.meta["own"]["a"]) == ["u", "v", "w"]
+
+
+def test_every_tensor_of_a_dtype_that_cannot_merge_is_named_in_one_error(tmp_path, monkeypatch, no_tensor_may_be_read):
+    "Integer and float8 tensors in two task models: one error names each model, its tensors and the dtypes it can."
+    full = {k: v + 1 for k, v in PRE.items()}
+    ints = full | {"w": torch.zeros(3, dtype=torch.int32), "u": torch.zeros(2, dtype=torch.int8)}
+    f8 = full | {"v": torch.zeros(2, dtype=torch.float8_e4m3fn)}
+    folders = saved_inputs(tmp_path, {"base": PRE, "a": full, "b": ints, "c": f8})
+    tasks = {t: folders[t] for t in "abc"}
+    with monkeypatch.context() as m:
+        no_tensor_may_be_read(m)
+        with pytest.raises(ValueError) as e:
+            emr_merge(folders["base"], tasks, exclude=["x"], out_dir=tmp_path / "bundle", progress=False)
+    assert str(e.value) == (
+        f"task 'b' ({tasks['b']}) holds 'u' as I8, the base as F32 (and 1 more: ['w']); task 'c' ({tasks['c']}) holds "
+        f"'v' as F8_E4M3, the base as F32: they cannot be merged. Convert those checkpoints to float, or keep the "
+        f"tensors per task with exclude=['u', 'w', 'v']")
+    assert not (tmp_path / "bundle").exists()
+    bundle = emr_merge(folders["base"], tasks, exclude=_hinted_exclude(e.value), progress=False)
+    assert bundle.task_state_dict("b")["w"].dtype == torch.int32 and list(bundle.meta["tensors"]) == ["x"]
+
+
+def test_a_model_lacking_a_tensor_and_another_holding_ints_are_named_in_one_error(tmp_path, monkeypatch,
+                                                                                 no_tensor_may_be_read):
+    "Two task models bad in two ways: one error carries both checks' messages, each as it would be alone."
+    full = {k: v + 1 for k, v in PRE.items()}
+    folders = saved_inputs(tmp_path, {"base": PRE, "a": full, "b": {k: full[k] for k in "xwu"},
+                                      "c": full | {"w": torch.zeros(3, dtype=torch.int32)}})
+    tasks = {t: folders[t] for t in "abc"}
+    with monkeypatch.context() as m:
+        no_tensor_may_be_read(m)
+        with pytest.raises(ValueError) as e:
+            emr_merge(folders["base"], tasks, out_dir=tmp_path / "bundle", progress=False)
+    assert str(e.value).split("\n") == [
+        "2 checks refuse these inputs:",
+        f"task 'b' ({tasks['b']}) has no tensor 'v', which the base and task 'a' have: an incomplete checkpoint? "
+        f"(exclude=['v'] keeps it per task)",
+        f"task 'c' ({tasks['c']}) holds 'w' as I32, the base as F32: it cannot be merged. Convert that checkpoint to "
+        f"float, or keep the tensor per task with exclude=['w']"]
+    assert not (tmp_path / "bundle").exists()
+
+
+@pytest.mark.parametrize("bad, problem", [
+    (lambda full: {k: full[k] for k in "xwu"}, "has no tensor 'v', which the base and task 'a' have"),
+    (lambda full: full | {"v": torch.zeros(2, dtype=torch.int64)}, "holds 'v' as I64, the base as F32"),
+])
+def test_past_five_task_models_the_error_counts_and_names_the_rest(bad, problem):
+    "Eight bad task models: the first five described one by one, the other three counted and named."
+    full = {k: v + 1 for k, v in PRE.items()}
+    ft = {"a": full} | {f"t{i}": bad(full) for i in range(8)}
+    with pytest.raises(ValueError) as e:
+        emr_merge(PRE, ft, progress=False)
+    message = str(e.value)
+    assert [int(i) for i in re.findall(r"task 't(\d)' \(an in-memory state dict\) " + re.escape(problem), message)] == [
+        0, 1, 2, 3, 4]
+    assert f"task 't4' (an in-memory state dict) {problem}; and 3 more task models: ['t5', 't6', 't7']: " in message
+    assert "exclude=['v']" in message
+
+
+def test_every_task_model_holding_a_tensor_of_another_size_is_named(tmp_path, classifier):
+    "Two fine-tunes with resized vocabularies: one error, a line for each, with its sizes and its own remedy."
+    base = classifier()
+    tasks = {"b": classifier(vocab_size=72, seed=1), "c": classifier(vocab_size=80, seed=2)}
+    with pytest.raises(ValueError) as e:
+        emr_merge(base, tasks, out_dir=tmp_path / "bundle", progress=False)
+    lines = str(e.value).split("\n")
+    assert lines[0] == "2 task models hold tensors of the base in other shapes:" and len(lines) == 3
+    for line, (t, rows) in zip(lines[1:], [("b", 72), ("c", 80)]):
+        assert line.startswith(f"- task {t!r}: tensor 'model.embed_tokens.weight' has shape [{rows}, 16] in an "
+                               "in-memory state dict, the base [64, 16]"), line
+        assert f"vocab_size {rows} (the base: 64)" in line and f"resize_token_embeddings({rows})" in line, line
+    assert not (tmp_path / "bundle").exists()
 
 
 def test_values_whose_sums_overflow_float32_are_refused_naming_the_tensor():

@@ -137,6 +137,11 @@ def test_a_missing_local_folder_is_named_as_such(models, monkeypatch):
         no_model_may_open(m)
         with pytest.raises(FileNotFoundError, match="model of task 'no-such-model': no local folder './no-such-model'"):
             merge_from_config(cfg, progress=False)
+        cfg["models"].append({"model": "./gone-too", "parameters": {"weight": 1.0}})  # every missing one is named
+        with pytest.raises(FileNotFoundError, match=r"model of task 'no-such-model': no local folder './no-such-model' "
+                                                    r"\(.*\); model of task 'gone-too': no local folder './gone-too' "
+                                                    r"\(.*\); they are paths, not Hub repo ids, so no Hub was asked$"):
+            merge_from_config(cfg, progress=False)
     with pytest.raises(FileNotFoundError, match=r"task 'b': .*no such local file or folder.*no Hub was asked"):
         merge_models(models / "base", {"a": models / "ft0", "b": models / "nothing-here"}, progress=False)
 

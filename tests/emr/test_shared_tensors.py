@@ -12,7 +12,6 @@ from safetensors.torch import load_file, save_file
 
 from adaptkit.emr import emr_merge, merge_from_config, merge_models
 from adaptkit.emr.merge import plan_merge_config
-from adaptkit.tensorfiles import TensorFiles
 
 EMBED = r"'(lm_head|model\.embed_tokens)\.weight'"
 
@@ -30,13 +29,6 @@ def models(tmp_path_factory, tiny_finetunes):
     return root
 
 
-def no_tensor_may_be_read(monkeypatch):
-    "Every read of tensor data fails the test: a refusal must come from the headers alone."
-    def read(*args, **kwargs): pytest.fail("a tensor was read before the refusal")
-    monkeypatch.setattr(TensorFiles, "read", read)
-    monkeypatch.setattr(TensorFiles, "read_into", read)
-
-
 def config(models, method, tasks=("ft0", "ft-520")) -> dict:
     per_model = {"weight": 1.0} | ({"density": 0.5} if method == "ties" else {})
     return {"merge_method": method, "base_model": str(models / "base"),
@@ -44,7 +36,8 @@ def config(models, method, tasks=("ft0", "ft-520")) -> dict:
 
 
 @pytest.mark.parametrize("method", ["ties", "linear"])
-def test_a_resized_vocabulary_is_refused_by_merge_from_config_and_its_plan(models, tmp_path, monkeypatch, method):
+def test_a_resized_vocabulary_is_refused_by_merge_from_config_and_its_plan(models, tmp_path, monkeypatch, method,
+                                                                      no_tensor_may_be_read):
     "TIES or linear over a fine-tune of 520 rows: refused naming the task, tensor, both shapes and the remedy."
     no_tensor_may_be_read(monkeypatch)
     message = (rf"task 'ft-520': tensor {EMBED} has shape \[520, 32\] in .*ft-520/model.safetensors, the base "
@@ -58,7 +51,8 @@ def test_a_resized_vocabulary_is_refused_by_merge_from_config_and_its_plan(model
         plan_merge_config(config(models, method), tmp_path / "out")  # the CLI's --dry-run says it too
 
 
-def test_a_resized_vocabulary_is_refused_by_merge_models_and_emr_merge(models, tmp_path, monkeypatch):
+def test_a_resized_vocabulary_is_refused_by_merge_models_and_emr_merge(models, tmp_path, monkeypatch,
+                                                                       no_tensor_may_be_read):
     no_tensor_may_be_read(monkeypatch)
     tasks = {"ft0": models / "ft0", "ft-520": models / "ft-520"}
     message = rf"task 'ft-520': tensor {EMBED} has shape \[520, 32\].*the base \[512, 32\].*vocab_size 520"
@@ -89,7 +83,8 @@ def test_the_cli_refuses_a_resized_vocabulary_and_exits_nonzero(models, tmp_path
     assert not (tmp_path / "out").exists()
 
 
-def test_a_base_tensor_no_fine_tune_has_is_refused_for_one_merged_model(models, tmp_path, monkeypatch):
+def test_a_base_tensor_no_fine_tune_has_is_refused_for_one_merged_model(models, tmp_path, monkeypatch,
+                                                                         no_tensor_may_be_read):
     """Fine-tunes saved without the base's untied `lm_head`: one merged model (loaded alone, with the base's config)
     would lack it and transformers would initialise it afresh, so the merge refuses it unless excluded."""
     for t in ("ft0", "ft1"):
