@@ -86,11 +86,21 @@ def _shown(k: str, v) -> str:
     if isinstance(v, dict): return f"{k} {v['mean']:.3f} [{v['low']:.3f}, {v['high']:.3f}]"
     return f"{k} {v:.3f}" if isinstance(v, float) else f"{k} {v}"
 
+def _done(
+    seconds: float,  # the demo's wall time
+    steal: float | None,  # the share of the CPU the hypervisor took meanwhile (`models.cpu_steal_share`)
+) -> str:
+    "The demo's last line: its seconds, and the hypervisor's share of the CPU where it took more than 2%."
+    took = f" (the hypervisor took {steal:.0%} of the CPU)" if steal is not None and steal > 0.02 else ""
+    return f"adaptkit demo: done in {seconds:.0f} s{took}"
+
 class _Log:
     "The demo's results: one row per artifact or measurement, printed as one line each, and the final table."
     def __init__(self):
+        from adaptkit.models import cpu_times
         self.rows, self.start, self.out = [], time.perf_counter(), sys.stdout  # the terminal, kept
         self.stages, self.load = {}, {"start": [round(x, 2) for x in os.getloadavg()]}
+        self.cpu, self.stage_steal = cpu_times(), {}  # the machine's CPU and steal time: the hypervisor's share
 
     def say(self, text: str):
         "Print one line to the terminal, even while the libraries' output is silenced."
@@ -98,10 +108,12 @@ class _Log:
 
     @contextlib.contextmanager
     def stage(self, name: str):
-        "Time one stage of the demo into `stages` (seconds)."
-        start = time.perf_counter()
+        "Time one stage of the demo into `stages` (seconds), and the hypervisor's share of the CPU into `stage_steal`."
+        from adaptkit.models import cpu_steal_share, cpu_times
+        start, cpu = time.perf_counter(), cpu_times()
         try: yield
-        finally: self.stages[name] = round(time.perf_counter() - start, 1)
+        finally: self.stages[name], self.stage_steal[name] = (round(time.perf_counter() - start, 1),
+                                                              cpu_steal_share(cpu, cpu_times()))
 
     def add(self, step: str, what: str, repo_id: str = "", commit: str = "", **metrics):
         "Record a row and print it as one line; an interval (`_interval`) is kept as its mean and `<name>_95ci`."
@@ -578,7 +590,7 @@ def run_demo(
     from huggingface_hub import constants as hf_constants
 
     from adaptkit.localhub.server import LocalHub
-    from adaptkit.models import cache_dir, generation_dtype
+    from adaptkit.models import cache_dir, cpu_steal_share, cpu_times, generation_dtype
     from adaptkit.tasks import arithmetic_task
     log, models, args = _Log(), models or DemoModels(), replace(args, precision=_precision(args.precision),
                                                         stages=_stages(args.stages))
@@ -610,16 +622,17 @@ def run_demo(
         }
         for name in args.stages:
             with log.stage(name): done[name] = steps[name]()
-    out = cache_dir() / "demo" / "results.json"
+    out, steal = cache_dir() / "demo" / "results.json", cpu_steal_share(log.cpu, cpu_times())
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(
         json.dumps(
             {"endpoint": endpoint, "seconds": round(time.perf_counter() - log.start), "stage_seconds": log.stages,
-             "load_average": {**log.load, "end": [round(x, 2) for x in os.getloadavg()]}, "cpus": os.cpu_count(),
-             "precision": args.precision, "stages": args.stages, "rows": log.rows},
+             "load_average": {**log.load, "end": [round(x, 2) for x in os.getloadavg()]}, "cpu_steal_share": steal,
+             "stage_cpu_steal_share": log.stage_steal, "cpus": os.cpu_count(), "precision": args.precision,
+             "stages": args.stages, "rows": log.rows},
             indent=1,
         )
         + "\n"
     )
-    print(f"\nadaptkit demo: done in {time.perf_counter() - log.start:.0f} s\n\n{log.table()}\n\nresults: {out}")
+    print(f"\n{_done(time.perf_counter() - log.start, steal)}\n\n{log.table()}\n\nresults: {out}")
     return 0

@@ -29,10 +29,10 @@ if TYPE_CHECKING:  # transformers is imported where a model or tokenizer is made
 
 # %% auto #0
 __all__ = ['CHATML_TEMPLATE', 'SMOLLM2_REPO', 'load_causal_lm', 'load_tokenizer', 'load_base', 'load_adapter', 'tiny_tokenizer',
-           'tiny_causal_lm', 'default_bf16', 'cpu_has_bf16', 'generation_dtype', 'eval_mode', 'merged', 'GeneratedText',
-           'generate_batched', 'encode_completion', 'completion_collator', 'completion_logprobs', 'BaseMismatchError',
-           'fingerprint', 'fingerprint_mismatch', 'check_base', 'check_adapter_base', 'gguf_tensors', 'from_gguf',
-           'tiny_gguf', 'cache_dir', 'packaged_file', 'smollm2']
+           'tiny_causal_lm', 'default_bf16', 'cpu_has_bf16', 'cpu_times', 'cpu_steal_share', 'generation_dtype',
+           'eval_mode', 'merged', 'GeneratedText', 'generate_batched', 'encode_completion', 'completion_collator',
+           'completion_logprobs', 'BaseMismatchError', 'fingerprint', 'fingerprint_mismatch', 'check_base',
+           'check_adapter_base', 'gguf_tensors', 'from_gguf', 'tiny_gguf', 'cache_dir', 'packaged_file', 'smollm2']
 
 # %% ../nbs/03_models.ipynb #798be5b5
 def load_causal_lm(
@@ -166,6 +166,28 @@ def cpu_has_bf16(
     except OSError: return False
     flags = next((line.partition(":")[2].split() for line in text.splitlines() if line.startswith("flags")), [])
     return bool({"amx_bf16", "avx512_bf16"} & set(flags))
+
+def cpu_times(
+    stat: str | Path = "/proc/stat",  # the kernel's CPU counters (a file like it, in tests)
+) -> dict | None:
+    """The whole machine's CPU time since boot, in seconds (`SC_CLK_TCK` ticks each), from the aggregate `cpu` line of
+    Linux's /proc/stat: `total` (user, nice, system, idle, iowait, irq, softirq, steal: guest time is already in user
+    and nice) and `steal` (time the hypervisor ran something else while this VM wanted a CPU); None if unreadable."""
+    try: text = Path(stat).read_text()
+    except OSError: return None
+    fields = next((line.split()[1:9] for line in text.splitlines() if line.split()[:1] == ["cpu"]), [])
+    if len(fields) < 8 or not all(f.isdigit() for f in fields): return None
+    ticks, hz = [int(f) for f in fields], os.sysconf("SC_CLK_TCK")
+    return {"total": sum(ticks) / hz, "steal": ticks[7] / hz}
+
+def cpu_steal_share(
+    start: dict | None,  # `cpu_times()` as the interval began
+    end: dict | None,  # `cpu_times()` as it ended
+) -> float | None:
+    """The share of the machine's CPU time (all CPUs, idle included) the hypervisor took between two `cpu_times`
+    readings, rounded to 3 places; None when either is unknown or no time passed."""
+    if start is None or end is None or end["total"] <= start["total"]: return None
+    return round((end["steal"] - start["steal"]) / (end["total"] - start["total"]), 3)
 
 _GENERATION_DTYPE: ContextVar[torch.dtype | None] = ContextVar("adaptkit_generation_dtype", default=None)
 

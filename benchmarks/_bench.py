@@ -1,7 +1,9 @@
 """What every benchmark shares: a quiet machine before timing, the device named, medians, and one way to write results.
 
 A benchmark calls `start = quiet_start()` before its first timed run and `write_result(name, result, start)` at the
-end: every result records the load average and torch's thread count at its start, and the load at its end. On a
+end: every result records the load average and torch's thread count at its start, the load at its end, and
+`cpu_steal_share`: the share of the machine's CPU time the hypervisor took between the two (steal, from /proc/stat by
+`adaptkit.models.cpu_times`; None where unreadable), which slows a run as load does but is not in the load average. On a
 loaded machine (1-minute load average above 0.75 per core, i.e. 1.5 on the 2-core box) `quiet_start` waits up to
 `ADAPTKIT_BENCH_WAIT` seconds (default 600) for the load to fall; if it does not, the benchmark refuses to run, unless
 `ADAPTKIT_BENCH_ALLOW_LOADED=1`, in which case the results are written to `<name>.loaded.json`, marked
@@ -38,7 +40,7 @@ def device() -> str:
 
 def quiet_start(wait_s: float | None = None) -> dict:
     """Wait for a quiet machine; return the start record (load average, time, whether it stayed loaded, the commit
-    measured); exit if loaded."""
+    measured, the CPU and steal time so far for `write_result`'s steal share); exit if loaded."""
     wait_s = float(os.environ.get("ADAPTKIT_BENCH_WAIT", 600)) if wait_s is None else wait_s
     deadline = time.monotonic() + wait_s
     while os.getloadavg()[0] > max_load() and time.monotonic() < deadline: time.sleep(10)
@@ -47,8 +49,11 @@ def quiet_start(wait_s: float | None = None) -> dict:
     if loaded and os.environ.get("ADAPTKIT_BENCH_ALLOW_LOADED") != "1":
         sys.exit(f"load average {load[0]:.2f} > {max_load():.2f} after waiting {wait_s:.0f} s: timings would be "
                  f"inflated, so nothing is measured (ADAPTKIT_BENCH_ALLOW_LOADED=1 writes results marked loaded)")
-    return {"load_average_at_start": [round(x, 2) for x in load], "loaded": loaded, **threads_at_start(),
-            "started": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), **code_commit()}
+    threads = threads_at_start()  # before adaptkit.models imports torch: the threads the benchmark itself set up
+    from adaptkit.models import cpu_times
+    return {"load_average_at_start": [round(x, 2) for x in load], "loaded": loaded, **threads,
+            "started": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), **code_commit(),
+            "cpu_times_at_start": cpu_times()}
 
 
 def threads_at_start() -> dict:
@@ -104,11 +109,14 @@ def result_path(name: str, start: dict, device_suffix: bool = True) -> Path:
 
 
 def write_result(name: str, result: dict, start: dict, device_suffix: bool = True) -> Path:
-    "Write `result` with the start record, commit, machine and device to results/<name>[.<device>][.loaded].json."
-    dev = device()
-    record = {**commit_record(start), **result, **start, "load_average_at_end": [round(x, 2) for x in os.getloadavg()],
-              "device": dev, "machine": platform.machine(), "cpu_model": cpu_model(), "cpus": os.cpu_count(),
-              "python": platform.python_version()}
+    """Write `result` with the start record, commit, machine, device and the steal share since the start (None when
+    the start record has no `cpu_times_at_start`) to results/<name>[.<device>][.loaded].json."""
+    from adaptkit.models import cpu_steal_share, cpu_times
+    dev, times = device(), start.get("cpu_times_at_start")
+    record = {**commit_record(start), **result, **{k: v for k, v in start.items() if k != "cpu_times_at_start"},
+              "load_average_at_end": [round(x, 2) for x in os.getloadavg()],
+              "cpu_steal_share": cpu_steal_share(times, cpu_times()), "device": dev, "machine": platform.machine(),
+              "cpu_model": cpu_model(), "cpus": os.cpu_count(), "python": platform.python_version()}
     import torch
     record["torch"], record["torch_threads"] = torch.__version__, torch.get_num_threads()
     out = result_path(name, start, device_suffix)

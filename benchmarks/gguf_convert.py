@@ -28,7 +28,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).parent))
 from _bench import code_commit, median, threads_at_start, write_result  # noqa: E402
 
-from adaptkit.models import from_gguf, packaged_file  # noqa: E402
+from adaptkit.models import cpu_times, from_gguf, packaged_file  # noqa: E402
 
 warnings.filterwarnings("ignore")
 torch.set_num_threads(2)
@@ -93,7 +93,8 @@ def main():
     a = ap.parse_args()
     # no wait for a quiet machine: the ratios are of CPU seconds, which hold under load (the commit as it starts)
     start = {"load_average_at_start": [round(x, 2) for x in os.getloadavg()], "loaded": False, **threads_at_start(),
-             "started": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), **code_commit()}
+             "started": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), **code_commit(),
+             "cpu_times_at_start": cpu_times()}  # write_result's steal share
     result = {"cpu_cap_cores": cpu_cap(), "nice": os.nice(0), "repeats": a.repeats,
               "old_repeats": a.old_repeats,
               "ratio_note": "ratios of median process CPU seconds, the three measured back to back in one process: "

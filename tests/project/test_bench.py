@@ -1,6 +1,8 @@
 """benchmarks/_bench.py's record of the code a result measured: the commit, whether adaptkit/ or benchmarks/ differed
-from it (the results earlier runs wrote aside), taken as the benchmark starts and checked again as it writes."""
+from it (the results earlier runs wrote aside), taken as the benchmark starts and checked again as it writes; and of
+the machine: the share of its CPU the hypervisor took while the benchmark ran."""
 import importlib
+import json
 import subprocess
 from pathlib import Path
 
@@ -78,3 +80,19 @@ def test_code_changed_while_a_benchmark_ran_is_recorded_beside_the_start(bench, 
     monkeypatch.setattr(bench, "code_commit", lambda: dict(at_end))
     assert bench.commit_record({**at_start, "loaded": False}) == {**at_start, "code_at_end": at_end}
     assert bench.commit_record({"loaded": False}) == at_end  # a start record without one (none taken): the end's
+
+
+def test_the_result_records_the_hypervisors_share_of_the_cpu_since_the_start(bench, tmp_path, monkeypatch):
+    "quiet_start reads /proc/stat's CPU times, write_result the steal share since then; the raw reading is not written."
+    import adaptkit.models
+    monkeypatch.setenv("ADAPTKIT_BENCH_ALLOW_LOADED", "1")
+    monkeypatch.setattr(bench, "RESULTS", tmp_path)
+    monkeypatch.setattr(adaptkit.models, "cpu_times", lambda: {"total": 100.0, "steal": 1.0})
+    start = bench.quiet_start(wait_s=0)
+    assert start["cpu_times_at_start"] == {"total": 100.0, "steal": 1.0}
+    monkeypatch.setattr(adaptkit.models, "cpu_times", lambda: {"total": 300.0, "steal": 31.0})  # 30 s of 200 stolen
+    record = json.loads(bench.write_result("steal", {"seconds": 1.0}, start).read_text())
+    assert record["cpu_steal_share"] == 0.15 and record["seconds"] == 1.0 and "cpu_times_at_start" not in record
+    assert record["load_average_at_start"] == start["load_average_at_start"]
+    # a start record a benchmark built itself, without the reading: the share is unknown, not 0
+    assert json.loads(bench.write_result("steal", {}, {"loaded": False}).read_text())["cpu_steal_share"] is None

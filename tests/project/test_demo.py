@@ -3,6 +3,7 @@ MiniLM, every step trains a few steps, and every artifact goes through the embed
 import json
 import math
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -116,6 +117,10 @@ def test_the_demo_runs_every_step_through_the_hub(tiny_bases, tmp_path, monkeypa
         results["seconds"] + 1
     assert results["precision"] == "bf16" and "; bf16" in out.splitlines()[0]
     assert len(results["load_average"]["start"]) == len(results["load_average"]["end"]) == 3
+    steal = results["cpu_steal_share"]  # the hypervisor's share of the machine's CPU over the run (None: no /proc/stat)
+    assert 0 <= steal <= 1 if Path("/proc/stat").exists() else steal is None
+    assert set(results["stage_cpu_steal_share"]) == set(results["stage_seconds"])
+    assert ("(the hypervisor took" in out) == (steal is not None and steal > 0.02)  # said on the last line if > 2%
     assert "kept 8 of 8 prompts" in out and "threshold 0.000" in out  # the stand-in threshold was used
     for repo_id, commit in pushed.items(): assert f"{repo_id}@{commit[:8]}" in out  # the final table names every commit
     assert out.rstrip().endswith(f"results: {tmp_path / 'cache' / 'demo' / 'results.json'}")

@@ -365,9 +365,9 @@ def test_every_benchmark_records_the_load_and_torch_threads_at_its_start(monkeyp
             missing.append(str(p.relative_to(ROOT)))
     assert not missing, f"benchmarks that record neither the load nor the threads at their start: {missing}"
     monkeypatch.setenv("ADAPTKIT_BENCH_ALLOW_LOADED", "1")
+    torch = sys.modules.get("torch")  # before quiet_start, which imports adaptkit.models (and torch) for its reading
     start = runpy.run_path(str(BENCHMARKS / "_bench.py"))["quiet_start"](wait_s=0)
     assert len(start["load_average_at_start"]) == 3 and start["cpus_allowed"] >= 1
-    torch = sys.modules.get("torch")
     assert start["torch_threads_at_start"] == (torch.get_num_threads() if torch else None)
 
 
