@@ -11,7 +11,12 @@ request bodies and serves the same bytes from memory with no lookup) and against
   `xet_push_vs_floor` (goal <= 1.2). A second LocalHub runs beside it with the one check the floor lacks switched off
   (its store's `verify_sha256=False`: the sha256 a shard gives each new file is recorded unchecked, not recomputed
   from the file's bytes after the shard arrives); its push over the floor's is `xet_push_vs_floor_no_sha256_check`,
-  so the two ratios say how much of the gap is that check.
+  so the two ratios say how much of the gap is that check. A third server is the floor plus that check, which any
+  Hub needs before the sha256 a shard gives a file may name it (the LFS oid of every repo's commits and LFS batches):
+  it also keeps each xorb's chunk table in memory, and on each shard parses it (LocalHub's `parse_shard`), reads each
+  file's bytes back from the xorbs it stored, in file order (LocalHub's `plain_chunks`), hashes them, a thread a file
+  up to the core count (hashlib frees the GIL), as LocalHub does, and refuses a shard whose sha256 differs (400), and
+  does nothing else; LocalHub's push over this floor's is `xet_push_vs_floor_with_sha256`.
 - lfs (Xet disabled in the client): the LFS batch API. Here a floor server runs too: it receives the same bytes,
   hashes them while receiving, writes and fsyncs them, and does nothing else; LocalHub's LFS push over the floor's is
   `lfs_push_vs_floor` (goal <= 1.2).
@@ -41,6 +46,7 @@ import sys
 import tempfile
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -49,7 +55,18 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).parent))
 from _bench import median, quiet_start, write_result  # noqa: E402
 
-from adaptkit.localhub.xet import XetError, chunk_hash, decode_chunk, hex_to_hash, merkle_root  # noqa: E402
+from adaptkit.localhub.xet import (  # noqa: E402
+    XetError,
+    Xorb,
+    XorbChunk,
+    chunk_hash,
+    decode_chunk,
+    hash_to_hex,
+    hex_to_hash,
+    merkle_root,
+    parse_shard,
+    plain_chunks,
+)
 
 os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
@@ -116,17 +133,47 @@ def make_folder(root: Path, size: int) -> Path:
     return folder
 
 
-def floor_xorb(data, name: str) -> None:
+def floor_xorb(data, name: str, table: bool = False) -> Xorb | None:
     """What Xet requires of a received xorb, and no more (the Xet floor): every chunk decoded (a plain one hashed where
-    it lies) and hashed, their merkle root equal to `name`; a `XetError` if not. A footer, if any, is left unread."""
-    view, off, chunks = memoryview(data).cast("B"), 0, []
+    it lies) and hashed, their merkle root equal to `name`; a `XetError` if not. A footer, if any, is left unread. With
+    `table`, its chunk table (what the floor with the sha256 check reads the xorb by)."""
+    view, off, chunks, starts = memoryview(data).cast("B"), 0, [], []
     while off < len(view) and view[off:off + 7] != b"XETBLOB":
         stored, scheme = int.from_bytes(view[off + 1:off + 4], "little"), view[off + 4]
         size, payload = int.from_bytes(view[off + 5:off + 8], "little"), view[off + 8:off + 8 + stored]
         plain = payload if scheme == 0 and stored == size else decode_chunk(scheme, payload, size)
         chunks.append((chunk_hash(plain), size))
+        starts.append(off)
         off += 8 + stored
-    if merkle_root(chunks) != hex_to_hash(name, "xorb hash"): raise XetError(f"xorb {name}: its chunks hash otherwise")
+    if (root := merkle_root(chunks)) != hex_to_hash(name, "xorb hash"):
+        raise XetError(f"xorb {name}: its chunks hash otherwise")
+    ends = starts[1:] + [off]
+    return Xorb(root, tuple(XorbChunk(h, n, s, e) for (h, n), s, e in zip(chunks, starts, ends))) if table else None
+
+
+def file_sha256(folder: Path, tables: dict, f) -> str:
+    "The sha256 of the bytes a shard's file `f` names, in its order, read from the xorbs in `folder` (`tables`)."
+    sha = hashlib.sha256()
+    for t in f.terms:
+        xhex = hash_to_hex(t.xorb)
+        if (x := tables.get(xhex)) is None or not 0 <= t.start < t.end <= len(x.chunks):
+            raise XetError(f"shard file {f.hex}: chunks [{t.start}, {t.end}) of xorb {xhex} are not stored")
+        with open(folder / xhex, "rb", buffering=0) as xorb:
+            for _, plain in plain_chunks(xorb, x, t.start, t.end): sha.update(plain)
+    return sha.hexdigest()
+
+
+def floor_shard(data, folder: Path, tables: dict) -> None:
+    """The check any Hub needs before a shard's sha256s may name its files, and no more (the Xet floor with the sha256
+    check): each file's bytes hashed from the xorbs stored, a thread a file up to the core count (hashlib frees the
+    GIL), as LocalHub does; a `XetError` if one is not the sha256 the shard gives."""
+    files = parse_shard(bytes(data)).files
+    if not files: return
+    with ThreadPoolExecutor(min(len(files), os.cpu_count() or 1)) as pool:
+        sums = list(pool.map(lambda f: file_sha256(folder, tables, f), files))
+    for f, sha in zip(files, sums):
+        if f.sha256 is not None and sha != f.sha256:
+            raise XetError(f"shard file {f.hex}: its bytes have sha256 {sha}, not the {f.sha256} the shard gives")
 
 
 class NullHandler(BaseHTTPRequestHandler):
@@ -134,6 +181,7 @@ class NullHandler(BaseHTTPRequestHandler):
     protocol_version, disable_nagle_algorithm = "HTTP/1.1", True
     files, lfs = {}, False  # name -> (bytes, sha256 hex, git blob sha1)
     floor = None  # a folder: the floor server, which hashes (Xet: verifies), writes and fsyncs what it receives
+    sha256, tables = False, {}  # the Xet floor with the sha256 check; xorb hex -> chunk table, for it
 
     def log_message(self, *args): pass
 
@@ -144,19 +192,23 @@ class NullHandler(BaseHTTPRequestHandler):
     def _json(self):
         return json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
 
-    def _keep(self, name: str, check=None) -> bool:
-        "A Xet upload: the body read into one buffer as LocalHub's, `check`ed (False: refused), written, fsynced."
+    def _keep(self, name: str, check=None) -> XetError | None:
+        "A Xet upload: the body read into one buffer as LocalHub's, `check`ed (refused: the error), written, fsynced."
         view, got = memoryview(np.empty(int(self.headers.get("Content-Length") or 0), np.uint8)), 0
         while got < len(view) and (n := self.rfile.readinto(view[got:])): got += n
         try:
             if check is not None: check(view)
-        except XetError: return False
+        except XetError as e: return e
         with tempfile.NamedTemporaryFile(dir=self.floor, delete=False) as f:
             f.write(view)
             f.flush()
             os.fsync(f.fileno())
         os.replace(f.name, Path(self.floor) / name)
-        return True
+        return None
+
+    def _xorb(self, name: str, body) -> None:
+        "The floor's check of a xorb; with the sha256 check, its chunk table kept for the shards that name it."
+        if (x := floor_xorb(body, name, self.sha256)) is not None: self.tables[name] = x
 
     def _send(self, body=b"", status=200, headers=None):
         body = body if isinstance(body, bytes) else json.dumps(body).encode()
@@ -241,12 +293,14 @@ class NullHandler(BaseHTTPRequestHandler):
             return self._send({"error": "not served"}, 404)
         if "xorbs" in p:
             if self.floor is None: self._drain()
-            elif not self._keep(p[-1], lambda body: floor_xorb(body, p[-1])):
-                return self._send({"error": f"xorb {p[-1]}: its chunks hash otherwise"}, 400)
+            elif refused := self._keep(p[-1], lambda body: self._xorb(p[-1], body)):
+                return self._send({"error": str(refused)}, 400)
             return self._send({"was_inserted": True})
         if p[-1] == "shards":
+            check = (lambda body: floor_shard(body, Path(self.floor), self.tables)) if self.sha256 else None
             if self.floor is None: self._drain()
-            else: self._keep(f"shard-{time.monotonic_ns()}-{threading.get_ident()}")
+            elif refused := self._keep(f"shard-{time.monotonic_ns()}-{threading.get_ident()}", check):
+                return self._send({"error": str(refused)}, 400)
             return self._send({"result": 1})
         if p[-1] == "batch":
             base = f"http://{self.headers['Host']}/lfs"
@@ -261,13 +315,14 @@ class NullHandler(BaseHTTPRequestHandler):
 
 def serve(kind: str, folder: str, root: str, lfs: bool):
     "Run one server in this process; print its port."
-    if kind in ("null", "floor"):
+    if kind in ("null", "floor", FLOOR_SHA256):
         for f in sorted(Path(folder).iterdir()):
             data = f.read_bytes()
             NullHandler.files[f.name] = (data, hashlib.sha256(data).hexdigest(),
                                          hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest())
         NullHandler.lfs = lfs
-        if kind == "floor": NullHandler.floor = Path(root).mkdir(parents=True) or root
+        if kind != "null": NullHandler.floor = Path(root).mkdir(parents=True) or root
+        NullHandler.sha256 = kind == FLOOR_SHA256
         server = ThreadingHTTPServer(("127.0.0.1", 0), NullHandler)
         server.daemon_threads = True
         print(server.server_address[1], flush=True)
@@ -285,6 +340,7 @@ def fresh_bytes(folder: Path) -> None:
 
 
 NO_SHA256 = "localhub_no_sha256_check"  # xet mode: LocalHub recording the sha256s shards give, unchecked
+FLOOR_SHA256 = "floor_with_sha256"  # xet mode: the floor checking the sha256s shards give, as any Hub must
 PROXY_HOST = "127.0.0.2"  # another loopback address: the proxy listens there on the server's own port
 
 
@@ -357,7 +413,7 @@ def run_mode(folder: Path, root: Path, mode: str) -> dict:
     from huggingface_hub import HfApi, constants, snapshot_download
     lfs = mode != "inline"
     kinds = {"inline": ("null", "localhub"), "lfs": ("null", "floor", "localhub"),
-             "xet": ("null", "floor", "localhub", NO_SHA256)}[mode]
+             "xet": ("null", FLOOR_SHA256, "floor", "localhub", NO_SHA256)}[mode]
     servers = {kind: start_server(kind, folder, root, lfs, mode) for kind in kinds}
     times = {kind: {"push_s": [], "pull_s": []} for kind in servers}
     ok, changed = {}, None  # per LocalHub: every pull gave back the pushed bytes
@@ -436,6 +492,13 @@ def main():
                 pairs = [h / f for h, f in zip(trusting["push_s"], times["floor"]["push_s"])]
                 m["push_vs_floor_no_sha256_check_paired"] = {"median": median(pairs), "min": min(pairs),
                                                              "max": max(pairs)}
+            if FLOOR_SHA256 in times:  # LocalHub against the floor that also checks each file's sha256
+                checking = times[FLOOR_SHA256]
+                m["floor_server_with_sha256"] = checking
+                m["push_vs_floor_with_sha256"] = result[f"{mode}_push_vs_floor_with_sha256"] = (
+                    hub["push_median_s"] / checking["push_median_s"])
+                pairs = [h / f for h, f in zip(hub["push_s"], checking["push_s"])]
+                m["push_vs_floor_with_sha256_paired"] = {"median": median(pairs), "min": min(pairs), "max": max(pairs)}
             result["modes"][name] = m
             line = (f"{name}: push {hub['push_median_s']:.2f} s ({m['push_vs_null']:.2f}x null "
                     f"{null['push_median_s']:.2f} s, {m['push_vs_copy']:.0f}x copy"
@@ -443,6 +506,8 @@ def main():
                        else "")
                     + (f"; without the sha256 check {times[NO_SHA256]['push_median_s']:.2f} s, "
                        f"{m['push_vs_floor_no_sha256_check']:.2f}x floor" if NO_SHA256 in times else "")
+                    + (f"; {m['push_vs_floor_with_sha256']:.2f}x the floor with the sha256 check "
+                       f"{times[FLOOR_SHA256]['push_median_s']:.2f} s" if FLOOR_SHA256 in times else "")
                     + f"), pull {hub['pull_median_s']:.2f} s ({m['pull_vs_null']:.2f}x null "
                     f"{null['pull_median_s']:.2f} s, {m['pull_vs_copy']:.0f}x copy), "
                     f"identical: {hub['identical_bytes']}")

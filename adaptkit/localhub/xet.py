@@ -9,7 +9,8 @@ __all__ = ['DATA_KEY', 'INTERNAL_NODE_KEY', 'VERIFICATION_KEY', 'ZERO_HASH', 'MI
            'XetError', 'hash_to_hex', 'hex_to_hash', 'chunk_hash', 'merkle_root', 'file_hash', 'verification_hash',
            'keyed_hash', 'chunk_boundaries', 'iter_chunks', 'FileHashes', 'hash_file', 'decode_chunk', 'encode_chunk',
            'XorbChunk', 'Xorb', 'xorb_footer', 'xorb_from_footer', 'parse_xorb', 'serialize_xorb', 'Term', 'ShardFile',
-           'ShardXorb', 'Shard', 'parse_shard', 'serialize_shard', 'XetFile', 'XetStore', 'parse_byte_range']
+           'ShardXorb', 'Shard', 'parse_shard', 'serialize_shard', 'XetFile', 'XetStore', 'plain_chunks',
+           'parse_byte_range']
 
 # %% ../../nbs/localhub/06_xet.ipynb #135b9e80
 import bisect
@@ -893,34 +894,45 @@ def _plan(self: XetStore, terms, start: int, end: int) -> tuple[int, list[tuple[
         pos += n
     return skip, plan
 
+def plain_chunks(
+    f,  # the xorb's bytes as stored, a file opened unbuffered (`open(path, "rb", buffering=0)`)
+    x: Xorb,  # its chunk table
+    a: int,  # first chunk
+    b: int,  # last chunk + 1
+    block_size: int = 1 << 20,  # bytes read at a time (whole chunks, at least the largest)
+) -> Iterator[tuple[int, bytes | memoryview]]:
+    """(index, plain bytes) of chunks `[a, b)` of a xorb, read from `f` a block of whole chunks at a time; a chunk
+    stored plain is a view the next block overwrites, never copied. A `XetError` for a chunk cut short or that
+    cannot be decoded (its chunk hash is not checked)."""
+    span = x.chunks[b - 1].end - x.chunks[a].start if a < b else 0
+    buf = bytearray(max([min(block_size, span), *(c.end - c.start for c in x.chunks[a:b])]))
+    view, i = memoryview(buf), a
+    while i < b:
+        j, base = i + 1, x.chunks[i].start
+        while j < b and x.chunks[j].end - base <= len(buf): j += 1
+        f.seek(base)
+        got, want = 0, x.chunks[j - 1].end - base
+        while got < want and (n := f.readinto(view[got:want])): got += n
+        for k in range(i, j):
+            c = x.chunks[k]
+            lo, hi = c.start - base, c.end - base
+            if hi > got: raise XetError(f"chunk {k} is truncated")
+            payload = view[lo + CHUNK_HEADER_SIZE:hi]
+            if buf[lo + 4] == 0 and len(payload) == c.size: yield k, payload  # stored plain: no copy
+            else: yield k, decode_chunk(buf[lo + 4], payload, c.size, f"chunk {k}")
+        i = j
+
 @patch
 def _plain_chunks(self: XetStore,
                   x: Xorb,  # a stored xorb
                   a: int,  # first chunk
                   b: int,  # last chunk + 1
-                  block_size: int = 1 << 20,  # bytes read at a time (whole chunks, at least the largest)
+                  block_size: int = 1 << 20,  # see `plain_chunks`
                  ) -> Iterator[tuple[int, bytes | memoryview]]:
-    "(index, plain bytes) of chunks `[a, b)` of a stored xorb; a plain chunk is a view the next block overwrites."
+    "`plain_chunks` of a stored xorb; a chunk that cannot be read is damage (`_damaged`: a 500)."
     with open(self._path("xorbs", x.hex), "rb", buffering=0) as f:
-        span = x.chunks[b - 1].end - x.chunks[a].start if a < b else 0
-        buf = bytearray(max([min(block_size, span), *(c.end - c.start for c in x.chunks[a:b])]))
-        view, i = memoryview(buf), a
-        while i < b:
-            j, base = i + 1, x.chunks[i].start
-            while j < b and x.chunks[j].end - base <= len(buf): j += 1
-            f.seek(base)
-            got, want = 0, x.chunks[j - 1].end - base
-            while got < want and (n := f.readinto(view[got:want])): got += n
-            for k in range(i, j):
-                c = x.chunks[k]
-                lo, hi = c.start - base, c.end - base
-                if hi > got: raise self._damaged(x.hex, f"chunk {k} is truncated")
-                payload = view[lo + CHUNK_HEADER_SIZE:hi]
-                if buf[lo + 4] == 0 and len(payload) == c.size: yield k, payload  # stored plain: no copy
-                else:
-                    try: yield k, decode_chunk(buf[lo + 4], payload, c.size, f"chunk {k}")
-                    except XetError as e: raise self._damaged(x.hex, str(e)) from None
-            i = j
+        try: yield from plain_chunks(f, x, a, b, block_size)
+        except XetError as e: raise self._damaged(x.hex, str(e)) from None
 
 @patch
 def _iter_terms(self: XetStore, terms, start: int, end: int, verify: bool = True) -> Iterator[bytes]:
