@@ -66,6 +66,14 @@ class DemoArguments:
     n_test: int = field(
         default=60, metadata={"help": "Held-out arithmetic problems for the PiSSA, Aligner and Trans-LoRA evaluations."}
     )
+    lanes: int = field(
+        default=2,
+        metadata={"help": "Processes the stages run in side by side, each on one torch thread (pissa, translora and "
+                          "emr in one, aligner and repnoise in the other); 1: one after another in this process at its "
+                          "thread count. The small models gain little from a second thread: aligner and emr as two "
+                          "1-thread processes took 196 s against 236 s one after the other at 2 threads (2-core Intel "
+                          "Xeon)."},
+    )
 
 # %% ../nbs/21_demo.ipynb #d9d9dd44
 def _interval(scores) -> dict:
@@ -96,15 +104,19 @@ def _done(
 
 class _Log:
     "The demo's results: one row per artifact or measurement, printed as one line each, and the final table."
-    def __init__(self):
+    def __init__(self,
+                 since: float | None = None,  # the `time.time()` the elapsed column counts from (None: now)
+                 sink=None):  # where the lines go instead of the terminal (a lane's: to the parent, `_lane`)
         from adaptkit.models import cpu_times
-        self.rows, self.start, self.out = [], time.perf_counter(), sys.stdout  # the terminal, kept
+        self.rows, self.out, self.sink = [], sys.stdout, sink  # the terminal, kept
+        self.start = time.perf_counter() - (0 if since is None else time.time() - since)
         self.stages, self.load = {}, {"start": [round(x, 2) for x in os.getloadavg()]}
         self.cpu, self.stage_steal = cpu_times(), {}  # the machine's CPU and steal time: the hypervisor's share
 
     def say(self, text: str):
-        "Print one line to the terminal, even while the libraries' output is silenced."
-        print(text, file=self.out, flush=True)
+        "Print one line to the terminal, even while the libraries' output is silenced (a lane's: to its sink)."
+        if self.sink is not None: self.sink(text)
+        else: print(text, file=self.out, flush=True)
 
     @contextlib.contextmanager
     def stage(self, name: str):
@@ -579,26 +591,146 @@ def _stages(chosen) -> list[str]:
     wanted = set(chosen) | ({"pissa"} if "translora" in chosen else set())
     return [s for s in STAGES if s in wanted]
 
-def run_demo(
-    args: DemoArguments,  # the demo's settings (`adaptkit demo --help`)
-    models: DemoModels | None = None,  # the checkpoints to start from; default the real small models (`make demo`)
-) -> int:
-    "Run the five methods (or `args.stages`) through a Hub, print one line per step and the table of what was produced."
+
+# %% ../nbs/21_demo.ipynb #5c1e7a21
+# seconds of each stage at 2 threads (the real demo, 2-core Intel Xeon, quiet): what the lanes are balanced by
+_SECONDS = {"pissa": 122, "aligner": 147, "repnoise": 170, "translora": 126, "emr": 89}
+
+def _lanes(stages: list[str], n: int) -> list[list[str]]:
+    """`stages` (resolved, `_stages`) in at most `n` lanes: the longest first (`_SECONDS`), each to the least loaded
+    lane, translora with pissa (it moves pissa's adapter); each lane in the demo's order, the lanes by their first."""
+    if not isinstance(n, int) or n < 1:
+        raise ValueError(f"--lanes {n}: use 1 (the stages one after another) or more (processes side by side)")
+    pair = ("pissa", "translora")
+    units = [[s for s in stages if s in pair], *([s] for s in stages if s not in pair)]
+    load = lambda lane: sum(_SECONDS[s] for s in lane)
+    lanes = [[] for _ in range(min(n, len([u for u in units if u])))]
+    for unit in sorted([u for u in units if u], key=load, reverse=True): min(lanes, key=load).extend(unit)
+    return sorted(([s for s in STAGES if s in lane] for lane in lanes), key=lambda lane: STAGES.index(lane[0]))
+
+def _settings(stack: contextlib.ExitStack, args: DemoArguments):
+    """Enter what the demo's work runs under, in this process and in each lane's: the libraries silenced, generation
+    in bf16 where chosen, and Xet off for the embedded LocalHub (it takes large files by LFS, which the client uses
+    with Xet off)."""
     from unittest import mock
 
     import torch
     from huggingface_hub import constants as hf_constants
 
-    from adaptkit.localhub.server import LocalHub
-    from adaptkit.models import cache_dir, cpu_steal_share, cpu_times, generation_dtype
+    from adaptkit.models import generation_dtype
+    stack.enter_context(_quiet())
+    stack.enter_context(generation_dtype(torch.bfloat16 if args.precision == "bf16" else None))
+    if not args.hub_endpoint: stack.enter_context(mock.patch.object(hf_constants, "HF_HUB_DISABLE_XET", True))
+
+def _steps(args: DemoArguments, hub: dict, bases: dict, models: DemoModels, stages: list, work: Path, log: _Log,
+           done: dict) -> dict:
+    "Each stage as a call by name; `done` holds what the stages returned (translora takes pissa's repo and commit)."
     from adaptkit.tasks import arithmetic_task
+    data = arithmetic_task(max(8 * args.pissa_steps, 64), args.n_test) if {"pissa", "translora"} & {*stages} else None
+    return {
+        "pissa": lambda: _pissa(args, hub, bases["smol"], data, work, log),
+        "aligner": lambda: _aligner(args, hub, bases["smol"], work, log),
+        "repnoise": lambda: _repnoise(args, hub, bases["smol"], work, log, models.repnoise_layers,
+                                      models.repnoise_max_length),
+        "translora": lambda: _translora(args, hub, bases["smol"], bases["gemma"], done["pissa"], data, work, log,
+                                        models.translora_threshold),
+        "emr": lambda: _emr(args, hub, bases["minilm"], work, log),
+    }
+
+def _serial(stages: list, steps: dict, log: _Log, done: dict):
+    "Run `stages` one after another in this process, each timed into `log`, what each returns into `done`."
+    for name in stages:
+        with log.stage(name): done[name] = steps[name]()
+
+_LANE = {}  # in a lane's process: the queue to the parent and the event that stops every lane (`_lane_start`)
+
+def _lane_start(lines, stop):
+    "A lane's process, before its work: one torch thread (the small models gain little from more), the parent's queue."
+    os.environ["OMP_NUM_THREADS"] = "1"
+    import torch
+    torch.set_num_threads(1)
+    _LANE.update(lines=lines, stop=stop)
+
+def _lane(i: int, stages: list, args: DemoArguments, hub: dict, bases: dict, models: DemoModels, work: Path,
+          since: float) -> dict:
+    """Lane `i`, in its own process: `stages` one after another under the demo's settings, each line sent to the
+    parent as it comes; its rows, seconds and steal shares by stage, and the stage that failed with its traceback."""
+    import traceback
+    lines, stop = _LANE["lines"], _LANE["stop"]
+    log, rows, done, failed = _Log(since, lambda text: lines.put(("say", i, text))), {}, {}, None
+    work.mkdir(parents=True, exist_ok=True)
+    with contextlib.ExitStack() as stack:
+        _settings(stack, args)
+        steps = _steps(args, hub, bases, models, stages, work, log, done)
+        for name in stages:
+            if stop.is_set(): break  # another lane failed
+            lines.put(("stage", i, name))
+            n = len(log.rows)
+            try:
+                with log.stage(name): done[name] = steps[name]()
+            except Exception as e:
+                failed = {"stage": name, "traceback": traceback.format_exc()}
+                stop.set()
+                log.say(f"adaptkit demo: {name} failed in lane {i} ({type(e).__name__}: {e}); the other lanes stop "
+                        "after their running stage")
+                break
+            finally: rows[name] = log.rows[n:]
+    lines.put(("end", i, None))
+    return {"rows": rows, "seconds": log.stages, "steal": log.stage_steal, "failed": failed}
+
+def _run_lanes(lanes: list, args: DemoArguments, hub: dict, bases: dict, models: DemoModels, work: Path, log: _Log):
+    """Run each lane in a spawned process (this one serves the Hub from threads), print their lines as they come, and
+    merge their rows, seconds and steal shares into `log` in the demo's order; a failed stage raises, naming it, its
+    lane and the lane's traceback."""
+    import multiprocessing
+    import queue
+    import traceback
+    from concurrent.futures import ProcessPoolExecutor
+    ctx = multiprocessing.get_context("spawn")
+    lines, stop, since = ctx.Queue(), ctx.Event(), time.time() - (time.perf_counter() - log.start)
+    running, ended, outcomes = {}, set(), {}  # each lane's stage; the lanes that said they ended; what each returned
+    with ProcessPoolExecutor(len(lanes), mp_context=ctx, initializer=_lane_start, initargs=(lines, stop)) as pool:
+        runs = {i: pool.submit(_lane, i, lane, args, hub, bases, models, work / f"lane{i}", since)
+                for i, lane in enumerate(lanes, 1)}
+        gone = lambda i: i in ended or (runs[i].done() and runs[i].exception() is not None)  # a crash says nothing
+        while not all(gone(i) for i in runs):
+            try: kind, i, text = lines.get(timeout=0.2)
+            except queue.Empty: continue
+            if kind == "say": log.say(text)
+            elif kind == "stage": running[i] = text
+            else: ended.add(i)
+        for i, run in runs.items():
+            try: outcomes[i] = run.result()
+            except Exception as e:  # the lane's process died, or failed outside a stage
+                outcomes[i] = {"rows": {}, "failed": {"stage": running.get(i, "(before its first stage)"),
+                                                      "traceback": "".join(traceback.format_exception(e))}}
+    failed = {i: o["failed"] for i, o in outcomes.items() if o["failed"]}
+    if failed:
+        said = lambda i: f"lane {i} ({' -> '.join(lanes[i - 1])})"
+        stopped = [f"{said(i)} stopped after {' '.join(o['rows']) or 'none of its stages'}" for i, o in
+                   outcomes.items() if not o["failed"] and len(o["rows"]) < len(lanes[i - 1])]
+        why = [*(f"stage {f['stage']} failed in {said(i)}" for i, f in failed.items()), *stopped]
+        raise RuntimeError(f"adaptkit demo: {'; '.join(why)}" + "".join(
+            f"\n\n{said(i)}, stage {f['stage']}:\n{f['traceback']}" for i, f in failed.items()))
+    for name in args.stages:  # the demo's order
+        o = next(o for o in outcomes.values() if name in o["rows"])
+        log.rows += o["rows"][name]
+        log.stages[name], log.stage_steal[name] = o["seconds"][name], o["steal"][name]
+
+
+# %% ../nbs/21_demo.ipynb #5c1e7a22
+def run_demo(
+    args: DemoArguments,  # the demo's settings (`adaptkit demo --help`)
+    models: DemoModels | None = None,  # the checkpoints to start from; default the real small models (`make demo`)
+) -> int:
+    "Run the five methods (or `args.stages`) through a Hub, print one line per step and the table of what was produced."
+    from adaptkit.localhub.server import LocalHub
+    from adaptkit.models import cache_dir, cpu_steal_share, cpu_times
     log, models, args = _Log(), models or DemoModels(), replace(args, precision=_precision(args.precision),
                                                         stages=_stages(args.stages))
+    lanes = _lanes(args.stages, args.lanes)
     with contextlib.ExitStack() as stack:
-        stack.enter_context(_quiet())
-        stack.enter_context(generation_dtype(torch.bfloat16 if args.precision == "bf16" else None))
-        if not args.hub_endpoint:  # the embedded LocalHub takes large files by LFS, which the client uses with Xet off
-            stack.enter_context(mock.patch.object(hf_constants, "HF_HUB_DISABLE_XET", True))
+        _settings(stack, args)
         endpoint = args.hub_endpoint or stack.enter_context(LocalHub(cache_dir() / "localhub", lfs=True)).endpoint
         hub, work = (
             {"endpoint": endpoint, "token": args.hub_token},
@@ -608,20 +740,12 @@ def run_demo(
             f"adaptkit demo: Hub at {endpoint}"
             + ("" if args.hub_endpoint else f" (LocalHub, data in {cache_dir() / 'localhub'})")
             + f"; {args.precision}" + ("" if args.stages == list(STAGES) else f"; stages: {' '.join(args.stages)}")
+            + ("" if len(lanes) == 1 else f"; lanes: {' | '.join(' '.join(lane) for lane in lanes)} (a process "
+               "each, 1 torch thread)")
         )
         with log.stage("bases"): bases = _bases(hub, args.namespace, log, models)
-        data = arithmetic_task(max(8 * args.pissa_steps, 64), args.n_test)
-        done, steps = {}, {
-            "pissa": lambda: _pissa(args, hub, bases["smol"], data, work, log),
-            "aligner": lambda: _aligner(args, hub, bases["smol"], work, log),
-            "repnoise": lambda: _repnoise(args, hub, bases["smol"], work, log, models.repnoise_layers,
-                                          models.repnoise_max_length),
-            "translora": lambda: _translora(args, hub, bases["smol"], bases["gemma"], done["pissa"], data, work, log,
-                                            models.translora_threshold),
-            "emr": lambda: _emr(args, hub, bases["minilm"], work, log),
-        }
-        for name in args.stages:
-            with log.stage(name): done[name] = steps[name]()
+        if len(lanes) > 1: _run_lanes(lanes, args, hub, bases, models, work, log)
+        else: _serial(args.stages, _steps(args, hub, bases, models, args.stages, work, log, done := {}), log, done)
     out, steal = cache_dir() / "demo" / "results.json", cpu_steal_share(log.cpu, cpu_times())
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(
@@ -629,7 +753,7 @@ def run_demo(
             {"endpoint": endpoint, "seconds": round(time.perf_counter() - log.start), "stage_seconds": log.stages,
              "load_average": {**log.load, "end": [round(x, 2) for x in os.getloadavg()]}, "cpu_steal_share": steal,
              "stage_cpu_steal_share": log.stage_steal, "cpus": os.cpu_count(), "precision": args.precision,
-             "stages": args.stages, "rows": log.rows},
+             "stages": args.stages, "lanes": lanes, "rows": log.rows},
             indent=1,
         )
         + "\n"

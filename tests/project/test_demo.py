@@ -113,8 +113,15 @@ def test_the_demo_runs_every_step_through_the_hub(tiny_bases, tmp_path, monkeypa
     assert abs(repnoise["gain"] - (harm[2]["harmfulness"] - harm[3]["harmfulness"])) < 2e-4  # undefended - immunised
     assert set(results["stage_seconds"]) == {"bases", "pissa", "aligner", "repnoise", "translora", "emr"}
     assert results["stages"] == list(STAGES) and "stages:" not in out.splitlines()[0]
-    assert all(s >= 0 for s in results["stage_seconds"].values()) and sum(results["stage_seconds"].values()) <= \
-        results["seconds"] + 1
+    # two lanes (the default), each a process: every stage's rows merged in the demo's order (above), lines as they came
+    assert results["lanes"] == [["pissa", "translora", "emr"], ["aligner", "repnoise"]]
+    assert "; lanes: pissa translora emr | aligner repnoise (a process each, 1 torch thread)" in out.splitlines()[0]
+    assert all(s >= 0 for s in results["stage_seconds"].values())
+    assert all(sum(results["stage_seconds"][s] for s in lane) <= results["seconds"] + 1 for lane in results["lanes"])
+    assert all(rows[2]["elapsed_s"] <= r["elapsed_s"] <= results["seconds"] + 1 for r in rows[3:])  # the demo's clock
+    said = [line for line in out.splitlines() if line.startswith("[")]  # each row's line, printed as it happened
+    assert len(said) == len(rows) and {line.split("] ")[1].split()[0] for line in said} == {"base", *STAGES}
+    assert out.index("] aligner   answers corrected") < out.index("adaptkit demo: done")
     assert results["precision"] == "bf16" and "; bf16" in out.splitlines()[0]
     assert len(results["load_average"]["start"]) == len(results["load_average"]["end"]) == 3
     steal = results["cpu_steal_share"]  # the hypervisor's share of the machine's CPU over the run (None: no /proc/stat)
@@ -159,21 +166,44 @@ def test_auto_precision_is_bf16_only_where_the_cpu_computes_it(monkeypatch):
 
 
 def test_the_demo_runs_only_the_stages_asked_for(tiny_bases, tmp_path, monkeypatch, capsys):
-    "`--stages translora`: the bases, then PiSSA (whose adapter Trans-LoRA moves), then Trans-LoRA, and nothing else."
+    """`--stages translora emr --lanes 1`: the bases, then PiSSA (whose adapter Trans-LoRA moves), Trans-LoRA and EMR
+    one after another in this process, and nothing else."""
     monkeypatch.setenv("ADAPTKIT_CACHE", str(tmp_path / "cache"))
     args = DemoArguments(namespace="tiny", pissa_steps=2, translora_synthetic=8, translora_steps=2, translora_batch=2,
-                         n_test=8, stages=["translora"], precision="fp32")
+                         emr_steps=2, n_test=8, stages=["translora", "emr"], precision="fp32", lanes=1)
     assert run_demo(args, tiny_bases) == 0
     out = capsys.readouterr().out
     results = json.loads((tmp_path / "cache" / "demo" / "results.json").read_text())
-    assert [r["step"] for r in results["rows"]] == ["base"] * 3 + ["pissa"] * 3 + ["translora"] * 4
-    assert results["stages"] == ["pissa", "translora"]
-    assert set(results["stage_seconds"]) == {"bases", "pissa", "translora"}
-    assert "; stages: pissa translora" in out.splitlines()[0]
+    assert [r["step"] for r in results["rows"]] == (["base"] * 3 + ["pissa"] * 3 + ["translora"] * 4
+                                                    + ["emr"] * 2 * len(EMR_TASKS))
+    assert results["stages"] == ["pissa", "translora", "emr"] and results["lanes"] == [results["stages"]]
+    assert set(results["stage_seconds"]) == {"bases", "pissa", "translora", "emr"}
+    assert sum(results["stage_seconds"].values()) <= results["seconds"] + 1  # one after another
+    assert "; stages: pissa translora emr" in out.splitlines()[0] and "lanes:" not in out.splitlines()[0]
+    assert torch.get_num_threads() == 2  # this process's threads, as the fixture set them
+
+
+def test_a_stage_that_fails_in_a_lane_names_itself_and_writes_no_results(tiny_bases, tmp_path, monkeypatch, capsys):
+    "A RepNoise layer the tiny model lacks fails RepNoise in its lane: the error names the stage, the lane, the cause."
+    from dataclasses import replace
+    monkeypatch.setenv("ADAPTKIT_CACHE", str(tmp_path / "cache"))
+    args = DemoArguments(namespace="tiny", repnoise_steps=2, repnoise_attack_steps=2, emr_steps=2,
+                         stages=["repnoise", "emr"], precision="fp32")
+    with pytest.raises(RuntimeError) as failed: run_demo(args, replace(tiny_bases, repnoise_layers=(0, 99)))
+    said = str(failed.value)
+    assert said.startswith("adaptkit demo: stage repnoise failed in lane 1 (repnoise)\n"), said[:300]
+    assert "Traceback" in said and "ValueError: layers [99] out of range for a model with 2 decoder layers" in said
+    out = capsys.readouterr().out
+    assert "; lanes: repnoise | emr" in out.splitlines()[0]
+    assert "adaptkit demo: repnoise failed in lane 1 (ValueError: layers [99] out of range" in out  # said at once
+    if "lane 2 (emr) stopped after none of its stages" not in said:  # the other lane had started: it finished
+        assert "] emr       `chat` from the pulled EMR bundle" in out and "emr failed" not in said
+    assert not (tmp_path / "cache" / "demo" / "results.json").exists()  # no partial results
 
 
 def test_an_unknown_stage_is_refused_before_the_hub_starts(tmp_path, monkeypatch):
     monkeypatch.setenv("ADAPTKIT_CACHE", str(tmp_path / "cache"))
     with pytest.raises(ValueError, match="--stages pisa: use one or more of pissa, aligner, repnoise, translora, emr"):
         run_demo(DemoArguments(stages=["pissa", "pisa"]), DemoModels())
+    with pytest.raises(ValueError, match="--lanes 0: use 1"): run_demo(DemoArguments(lanes=0), DemoModels())
     assert not (tmp_path / "cache").exists()
