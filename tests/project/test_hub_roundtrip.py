@@ -4,8 +4,6 @@ refuses a shard whose files' bytes, read back from its own xorbs in each file's 
 shard gives."""
 import hashlib
 import http.client
-import importlib.util
-import sys
 import threading
 from http.server import ThreadingHTTPServer
 from pathlib import Path
@@ -30,14 +28,9 @@ SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "hub_roundtrip.py"
 
 
 @pytest.fixture(scope="module")
-def bench():
-    "benchmarks/hub_roundtrip.py as a module (it imports `_bench` from its own folder)."
-    sys.path.insert(0, str(SCRIPT.parent))
-    spec = importlib.util.spec_from_file_location("hub_roundtrip", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    yield module
-    sys.path.remove(str(SCRIPT.parent))
+def bench(benchmark_module):
+    "benchmarks/hub_roundtrip.py as a module."
+    with benchmark_module("hub_roundtrip") as module: yield module
 
 
 @pytest.fixture

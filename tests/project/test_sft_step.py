@@ -2,7 +2,6 @@
 builds both trainers per model, checks their step-1 losses and the head's rows, times paired repeats and writes only
 `--out`; a step-1 loss or head that differs stops it before anything is timed."""
 import contextlib
-import importlib.util
 import json
 import subprocess
 import sys
@@ -21,14 +20,9 @@ def _results() -> dict:
 
 
 @pytest.fixture(scope="module")
-def bench(tmp_path_factory):
-    "benchmarks/sft_step.py as a module (it imports `_bench` from its own folder)."
-    sys.path.insert(0, str(SCRIPT.parent))
-    spec = importlib.util.spec_from_file_location("sft_step", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    yield module
-    sys.path.remove(str(SCRIPT.parent))
+def bench(benchmark_module):
+    "benchmarks/sft_step.py as a module."
+    with benchmark_module("sft_step") as module: yield module
 
 
 def test_the_quick_run_checks_times_and_writes_only_out(tmp_path):
