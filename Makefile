@@ -25,8 +25,10 @@ CHROMEDRIVER := /usr/bin/chromedriver
 # lock's versions; uv (parallel downloads and installs, several times faster than pip) installs the rest. The lock pins
 # torch==2.13.0+cpu, which PyPI lacks, so uv keeps the installed build; tests/scripts/cpu_only.py fails the venv loudly
 # if a CUDA torch or an nvidia-* package came in anyway (multi-GB downloads otherwise noticed only by the clock).
-PIP_LOCKED = $(1)/bin/pip install -q --no-compile -c $(LOCK)
-UV_PIP = $(1)/bin/uv pip install -q --python $(1)/bin/python
+# Both compile bytecode as they install (pip by default, uv when asked): where PYTHONDONTWRITEBYTECODE is set, as on
+# these machines, nothing else writes it, and every test process would compile torch and transformers again.
+PIP_LOCKED = $(1)/bin/pip install -q -c $(LOCK)
+UV_PIP = $(1)/bin/uv pip install -q --compile-bytecode --python $(1)/bin/python
 # (a venv that fails the check loses its target, so the next make rebuilds it rather than trusting it)
 CPU_ONLY = $(1)/bin/python tests/scripts/cpu_only.py $(2) || { rm -f $@; exit 1; }
 

@@ -453,6 +453,8 @@ def test_setup_installs_torch_and_uv_with_pip_the_rest_with_uv_then_checks_for_c
         words = lines[pip[0]].split()  # torch (the CPU build on local disk: pip finds it, uv not) at the lock's pin
         assert words[words.index("requirements-lock.txt") + 1:] == (["torch", "uv"] if torch else ["uv"]), lines[pip[0]]
         assert uv and all(f"--python {venv}/bin/python" in lines[i] for i in uv), f"{venv}: uv must target the venv"
+        # bytecode at install: under PYTHONDONTWRITEBYTECODE nothing else writes it, and each process compiles torch
+        assert "--no-compile" not in words and all("--compile-bytecode" in lines[i].split() for i in uv), venv
         assert len(check) == 1 and pip[0] < min(uv) and max(uv) < check[0], f"{venv}: no CPU check after the installs"
         assert ("--torch" in lines[check[0]].split()) == torch, lines[check[0]]
 
@@ -465,3 +467,10 @@ def test_cpu_only_names_a_cuda_torch_and_nvidia_packages():
         "torch 2.13.0 is not the CPU build (no +cpu)", "nvidia-cublas-cu12==12.8.4.1 is a CUDA package"]
     assert problems({}, need_torch=True) == ["torch is not installed"] and problems({}, need_torch=False) == []
     assert problems(installed(), need_torch=True) == [], "the venv running the tests has a CUDA torch"
+
+
+def test_the_venv_holds_torchs_bytecode():
+    "`make setup` compiles what it installs (pip and uv): else, under PYTHONDONTWRITEBYTECODE, every import compiles."
+    import importlib.util
+    source = importlib.util.find_spec("torch").origin
+    assert Path(importlib.util.cache_from_source(source)).exists(), f"{source} has no bytecode: rebuild the venv"
