@@ -13,24 +13,43 @@ ASSETS := $(shell sed -n 's/^asset_requirements *= *//p' settings.ini)
 export HF_HUB_DISABLE_TELEMETRY := 1
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: demo test export-nbs check-nbs lint nbtest pytest readme docs bench clean-venv mutation lock lock-oldest test-oldest help-texts
+.PHONY: demo test setup export-nbs check-nbs lint nbtest pytest readme docs bench clean-venv mutation lock lock-oldest test-oldest help-texts
 # olah (a third-party Hub mirror) pins versions that conflict with ours: it gets its own venv, used by one conformance test
 OLAH := .venv-olah/bin/olah-cli
 # mergekit (LGPL, never imported by adaptkit) pins its own set too: its own venv, for tests/emr/test_methods.py
 MERGEKIT := .venv-mergekit/bin/mergekit-yaml
+# Debian's Chromium and its driver, for tests/project/test_docs.py (installed only when missing)
+CHROMEDRIVER := /usr/bin/chromedriver
 
-# torch first, from the lock (the CPU build on local disk), so nothing pulls a CUDA build
-$(STAMP): setup.py settings.ini Makefile $(LOCK)
+# Each venv: pip installs torch (the CPU build on local disk, which only pip's machine config finds) and uv, both at the
+# lock's versions; uv (parallel downloads and installs, several times faster than pip) installs the rest. The lock pins
+# torch==2.13.0+cpu, which PyPI lacks, so uv keeps the installed build; tests/scripts/cpu_only.py fails the venv loudly
+# if a CUDA torch or an nvidia-* package came in anyway (multi-GB downloads otherwise noticed only by the clock).
+# Both compile bytecode as they install (pip by default, uv when asked): where PYTHONDONTWRITEBYTECODE is set, as on
+# these machines, nothing else writes it, and every test process would compile torch and transformers again.
+PIP_LOCKED = $(1)/bin/pip install -q -c $(LOCK)
+UV_PIP = $(1)/bin/uv pip install -q --compile-bytecode --python $(1)/bin/python
+# (a venv that fails the check loses its target, so the next make rebuilds it rather than trusting it)
+CPU_ONLY = $(1)/bin/python tests/scripts/cpu_only.py $(2) || { rm -f $@; exit 1; }
+
+$(STAMP): setup.py settings.ini Makefile $(LOCK) tests/scripts/cpu_only.py
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install -q -c $(LOCK) torch
-	$(BIN)/pip install -q -c $(LOCK) -e ".[dev]"
-	$(BIN)/pip install -q --no-deps $(ASSETS)
+	$(call PIP_LOCKED,$(VENV)) torch uv
+	$(call UV_PIP,$(VENV)) -c $(LOCK) -e ".[dev]"
+	$(call UV_PIP,$(VENV)) --no-deps $(ASSETS)
+	$(call CPU_ONLY,$(VENV),--torch)
 	@touch $@
 
 demo: $(STAMP)
 	$(BIN)/adaptkit demo
 
-test: check-nbs lint nbtest pytest
+# The venvs (and Chromium, when missing) install side by side, mostly waiting on downloads; the tests then run one
+# target at a time, each using both cores itself. `make setup` alone builds everything `make test` needs.
+test:
+	$(MAKE) -j4 --output-sync=target setup
+	$(MAKE) -j1 check-nbs lint nbtest pytest
+
+setup: $(STAMP) $(OLAH) $(MERGEKIT) $(CHROMEDRIVER)
 
 # Lines within 120 characters, pyflakes, sorted imports (pyproject.toml's [tool.ruff]); notebooks are checked cell by cell.
 lint: $(STAMP)
@@ -58,18 +77,21 @@ check-nbs: $(STAMP)
 nbtest: $(STAMP)
 	OMP_NUM_THREADS=1 $(BIN)/nbdev_test --n_workers 2
 
+# olah needs no torch: uv alone from the lock, then olah's pins
 $(OLAH): requirements-olah.txt
 	@test -x .venv-olah/bin/python || $(PYTHON) -m venv .venv-olah
-	.venv-olah/bin/pip install -q -r requirements-olah.txt
+	$(call PIP_LOCKED,.venv-olah) uv
+	$(call UV_PIP,.venv-olah) -r requirements-olah.txt
+	$(call CPU_ONLY,.venv-olah)
 
-# torch first, from the lock (the CPU build on local disk), then mergekit's pins
+# torch and uv first, from the lock (torch the CPU build on local disk), then mergekit's pins
 $(MERGEKIT): requirements-mergekit.txt
 	@test -x .venv-mergekit/bin/python || $(PYTHON) -m venv .venv-mergekit
-	.venv-mergekit/bin/pip install -q -c $(LOCK) torch
-	.venv-mergekit/bin/pip install -q -r requirements-mergekit.txt
+	$(call PIP_LOCKED,.venv-mergekit) torch uv
+	$(call UV_PIP,.venv-mergekit) -r requirements-mergekit.txt
+	$(call CPU_ONLY,.venv-mergekit,--torch)
 
 # The docs site (MkDocs, from nbs/, no Quarto) goes to _docs/; tests/project/test_docs.py opens it in Debian's headless Chromium.
-CHROMEDRIVER := /usr/bin/chromedriver
 $(CHROMEDRIVER):
 	@command -v chromium >/dev/null && test -x $@ || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium chromium-driver; }
 

@@ -417,3 +417,60 @@ def test_a_moved_name_in_a_benchmark_is_named(tmp_path):
                                                    "bench.py:6 no_such_module_here"]
     (tmp_path / "broken.py").write_text("def f(:\n")
     assert benchmark_import_problems([tmp_path / "broken.py"])[0].startswith("broken.py:1 does not compile")
+
+
+# --- the Makefile: `make test` sets the venvs up side by side (uv, CPU torch only), then tests one target at a time
+
+VENVS = {".venv": True, ".venv-olah": False, ".venv-mergekit": True}  # {venv: has torch}
+
+
+def _make_n(*args) -> list[str]:
+    "The commands `make -n *args` would run (recipes printed, not run; only `$(MAKE)` lines run, dry too)."
+    import os
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
+    out = subprocess.run(["make", "--no-print-directory", "-n", *args], cwd=ROOT, env=env, capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0, f"make -n {' '.join(args)} failed: {out.stderr[-2000:]}"
+    return out.stdout.splitlines()
+
+
+def test_make_test_sets_up_side_by_side_then_tests_one_target_at_a_time():
+    import re
+    lines = _make_n("test")
+    setup = [i for i, l in enumerate(lines) if re.fullmatch(r"\S*make -j[2-9]\d* --output-sync=target setup", l)]
+    tests = [i for i, l in enumerate(lines) if re.fullmatch(r"\S*make -j1 check-nbs lint nbtest pytest", l)]
+    assert setup and tests and setup[0] < tests[0], f"`make test` runs no parallel setup before its tests: {lines[:5]}"
+
+
+def test_setup_installs_torch_and_uv_with_pip_the_rest_with_uv_then_checks_for_cuda():
+    lines = _make_n("-B", "setup")
+    assert any("apt-get install" in l and "chromium-driver" in l for l in lines), "`make setup` skips Chromium"
+    for venv, torch in VENVS.items():
+        pip = [i for i, l in enumerate(lines) if l.startswith(f"{venv}/bin/pip ")]
+        uv = [i for i, l in enumerate(lines) if l.startswith(f"{venv}/bin/uv pip install ")]
+        check = [i for i, l in enumerate(lines) if l.startswith(f"{venv}/bin/python tests/scripts/cpu_only.py")]
+        assert len(pip) == 1, f"{venv}: pip installs torch and uv only, uv the rest: {[lines[i] for i in pip]}"
+        words = lines[pip[0]].split()  # torch (the CPU build on local disk: pip finds it, uv not) at the lock's pin
+        assert words[words.index("requirements-lock.txt") + 1:] == (["torch", "uv"] if torch else ["uv"]), lines[pip[0]]
+        assert uv and all(f"--python {venv}/bin/python" in lines[i] for i in uv), f"{venv}: uv must target the venv"
+        # bytecode at install: under PYTHONDONTWRITEBYTECODE nothing else writes it, and each process compiles torch
+        assert "--no-compile" not in words and all("--compile-bytecode" in lines[i].split() for i in uv), venv
+        assert len(check) == 1 and pip[0] < min(uv) and max(uv) < check[0], f"{venv}: no CPU check after the installs"
+        assert ("--torch" in lines[check[0]].split()) == torch, lines[check[0]]
+
+
+def test_cpu_only_names_a_cuda_torch_and_nvidia_packages():
+    problems, installed = (runpy.run_path(str(ROOT / "tests" / "scripts" / "cpu_only.py"))[k]
+                           for k in ("problems", "installed"))
+    assert problems({"torch": "2.13.0+cpu", "numpy": "2.3.0"}, need_torch=True) == []
+    assert problems({"torch": "2.13.0", "nvidia-cublas-cu12": "12.8.4.1"}, need_torch=True) == [
+        "torch 2.13.0 is not the CPU build (no +cpu)", "nvidia-cublas-cu12==12.8.4.1 is a CUDA package"]
+    assert problems({}, need_torch=True) == ["torch is not installed"] and problems({}, need_torch=False) == []
+    assert problems(installed(), need_torch=True) == [], "the venv running the tests has a CUDA torch"
+
+
+def test_the_venv_holds_torchs_bytecode():
+    "`make setup` compiles what it installs (pip and uv): else, under PYTHONDONTWRITEBYTECODE, every import compiles."
+    import importlib.util
+    source = importlib.util.find_spec("torch").origin
+    assert Path(importlib.util.cache_from_source(source)).exists(), f"{source} has no bytecode: rebuild the venv"

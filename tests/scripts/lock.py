@@ -4,10 +4,11 @@
     python tests/scripts/lock.py oldest   # requirements-oldest.txt: the lowest it allows (`make lock-oldest`)
 
 `newest` installs torch (the CPU build on this machine's disk) and `.[dev]` into a new venv with pip, then freezes
-it: the dev/CI environment, every package pinned. `oldest` asks uv (pinned below, installed into the throwaway venv)
-for the lowest versions of the direct requirements (`--resolution lowest-direct`) that resolve together, torch held
-at the CPU build and the test tools at their locked versions: `make test-oldest` runs the fast tests there, which
-is what makes settings.ini's lower bounds true.
+it: the dev/CI environment, every package pinned (uv too, a dev requirement: the Makefile installs with it).
+`oldest` asks uv (the lock's version, installed into the throwaway venv) for the lowest versions of the direct
+requirements (`--resolution lowest-direct`) that resolve together, torch held at the CPU build and the test tools
+at their locked versions: `make test-oldest` runs the fast tests there, which is what makes settings.ini's lower
+bounds true.
 The olah venv (a third-party mirror used by one conformance test) gets its own frozen file. Each file is written
 whole or not at all (a temporary file, then a rename)."""
 import configparser
@@ -21,7 +22,6 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 TORCH = "torch==2.13.0"  # the CPU build on local disk; a newer or unpinned torch pulls a multi-GB CUDA build
-UV = "uv==0.13.9"
 OLAH = "olah==0.5.4"
 
 
@@ -60,6 +60,18 @@ def name(requirement: str) -> str:
     return re.split(r"[<>=!~\[; ]", requirement.strip(), maxsplit=1)[0].lower().replace("_", "-")
 
 
+def locked() -> list[str]:
+    "requirements-lock.txt's pins."
+    return [l for l in (ROOT / "requirements-lock.txt").read_text().splitlines() if l and not l.startswith("#")]
+
+
+def lock_pin(package: str) -> str:
+    "requirements-lock.txt's line for `package`."
+    pins = [l for l in locked() if name(l) == package]
+    if not pins: sys.exit(f"requirements-lock.txt pins no {package}")
+    return pins[0]
+
+
 def frozen(pip: Path) -> list[str]:
     return [l for l in sh(pip, "freeze", "--exclude-editable").splitlines() if l and not l.startswith("#")]
 
@@ -76,15 +88,14 @@ def newest(tmp: Path):
 
 def oldest(tmp: Path):
     pip = venv(tmp / "venv")
-    sh(pip, "install", "-q", UV)
+    sh(pip, "install", "-q", lock_pin("uv"))
     cfg = settings()
     runtime, dev = cfg["requirements"].split(), cfg["dev_requirements"].split()
     (tmp / "in.txt").write_text("\n".join(runtime + dev) + "\n")
     (tmp / "torch.txt").write_text(TORCH + "\n")
     # the lower bounds under test are the library's; test tools (pytest, nbdev, matplotlib, ...) stay as locked
     tools = {name(r) for r in dev} - {name(r) for r in runtime}
-    locked = (ROOT / "requirements-lock.txt").read_text().splitlines()
-    pinned_tools = [l for l in locked if l and not l.startswith("#") and name(l) in tools]
+    pinned_tools = [l for l in locked() if name(l) in tools]
     (tmp / "tools.txt").write_text("\n".join(pinned_tools) + "\n")
     py = f"{sys.version_info.major}.{sys.version_info.minor}"
     sh(pip.parent / "uv", "pip", "compile", "-q", "--resolution", "lowest-direct", "--python-version", py,
