@@ -593,8 +593,9 @@ def _stages(chosen) -> list[str]:
 
 
 # %% ../nbs/21_demo.ipynb #5c1e7a21
-# seconds of each stage at 2 threads (the real demo, 2-core Intel Xeon, quiet): what the lanes are balanced by
-_SECONDS = {"pissa": 122, "aligner": 147, "repnoise": 170, "translora": 126, "emr": 89}
+# each stage's seconds in its lane, one torch thread (demo.json's stage_seconds, `make demo` at c461a40, 2-core Intel
+# Xeon): what the lanes are balanced by
+_SECONDS = {"pissa": 225, "aligner": 199, "repnoise": 248, "translora": 213, "emr": 127}
 
 def _lanes(stages: list[str], n: int) -> list[list[str]]:
     """`stages` (resolved, `_stages`) in at most `n` lanes: the longest first (`_SECONDS`), each to the least loaded
