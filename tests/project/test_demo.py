@@ -9,7 +9,7 @@ import pytest
 import torch
 from huggingface_hub import HfApi
 
-from adaptkit.demo import EMR_TASKS, STAGES, DemoArguments, DemoModels, run_demo
+from adaptkit.demo import EMR_TASKS, STAGES, DemoArguments, DemoModels, _cores, run_demo
 from adaptkit.localhub.server import LocalHub
 from adaptkit.models import tiny_causal_lm, tiny_tokenizer
 
@@ -42,6 +42,19 @@ def tiny_bases(tmp_path):
                       translora_threshold=0.0)  # a random model's prompts are all fake: keep them all
 
 
+def assert_two_lanes_shared_the_cores(results: dict, out: str):
+    "The default lanes ran, each on one torch thread until the other ended; then the one left took the cores."
+    assert results["lanes"] == [["pissa", "translora"], ["aligner", "repnoise", "emr"]]
+    assert ("; lanes: pissa translora | aligner repnoise emr (a process each, 1 torch thread until the other lanes "
+            "end)") in out.splitlines()[0]
+    (first, first_end), (last, last_end) = sorted(results["lane_ends_s"].items(), key=lambda kv: kv[1])
+    assert last_end <= results["seconds"] + 1 and set(results["stage_threads"]) == set(results["stage_seconds"])
+    assert all(results["stage_threads"][s] == 1 for s in results["lanes"][int(first) - 1])
+    if _cores() > 1 and last_end - first_end > 2:  # its last stage was still running when the other lane ended
+        assert results["stage_threads"][results["lanes"][int(last) - 1][-1]] == _cores()
+        assert f"adaptkit demo: lane {first} ended; lane {last} (" in out
+
+
 def test_the_demo_runs_every_step_through_the_hub(tiny_bases, tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("ADAPTKIT_CACHE", str(tmp_path / "cache"))
     args = DemoArguments(namespace="tiny", pissa_steps=2, aligner_steps=2, repnoise_steps=2, translora_synthetic=8,
@@ -52,9 +65,11 @@ def test_the_demo_runs_every_step_through_the_hub(tiny_bases, tmp_path, monkeypa
     out = capsys.readouterr().out
     results = json.loads((tmp_path / "cache" / "demo" / "results.json").read_text())
     rows = results["rows"]
-    assert [r["step"] for r in rows] == (["base"] * 3 + ["pissa"] * 3 + ["aligner"] * 2 + ["repnoise"] * 4
-                                         + ["translora"] * 4 + ["emr"] * 2 * len(EMR_TASKS))
-    assert [r["what"] for r in rows[:3]] == ["SmolLM2-135M-Instruct", "Gemma-3-270M", "all-MiniLM-L6-v2"]
+    # SmolLM2, which four stages use, is pushed first; Gemma by Trans-LoRA and MiniLM by EMR, each in its lane
+    assert [r["step"] for r in rows] == (["base"] + ["pissa"] * 3 + ["aligner"] * 2 + ["repnoise"] * 4 + ["base"]
+                                         + ["translora"] * 4 + ["base"] + ["emr"] * 2 * len(EMR_TASKS))
+    assert [r["what"] for r in rows if r["step"] == "base"] == ["SmolLM2-135M-Instruct", "Gemma-3-270M",
+                                                                "all-MiniLM-L6-v2"]
     pushed = {r["repo_id"]: r["commit"] for r in rows if r["repo_id"]}
     assert set(pushed) == {
         f"tiny/{n}"
@@ -109,16 +124,16 @@ def test_the_demo_runs_every_step_through_the_hub(tiny_bases, tmp_path, monkeypa
     assert all(0 <= r["harmfulness"] <= 1 and len(r["harmfulness_95ci"]) == 2 for r in harm)
     assert all(math.isfinite(r["benign_loss"]) and r["benign_loss"] > 0 for r in harm[:2])
     pissa, repnoise = compared["pissa"], compared["repnoise"]
-    assert abs(pissa["gain"] - (pissa["accuracy"] - rows[4]["accuracy"])) < 2e-4  # PiSSA - LoRA, paired
+    lora = next(r for r in rows if r["what"].startswith("the baseline: LoRA"))
+    assert abs(pissa["gain"] - (pissa["accuracy"] - lora["accuracy"])) < 2e-4  # PiSSA - LoRA, paired
     assert abs(repnoise["gain"] - (harm[2]["harmfulness"] - harm[3]["harmfulness"])) < 2e-4  # undefended - immunised
     assert set(results["stage_seconds"]) == {"bases", "pissa", "aligner", "repnoise", "translora", "emr"}
     assert results["stages"] == list(STAGES) and "stages:" not in out.splitlines()[0]
     # two lanes (the default), each a process: every stage's rows merged in the demo's order (above), lines as they came
-    assert results["lanes"] == [["pissa", "translora", "emr"], ["aligner", "repnoise"]]
-    assert "; lanes: pissa translora emr | aligner repnoise (a process each, 1 torch thread)" in out.splitlines()[0]
+    assert_two_lanes_shared_the_cores(results, out)
     assert all(s >= 0 for s in results["stage_seconds"].values())
     assert all(sum(results["stage_seconds"][s] for s in lane) <= results["seconds"] + 1 for lane in results["lanes"])
-    assert all(rows[2]["elapsed_s"] <= r["elapsed_s"] <= results["seconds"] + 1 for r in rows[3:])  # the demo's clock
+    assert all(rows[0]["elapsed_s"] <= r["elapsed_s"] <= results["seconds"] + 1 for r in rows[1:])  # the demo's clock
     said = [line for line in out.splitlines() if line.startswith("[")]  # each row's line, printed as it happened
     assert len(said) == len(rows) and {line.split("] ")[1].split()[0] for line in said} == {"base", *STAGES}
     assert out.index("] aligner   answers corrected") < out.index("adaptkit demo: done")
@@ -132,6 +147,34 @@ def test_the_demo_runs_every_step_through_the_hub(tiny_bases, tmp_path, monkeypa
     for repo_id, commit in pushed.items(): assert f"{repo_id}@{commit[:8]}" in out  # the final table names every commit
     assert out.rstrip().endswith(f"results: {tmp_path / 'cache' / 'demo' / 'results.json'}")
     print(f"tiny demo: {seconds:.0f} s")
+
+
+def test_a_lane_takes_the_cores_another_lane_freed():
+    """In a lane's process (`_lane_start`): one torch thread while both lanes run; each SIGUSR1 (the parent's, when a
+    lane ends) gives it its share of the cores left, and never takes threads away."""
+    import multiprocessing
+    import os
+    import signal
+
+    from adaptkit.demo import _lane_start
+    threads, handler, omp = torch.get_num_threads(), signal.getsignal(signal.SIGUSR1), os.environ.get("OMP_NUM_THREADS")
+    running = multiprocessing.get_context("spawn").Value("i", 2)
+    try:
+        _lane_start(None, None, running)
+        assert torch.get_num_threads() == 1 and os.environ["OMP_NUM_THREADS"] == "1"
+        os.kill(os.getpid(), signal.SIGUSR1)  # two lanes still running: half the cores each
+        assert torch.get_num_threads() == max(1, _cores() // 2)
+        running.value = 1
+        os.kill(os.getpid(), signal.SIGUSR1)  # alone
+        assert torch.get_num_threads() == _cores()
+        running.value = 2
+        os.kill(os.getpid(), signal.SIGUSR1)  # a late signal never narrows a lane mid-stage
+        assert torch.get_num_threads() == _cores()
+    finally:
+        signal.signal(signal.SIGUSR1, handler)
+        torch.set_num_threads(threads)
+        if omp is None: os.environ.pop("OMP_NUM_THREADS")
+        else: os.environ["OMP_NUM_THREADS"] = omp
 
 
 def test_the_default_models_are_the_real_ones():
@@ -166,16 +209,16 @@ def test_auto_precision_is_bf16_only_where_the_cpu_computes_it(monkeypatch):
 
 
 def test_the_demo_runs_only_the_stages_asked_for(tiny_bases, tmp_path, monkeypatch, capsys):
-    """`--stages translora emr --lanes 1`: the bases, then PiSSA (whose adapter Trans-LoRA moves), Trans-LoRA and EMR
-    one after another in this process, and nothing else."""
+    """`--stages translora emr --lanes 1`: SmolLM2, then PiSSA (whose adapter Trans-LoRA moves), Trans-LoRA (pushing
+    Gemma) and EMR (pushing MiniLM) one after another in this process, and nothing else."""
     monkeypatch.setenv("ADAPTKIT_CACHE", str(tmp_path / "cache"))
     args = DemoArguments(namespace="tiny", pissa_steps=2, translora_synthetic=8, translora_steps=2, translora_batch=2,
                          emr_steps=2, n_test=8, stages=["translora", "emr"], precision="fp32", lanes=1)
     assert run_demo(args, tiny_bases) == 0
     out = capsys.readouterr().out
     results = json.loads((tmp_path / "cache" / "demo" / "results.json").read_text())
-    assert [r["step"] for r in results["rows"]] == (["base"] * 3 + ["pissa"] * 3 + ["translora"] * 4
-                                                    + ["emr"] * 2 * len(EMR_TASKS))
+    assert [r["step"] for r in results["rows"]] == (["base"] + ["pissa"] * 3 + ["base"] + ["translora"] * 4
+                                                    + ["base"] + ["emr"] * 2 * len(EMR_TASKS))
     assert results["stages"] == ["pissa", "translora", "emr"] and results["lanes"] == [results["stages"]]
     assert set(results["stage_seconds"]) == {"bases", "pissa", "translora", "emr"}
     assert sum(results["stage_seconds"].values()) <= results["seconds"] + 1  # one after another
