@@ -13,7 +13,7 @@ ASSETS := $(shell sed -n 's/^asset_requirements *= *//p' settings.ini)
 export HF_HUB_DISABLE_TELEMETRY := 1
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: demo test setup export-nbs check-nbs lint nbtest pytest readme docs bench clean-venv mutation lock lock-oldest test-oldest help-texts
+.PHONY: demo test setup export-nbs check-nbs lint nbtest pytest test-durations readme docs bench clean-venv mutation lock lock-oldest test-oldest help-texts
 # olah (a third-party Hub mirror) pins versions that conflict with ours: it gets its own venv, used by one conformance test
 OLAH := .venv-olah/bin/olah-cli
 # mergekit (LGPL, never imported by adaptkit) pins its own set too: its own venv, for tests/emr/test_methods.py
@@ -101,9 +101,15 @@ docs: $(STAMP) $(CHROMEDRIVER)
 # Two xdist workers, one per core, one torch thread each (tests/conftest.py), each with its own HF and adaptkit caches.
 # --durations=15 prints the 15 slowest tests at the end. --dist loadfile keeps a test file on one worker: its module
 # fixtures (a two-rank DDP launch, mergekit's merges, the docs site and Chromium, tiny models) are built once, not
-# once per worker.
+# once per worker. --no-loadscope-reorder keeps the files in tests/conftest.py's order, longest first
+# (tests/durations.json), so that the two workers end together.
+PYTEST = $(BIN)/python -m pytest -n 2 --dist loadfile --no-loadscope-reorder --durations=15 tests/
 pytest: $(STAMP) $(OLAH) $(MERGEKIT) $(CHROMEDRIVER)
-	$(BIN)/python -m pytest -n 2 --dist loadfile --durations=15 tests/
+	$(PYTEST)
+
+# Rewrite tests/durations.json from a full run (commit it when files were added or got much slower or faster)
+test-durations: $(STAMP) $(OLAH) $(MERGEKIT) $(CHROMEDRIVER)
+	$(PYTEST) --write-durations
 
 readme: $(STAMP)
 	$(BIN)/python docs/make_readme.py

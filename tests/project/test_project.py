@@ -474,3 +474,19 @@ def test_the_venv_holds_torchs_bytecode():
     import importlib.util
     source = importlib.util.find_spec("torch").origin
     assert Path(importlib.util.cache_from_source(source)).exists(), f"{source} has no bytecode: rebuild the venv"
+
+
+def test_the_test_files_run_longest_first_as_make_pytest_keeps_them():
+    """tests/conftest.py orders the files by tests/durations.json, longest first, each file whole; `make pytest` keeps
+    that order (no xdist reorder). A file the table lacks counts as its median."""
+    import json
+    seconds = json.loads((ROOT / "tests" / "durations.json").read_text())
+    short, long = "tests/core/test_data.py", "tests/project/test_docs.py"
+    assert seconds[long] > seconds[short]
+    out = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:xdist", short, long,
+                          "tests/hub/test_client.py"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    files = [line.split("::")[0] for line in out.stdout.splitlines() if "::" in line]
+    order = list(dict.fromkeys(files))
+    assert order == sorted(order, key=lambda f: -seconds[f]) and order[0] == long, order
+    assert files == sorted(files, key=order.index), "a file's tests were split apart"
+    assert any("--no-loadscope-reorder" in line and "--dist loadfile" in line for line in _make_n("pytest"))
