@@ -62,6 +62,7 @@ def finetuned_copy(
     seed: int,  # fixes the sampled batches and any dropout
     batch_size: int = 4,  # rows per step
     max_length: int = 256,  # longest prompt + answer
+    bf16: bool = False,  # forward passes autocast to bfloat16, as TrainingArguments' bf16 (weights, AdamW stay fp32)
 ):
     "A fine-tuned copy of `model` (all weights, AdamW at constant `lr`) on prompt -> `column` answers of `rows`."
     encoded = _encoded(tokenizer, rows, column, max_length, "fine-tuning rows")
@@ -74,7 +75,9 @@ def finetuned_copy(
         torch.manual_seed(seed)
         for _ in range(steps):
             batch = pad_answers(tokenizer, [encoded[rng.randrange(len(encoded))] for _ in range(batch_size)])
-            tuned(**{k: v.to(tuned.device) for k, v in batch.items()}).loss.backward()
+            with torch.autocast(tuned.device.type, dtype=torch.bfloat16, enabled=bf16):
+                loss = tuned(**{k: v.to(tuned.device) for k, v in batch.items()}).loss
+            loss.backward()
             opt.step()
             opt.zero_grad(set_to_none=True)
     return tuned.eval()
@@ -89,10 +92,11 @@ def harmful_finetune_attack(
     tokenizer,  # the model's tokenizer
     batch_size: int = 4,  # rows per step
     max_length: int = 256,  # longest prompt + answer
+    bf16: bool = False,  # forward passes autocast to bfloat16 (`finetuned_copy`)
 ):
     "A copy of `model` after the harmful fine-tuning attack: plain SFT on the harmful answers of `rows`."
     return finetuned_copy(model, rows, tokenizer=tokenizer, column="harmful", lr=lr, steps=steps, seed=seed,
-                          batch_size=batch_size, max_length=max_length)
+                          batch_size=batch_size, max_length=max_length, bf16=bf16)
 
 # %% ../../nbs/repnoise/05_harness.ipynb #7e3b9dad
 @torch.no_grad()
