@@ -5,6 +5,8 @@ the site. Usage: `python docs/build.py [--out DIR]` (default `_docs/`)."""
 import argparse
 import ast
 import base64
+import contextlib
+import functools
 import importlib
 import json
 import re
@@ -412,6 +414,18 @@ def write_sources(docs_dir):
     return [{"Home": "index.md"}] + [{k: v} for k, v in nav.items() if v]
 
 
+@contextlib.contextmanager
+def _source_found_once():
+    """`inspect.findsource` remembered per object while the sources are written: the API entries ask for a class's
+    source once per method (`_in_body`) and again in fastcore's docments, and each time Python re-parses the class's
+    whole module to find it (a fifth of the build). The site is built in one pass over files that do not change."""
+    import inspect
+    findsource = inspect.findsource
+    inspect.findsource = functools.lru_cache(maxsize=None)(findsource)
+    try: yield
+    finally: inspect.findsource = findsource
+
+
 def build(out=ROOT / "_docs"):
     "Build the whole site into `out` (replaced) and return its folder."
     import logging
@@ -421,7 +435,7 @@ def build(out=ROOT / "_docs"):
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(message)s")
     out = Path(out).resolve()
     with tempfile.TemporaryDirectory(prefix="adaptkit-docs-") as tmp:
-        nav = write_sources(tmp)
+        with _source_found_once(): nav = write_sources(tmp)
         cfg = load_config(str(ROOT / "docs" / "mkdocs.yml"), docs_dir=tmp, site_dir=str(out), nav=nav)
         mkdocs_build(cfg)
     return out
