@@ -2,6 +2,7 @@
 every page over a loopback HTTP server: pages load, site-relative links and images resolve (anchors included), every
 exported symbol of a module has its API entry, and the browser logs no error. Screenshots of every page are copied to
 tests/artifacts/docs/ (gitignored)."""
+import collections
 import functools
 import http.server
 import importlib
@@ -98,6 +99,17 @@ def _fetch(url):
         return e.code, ""
 
 
+# What the page checks read from a loaded page, gathered in one script: its state, title and first heading, every link,
+# image, stylesheet and script it refers to, every element id (in order, duplicates kept), and the images that failed.
+PAGE_FACTS = """return {
+  ready: document.readyState, title: document.title, h1: document.querySelector('article h1')?.innerText || '',
+  refs: [...document.querySelectorAll('a[href]')].map(a => a.href)
+    .concat([...document.querySelectorAll('img[src], link[href], script[src]')].map(e => e.src || e.href)),
+  ids: [...document.querySelectorAll('[id]')].map(e => e.id),
+  broken_images: [...document.images].filter(i => !i.complete || i.naturalWidth === 0).map(i => i.src),
+}"""
+
+
 def test_docs_site_in_chromium(browser, site):  # browser first: no Chromium fails before the build
     out, base, build_log = site
     b, pages = _expected_pages()
@@ -109,16 +121,14 @@ def test_docs_site_in_chromium(browser, site):  # browser first: no Chromium fai
     for url, kind, modname in pages:
         assert (Path(out) / url / "index.html").is_file(), f"no page built for {url or 'home'}"
         browser.get(base + url)
-        assert browser.execute_script("return document.readyState") == "complete"
-        assert "404" not in browser.title, f"{url}: {browser.title}"
-        assert browser.find_element("css selector", "article h1").text.strip(), f"{url}: page has no title"
+        page = browser.execute_script(PAGE_FACTS)  # one round trip to the browser for every fact the checks read
+        assert page["ready"] == "complete", f"{url}: document.readyState {page['ready']!r}"
+        assert "404" not in page["title"], f"{url}: {page['title']}"
+        assert page["h1"].strip(), f"{url}: page has no title"
         name = (url.strip("/").replace("/", "_") or "index") + ".png"
         browser.save_screenshot(str(shots / name))
         # every site-relative link and image resolves, and so does its #anchor
-        refs = browser.execute_script(
-            "return [...document.querySelectorAll('a[href]')].map(a => a.href)"
-            ".concat([...document.querySelectorAll('img[src], link[href], script[src]')].map(e => e.src || e.href))")
-        for ref in refs:
+        for ref in page["refs"]:
             target, frag = urldefrag(ref)
             if urlparse(target).netloc != urlparse(base).netloc:
                 continue
@@ -129,16 +139,11 @@ def test_docs_site_in_chromium(browser, site):  # browser first: no Chromium fai
                 problems.append(f"{url or 'home'}: {ref} -> HTTP {status}")
             elif frag and not re.search(rf'id="{re.escape(frag)}"', html):
                 problems.append(f"{url or 'home'}: {ref} -> no element with id {frag!r}")
-        dup = browser.execute_script("const ids = [...document.querySelectorAll('[id]')].map(e => e.id);"
-                                     "return ids.filter((x, i) => ids.indexOf(x) !== i)")
-        problems += [f"{url or 'home'}: duplicate id {i!r}" for i in dup]
-        broken = browser.execute_script(
-            "return [...document.images].filter(i => !i.complete || i.naturalWidth === 0).map(i => i.src)"
-        )
-        problems += [f"{url or 'home'}: image does not load: {src}" for src in broken]
+        ids = collections.Counter(page["ids"])
+        problems += [f"{url or 'home'}: duplicate id {i!r}" for i, n in ids.items() if n > 1]
+        problems += [f"{url or 'home'}: image does not load: {src}" for src in page["broken_images"]]
         if kind == "module" and modname:
             mod = importlib.import_module(f"adaptkit.{modname}")
-            ids = set(browser.execute_script("return [...document.querySelectorAll('[id]')].map(e => e.id)"))
             problems += [f"{url}: no API entry for {modname}.{sym}" for sym in mod.__all__ if b._anchor(sym) not in ids]
         problems += [
             f"{url or 'home'}: console: {e['message']}" for e in browser.get_log("browser") if e["level"] == "SEVERE"
