@@ -195,55 +195,81 @@ def test_aligner_round_trip(hub, base_repo, tiny_tok, tmp_path):
         adaptkit.Aligner.from_pretrained("me/not-aligner", endpoint=hub.endpoint)
 
 
+# One process trains every trainer in turn (a fresh interpreter's imports cost most of a run): each a function of its
+# output folder, its outcome a JSON line (its repo id, or the traceback that its own test then shows).
 TRAINER_SCRIPT = """
-import json, sys, datasets
+import json, sys, traceback, datasets
 from adaptkit.models import load_tokenizer
-{setup}
-trainer.train()
-trainer.push_to_hub()
-print(json.dumps({{"repo_id": trainer.hub_model_id}}))
+{setups}
+for method in sys.argv[2:]:
+    try:
+        trainer = globals()[method](f"{{sys.argv[1]}}/{{method}}-run")
+        trainer.train()
+        trainer.push_to_hub()
+        print(json.dumps({{"method": method, "repo_id": trainer.hub_model_id}}), flush=True)
+    except Exception:
+        print(json.dumps({{"method": method, "error": traceback.format_exc()}}), flush=True)
 """
 
-TRAINERS = {
+TRAINERS = {  # method: (the card's library, the body of `def <method>(out)`, which returns the trainer)
     "pissa": ("peft", """
 from adaptkit.pissa import PiSSAConfig, PiSSATrainer
 tok = load_tokenizer("me/tiny-base")
 rows = datasets.Dataset.from_list([{"prompt": f"{i} plus {i} is", "completion": f" {2 * i}."} for i in range(8)])
-args = PiSSAConfig(sys.argv[1], pissa_r=2, max_steps=1, per_device_train_batch_size=4, use_cpu=True,
-                   save_strategy="no", disable_tqdm=True)
-trainer = PiSSATrainer("me/tiny-base", args, train_dataset=rows, processing_class=tok)
+args = PiSSAConfig(out, pissa_r=2, max_steps=1, per_device_train_batch_size=4, use_cpu=True, save_strategy="no",
+                   disable_tqdm=True)
+return PiSSATrainer("me/tiny-base", args, train_dataset=rows, processing_class=tok)
 """),
     "aligner": ("transformers", """
 from adaptkit.aligner import AlignerConfig, AlignerTrainer
 tok = load_tokenizer("me/tiny-base")
 rows = [{"question": f"what is {i} plus {i}?", "answer": f"{i}", "correction": f"{2 * i}"} for i in range(8)]
-args = AlignerConfig(sys.argv[1], max_steps=1, per_device_train_batch_size=4, use_cpu=True, save_strategy="no",
+args = AlignerConfig(out, max_steps=1, per_device_train_batch_size=4, use_cpu=True, save_strategy="no",
                      disable_tqdm=True)
-trainer = AlignerTrainer("me/tiny-base", args, rows, processing_class=tok)
+return AlignerTrainer("me/tiny-base", args, rows, processing_class=tok)
 """),
     "repnoise": ("transformers", """
 from adaptkit.repnoise import RepNoiseConfig, RepNoiseTrainer
 tok = load_tokenizer("me/tiny-base")
 rows = [{"prompt": f"how do I do bad thing {i}?", "harmful": f"step {i}: do it", "harmless": "I can't help with that."}
         for i in range(4)]
-args = RepNoiseConfig(sys.argv[1], max_steps=1, per_device_train_batch_size=2, max_length=32, use_cpu=True,
+args = RepNoiseConfig(out, max_steps=1, per_device_train_batch_size=2, max_length=32, use_cpu=True,
                       save_strategy="no", disable_tqdm=True)
-trainer = RepNoiseTrainer("me/tiny-base", args, rows, processing_class=tok)
+return RepNoiseTrainer("me/tiny-base", args, rows, processing_class=tok)
 """),
 }
 
 
+@pytest.fixture(scope="module")
+def trainer_pushes(tiny_model_dir, tmp_path_factory):
+    """Each of `TRAINERS` trained a step and pushed by `trainer.push_to_hub()` in one process whose HF_ENDPOINT is a
+    LocalHub holding the tiny base as me/tiny-base: (the hub, the base's (repo id, commit), each method's outcome,
+    the finished process)."""
+    import shutil
+
+    from adaptkit.localhub.server import LocalHub
+    root = tmp_path_factory.mktemp("trainer-push")
+    with LocalHub(root / "hub") as hub:
+        base = shutil.copytree(tiny_model_dir, root / "base")  # a copy: a push records itself in the folder
+        base_repo = "me/tiny-base", push_folder(base, "me/tiny-base", endpoint=hub.endpoint)
+        script = root / "train.py"
+        script.write_text(TRAINER_SCRIPT.format(setups="".join(
+            f"\ndef {method}(out):\n{textwrap.indent(textwrap.dedent(setup).strip(), '    ')}\n"
+            for method, (_, setup) in TRAINERS.items())))
+        env = {**os.environ, "HF_ENDPOINT": hub.endpoint, "HF_HUB_DISABLE_TELEMETRY": "1", "HF_HUB_DISABLE_XET": "1"}
+        run = subprocess.run([sys.executable, str(script), str(root), *sorted(TRAINERS)], env=env, capture_output=True,
+                             text=True, timeout=600)
+        said = [json.loads(line) for line in run.stdout.splitlines() if line.startswith('{"method": ')]
+        yield hub, base_repo, {r["method"]: r for r in said}, run
+
+
 @pytest.mark.parametrize("method", sorted(TRAINERS))
-def test_trainer_push_to_hub_writes_adaptkit_card(method, hub, base_repo, tmp_path):
+def test_trainer_push_to_hub_writes_adaptkit_card(method, trainer_pushes):
     "TRL's habit: `trainer.push_to_hub()` with HF_ENDPOINT at the LocalHub uploads the artifact with adaptkit's card."
-    library, setup = TRAINERS[method]
-    script = tmp_path / "train.py"
-    script.write_text(TRAINER_SCRIPT.format(setup=textwrap.dedent(setup)))
-    env = {**os.environ, "HF_ENDPOINT": hub.endpoint, "HF_HUB_DISABLE_TELEMETRY": "1", "HF_HUB_DISABLE_XET": "1"}
-    out = subprocess.run([sys.executable, str(script), str(tmp_path / f"{method}-run")], env=env, capture_output=True,
-                         text=True, timeout=600)
-    assert out.returncode == 0, out.stderr[-3000:]
-    repo_id = json.loads(out.stdout.strip().splitlines()[-1])["repo_id"]
+    hub, base_repo, outcomes, run = trainer_pushes
+    library, outcome = TRAINERS[method][0], outcomes.get(method, {})
+    assert "repo_id" in outcome, outcome.get("error") or f"exit status {run.returncode}: {run.stderr[-3000:]}"
+    repo_id = outcome["repo_id"]
     _check_card(hub, repo_id, method, base_repo[0], library)
     files = set(HfApi(endpoint=hub.endpoint).list_repo_files(repo_id))
     assert "adaptkit.json" in files and not any(f.startswith(("_", "checkpoint-")) for f in files), files

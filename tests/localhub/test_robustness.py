@@ -154,7 +154,7 @@ def _post_head(hub, path, length, extra=b"", host=None) -> bytes:
 
 def _answer(s, within: float) -> bytes:
     "The answer's head the server sends within `within` seconds (b'' if none came)."
-    s.settimeout(within)
+    s.settimeout(max(within, 0.01))
     out = b""
     try:
         while b"\r\n\r\n" not in out and (chunk := s.recv(65536)): out += chunk
@@ -234,7 +234,8 @@ def test_anonymous_requests_leave_the_reserved_slots_to_the_token(hub, token):
     server = hub.server
     server.max_connections, server.reserved, server.slot_wait, server.body_grace = 6, 2, 0.5, 60.0
     slow = [_connect(hub, _post_head(hub, "/api/validate-yaml", 1000) + b"{") for _ in range(6)]
-    answers = [_answer(s, 2) for s in slow]
+    until = time.monotonic() + 2  # waited for together: each for 2 s or more after it connected, not one after another
+    answers = [_answer(s, until - time.monotonic()) for s in slow]
     assert sum(a.startswith(b"HTTP/1.1 503 ") for a in answers) == 2 and sum(a == b"" for a in answers) == 4, answers
     start = time.monotonic()
     assert HfApi(endpoint=hub.endpoint, token=token).list_repo_files("team/g") == [".gitattributes"]
