@@ -216,7 +216,10 @@ def api_entry(mod, name):
     level = 4 if "." in name else 3
     try:
         return _api_entry(mod, name, obj, level)
-    except Exception as e:  # an object the renderers cannot take still gets its entry (and anchor)
+    except Exception as e:  # an object the renderers cannot take still gets its entry (and anchor), and a warning
+        import logging
+        logging.getLogger("adaptkit.docs").warning("API entry %s.%s: %s rendering it (%s); shown as its value",
+                                                   mod.__name__, name, type(e).__name__, e)
         value = _render_value(obj, name, level)
         return f'<div class="api-entry" markdown>\n\n{value}\n\n({type(e).__name__} rendering it)\n\n</div>'
 
@@ -427,6 +430,23 @@ def _source_found_once():
     finally: inspect.findsource = findsource
 
 
+@contextlib.contextmanager
+def _annotations_as_written():
+    """fastcore renders a signature with its annotations evaluated (`inspect.signature(eval_str=True)`), which raises
+    NameError for a string annotation naming a type imported only for type checkers (`push_folder`, `render_card`,
+    `tiny_causal_lm`, ...); those entries fell back to the object's repr. Meanwhile such a signature keeps its
+    annotations as written."""
+    import inspect
+
+    import fastcore.docments as docments
+    def signature(obj, *args, eval_str=False, **kwargs):
+        try: return inspect.signature(obj, *args, eval_str=eval_str, **kwargs)
+        except NameError: return inspect.signature(obj, *args, eval_str=False, **kwargs)
+    saved, docments.signature = docments.signature, signature
+    try: yield
+    finally: docments.signature = saved
+
+
 def build(out=ROOT / "_docs"):
     "Build the whole site into `out` (replaced) and return its folder."
     import logging
@@ -436,7 +456,7 @@ def build(out=ROOT / "_docs"):
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(message)s")
     out = Path(out).resolve()
     with tempfile.TemporaryDirectory(prefix="adaptkit-docs-") as tmp:
-        with _source_found_once(): nav = write_sources(tmp)
+        with _source_found_once(), _annotations_as_written(): nav = write_sources(tmp)
         cfg = load_config(str(ROOT / "docs" / "mkdocs.yml"), docs_dir=tmp, site_dir=str(out), nav=nav)
         mkdocs_build(cfg)
     return out
