@@ -159,7 +159,7 @@ def _render_dataclass(obj, name, level):
         if f.name not in own:
             continue
         typ = f.type if isinstance(f.type, str) else inspect.formatannotation(f.type)
-        default = repr(f.default) if f.default is not dataclasses.MISSING else (
+        default = _stable_repr(f.default) if f.default is not dataclasses.MISSING else (
             "<factory>" if f.default_factory is not dataclasses.MISSING else None)
         help_ = f.metadata.get("help") or comments.get(f.name)
         lines.append(
@@ -183,8 +183,36 @@ def _render_dataclass(obj, name, level):
     )
 
 
+def _stable_repr(obj) -> str:
+    """`repr` that two builds of one commit write alike: functions, classes and modules by their dotted names (not
+    `<function f at 0x7f...>`), sets in sorted order, containers, dataclasses and named tuples field by field."""
+    import dataclasses
+    import types
+    if isinstance(obj, (types.FunctionType, types.BuiltinFunctionType, type)):
+        return f"{obj.__module__}.{obj.__qualname__}"
+    if isinstance(obj, types.ModuleType):
+        return obj.__name__
+    if isinstance(obj, dict):
+        return "{" + ", ".join(f"{_stable_repr(k)}: {_stable_repr(v)}" for k, v in obj.items()) + "}"
+    if isinstance(obj, (set, frozenset)):
+        items = ", ".join(sorted(_stable_repr(x) for x in obj))
+        if not obj: return f"{type(obj).__name__}()"
+        return f"{{{items}}}" if type(obj) is set else f"{type(obj).__name__}({{{items}}})"
+    fields = None
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type) and obj.__dataclass_params__.repr:
+        fields = [(f.name, getattr(obj, f.name)) for f in dataclasses.fields(obj) if f.repr]
+    elif isinstance(obj, tuple) and hasattr(obj, "_fields"):  # a NamedTuple
+        fields = list(zip(obj._fields, obj))
+    if fields is not None:
+        return f"{type(obj).__name__}(" + ", ".join(f"{k}={_stable_repr(v)}" for k, v in fields) + ")"
+    if type(obj) in (list, tuple):
+        items = [_stable_repr(x) for x in obj]
+        return f"[{', '.join(items)}]" if type(obj) is list else f"({', '.join(items)}{',' if len(items) == 1 else ''})"
+    return repr(obj)
+
+
 def _render_value(obj, name, level):
-    text = repr(obj)
+    text = _stable_repr(obj)
     text = text if len(text) <= 400 else text[:400] + " ..."
     return f"{'#' * level} {name} {{ #{_anchor(name)} }}\n\n```python\n{name}: {type(obj).__name__} = {text}\n```"
 

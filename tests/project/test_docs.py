@@ -100,13 +100,16 @@ def _fetch(url):
 
 
 # What the page checks read from a loaded page, gathered in one script: its state, title and first heading, every link,
-# image, stylesheet and script it refers to, every element id (in order, duplicates kept), and the images that failed.
+# image, stylesheet and script it refers to, every element id (in order, duplicates kept), the images that failed, and
+# any object address an API entry shows (`<function f at 0x7f...>`: a value that differs between two builds).
 PAGE_FACTS = """return {
   ready: document.readyState, title: document.title, h1: document.querySelector('article h1')?.innerText || '',
   refs: [...document.querySelectorAll('a[href]')].map(a => a.href)
     .concat([...document.querySelectorAll('img[src], link[href], script[src]')].map(e => e.src || e.href)),
   ids: [...document.querySelectorAll('[id]')].map(e => e.id),
   broken_images: [...document.images].filter(i => !i.complete || i.naturalWidth === 0).map(i => i.src),
+  addresses: [...document.querySelectorAll('.api-entry')]
+    .flatMap(e => e.innerText.match(/<[^<>]* at 0x[0-9a-f]+>/g) || []),
 }"""
 
 
@@ -142,6 +145,7 @@ def test_docs_site_in_chromium(browser, site):  # browser first: no Chromium fai
         ids = collections.Counter(page["ids"])
         problems += [f"{url or 'home'}: duplicate id {i!r}" for i, n in ids.items() if n > 1]
         problems += [f"{url or 'home'}: image does not load: {src}" for src in page["broken_images"]]
+        problems += [f"{url}: an API entry shows an object's address: {a}" for a in page["addresses"]]
         if kind == "module" and modname:
             mod = importlib.import_module(f"adaptkit.{modname}")
             problems += [f"{url}: no API entry for {modname}.{sym}" for sym in mod.__all__ if b._anchor(sym) not in ids]
@@ -227,3 +231,29 @@ def test_stored_outputs_render(tmp_path, monkeypatch):
     assert "show()" not in md and "secret" not in md and "#| slow" not in md and "print('hi')" in md
     img = re.search(r"!\[output\]\(([^)]+)\)", md).group(1)
     assert (tmp_path / "docs" / "tutorials" / img).resolve().read_bytes() == png
+
+
+def test_api_values_render_without_object_addresses():
+    "A module-level value's entry names functions, classes and modules by their dotted names, and sorts its sets."
+    import dataclasses
+    import typing
+    b = _builder()
+
+    @dataclasses.dataclass
+    class Step:
+        run: typing.Callable
+        tags: frozenset
+        hidden: object = dataclasses.field(default=None, repr=False)
+
+    class Pair(typing.NamedTuple):
+        kind: type
+        module: object
+
+    value = {"a": Step(_url, frozenset({"z", "b"})), "b": [Pair(Path, re), (len,), set()], "c": {3, 1}}
+    text = b._render_value(value, "VALUE", 3)
+    assert "0x" not in text, text
+    assert (
+        f"VALUE: dict = {{'a': Step(run={_url.__module__}._url, tags=frozenset({{'b', 'z'}})), "
+        "'b': [Pair(kind=pathlib.Path, module=re), (builtins.len,), set()], 'c': {1, 3}}"
+    ) in text
+    assert eval(b._stable_repr([1, "x", (2,), {"k": None}])) == [1, "x", (2,), {"k": None}]  # plain values as repr
