@@ -5,6 +5,7 @@
 # %% ../../nbs/repnoise/05_harness.ipynb #114ab927
 from __future__ import annotations
 
+import contextlib
 import copy
 import csv
 import logging
@@ -22,6 +23,7 @@ import torch.nn.functional as F
 from fastcore.meta import delegates
 from tqdm.auto import tqdm
 
+from ..config import compact_lm_head
 from ..data import DataError
 from ..models import eval_mode, generate_batched, merged, packaged_file
 from .loss import LayerCapture, readout, readout_ce
@@ -51,6 +53,23 @@ def _encoded(tokenizer, rows: Sequence[Mapping], column: str, max_length: int, s
     return [encode_answer(tokenizer, r["prompt"], r[column], max_length, i) for i, r in enumerate(rows)]
 
 # %% ../../nbs/repnoise/05_harness.ipynb #e330af9f
+@contextlib.contextmanager
+def _sft_loss(model, compact: bool):
+    """`loss_of(batch)` for the block: the loss of a right-padded, labelled batch as an `SFTTrainer` step computes it,
+    through TRL's fused LM head at the labelled positions only (`adaptkit.config.compact_lm_head`); with `compact`
+    False, the model's own loss over every position. The model's own `forward` is back after the block."""
+    if not compact:
+        yield lambda batch: model(**batch).loss
+        return
+    from trl.trainer.utils import add_fused_lm_head
+    own = vars(model).get("forward")  # an instance forward (accelerate's hooks) is kept, and put back
+    add_fused_lm_head(model)
+    try:
+        with compact_lm_head(): yield lambda batch: model(**batch, fused_lm_head=True).loss
+    finally:
+        if own is None: del model.forward
+        else: model.forward = own
+
 def finetuned_copy(
     model,  # the model to fine-tune (left untouched; a PEFT model is merged into the copy)
     rows: Sequence[Mapping],  # rows with a `prompt` and `column`
@@ -63,6 +82,7 @@ def finetuned_copy(
     batch_size: int = 4,  # rows per step
     max_length: int = 256,  # longest prompt + answer
     bf16: bool = False,  # forward passes autocast to bfloat16, as TrainingArguments' bf16 (weights, AdamW stay fp32)
+    compact_lm_head: bool = True,  # the loss through TRL's LM head at the answer positions only (False: every position)
 ):
     "A fine-tuned copy of `model` (all weights, AdamW at constant `lr`) on prompt -> `column` answers of `rows`."
     encoded = _encoded(tokenizer, rows, column, max_length, "fine-tuning rows")
@@ -70,13 +90,13 @@ def finetuned_copy(
     for p in tuned.parameters(): p.requires_grad_(True)
     tuned.train()
     rng = random.Random(seed)
-    opt = torch.optim.AdamW(tuned.parameters(), lr=lr, weight_decay=0.0)
-    with torch.random.fork_rng():
+    opt = torch.optim.AdamW(tuned.parameters(), lr=lr, weight_decay=0.0, fused=tuned.device.type in ("cpu", "cuda"))
+    with torch.random.fork_rng(), _sft_loss(tuned, compact_lm_head) as loss_of:
         torch.manual_seed(seed)
         for _ in range(steps):
             batch = pad_answers(tokenizer, [encoded[rng.randrange(len(encoded))] for _ in range(batch_size)])
             with torch.autocast(tuned.device.type, dtype=torch.bfloat16, enabled=bf16):
-                loss = tuned(**{k: v.to(tuned.device) for k, v in batch.items()}).loss
+                loss = loss_of({k: v.to(tuned.device) for k, v in batch.items()})
             loss.backward()
             opt.step()
             opt.zero_grad(set_to_none=True)
@@ -93,10 +113,12 @@ def harmful_finetune_attack(
     batch_size: int = 4,  # rows per step
     max_length: int = 256,  # longest prompt + answer
     bf16: bool = False,  # forward passes autocast to bfloat16 (`finetuned_copy`)
+    compact_lm_head: bool = True,  # the loss at the answer positions only (`finetuned_copy`)
 ):
     "A copy of `model` after the harmful fine-tuning attack: plain SFT on the harmful answers of `rows`."
     return finetuned_copy(model, rows, tokenizer=tokenizer, column="harmful", lr=lr, steps=steps, seed=seed,
-                          batch_size=batch_size, max_length=max_length, bf16=bf16)
+                          batch_size=batch_size, max_length=max_length, bf16=bf16,
+                          compact_lm_head=compact_lm_head)
 
 # %% ../../nbs/repnoise/05_harness.ipynb #7e3b9dad
 @torch.no_grad()
