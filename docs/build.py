@@ -8,6 +8,7 @@ import base64
 import contextlib
 import functools
 import importlib
+import inspect
 import json
 import re
 import shutil
@@ -135,9 +136,23 @@ def _resolve(mod, name):
     return owner, obj
 
 
+def _default_text(module, value) -> str:
+    """A parameter's default as a signature shows it: the name of the module-level object it is (`table=ROUTES`, not
+    the table), `object()` for a sentinel, else `_stable_repr` (no object addresses)."""
+    if value is inspect.Parameter.empty: return ""
+    if not isinstance(value, (int, float, str, bytes, type(None))):
+        named = [k for k, v in vars(module).items() if v is value and not k.startswith("__")] if module else []
+        if named: return named[0]
+    return "object()" if type(value) is object else _stable_repr(value)
+
+
 def _render_callable(obj, name, level):
-    from fastcore.docments import MarkdownRenderer
-    md = MarkdownRenderer(obj, name=name)._repr_markdown_()
+    from unittest import mock
+
+    from fastcore import docments
+    module = sys.modules.get(getattr(obj, "__module__", None) or "")
+    with mock.patch.object(docments, "_fmt_default", functools.partial(_default_text, module)):
+        md = docments.MarkdownRenderer(obj, name=name)._repr_markdown_()
     if isinstance(obj, type):
         md = md.replace(f"def {obj.__name__}(", f"class {obj.__name__}(", 1)
     return f"{'#' * level} {name} {{ #{_anchor(name)} }}\n\n{md}"
@@ -192,6 +207,8 @@ def _stable_repr(obj) -> str:
         return f"{obj.__module__}.{obj.__qualname__}"
     if isinstance(obj, types.ModuleType):
         return obj.__name__
+    if isinstance(obj, property):
+        return f"property({_stable_repr(obj.fget)})"
     if isinstance(obj, dict):
         return "{" + ", ".join(f"{_stable_repr(k)}: {_stable_repr(v)}" for k, v in obj.items()) + "}"
     if isinstance(obj, (set, frozenset)):
