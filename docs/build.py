@@ -151,6 +151,7 @@ def _render_callable(obj, name, level):
 
     from fastcore import docments
     module = sys.modules.get(getattr(obj, "__module__", None) or "")
+    # fastcore formats every default through this one private function and offers no hook for it
     with mock.patch.object(docments, "_fmt_default", functools.partial(_default_text, module)):
         md = docments.MarkdownRenderer(obj, name=name)._repr_markdown_()
     if isinstance(obj, type):
