@@ -369,7 +369,10 @@ def _repnoise(
 
     from adaptkit.models import load_causal_lm, load_tokenizer
     from adaptkit.repnoise.harness import answer_metrics, finetuned_copy, harmful_finetune_attack, not_refused
+    from adaptkit.repnoise.loss import LayerCapture
     from adaptkit.repnoise.trainer import ImmunisedModel, RepNoiseConfig, RepNoiseTrainer
+    model = load_causal_lm(base[0], revision=base[1], **hub)
+    LayerCapture(model, layers)  # a layer the model lacks fails now, not after the judge and the refusal training
     tok, rows = load_tokenizer(base[0], revision=base[1], **hub), _safety_rows(args.repnoise_steps)
     judge = _judge(rows)
     harm = lambda m: not_refused(m, tok, rows["eval"], judge, max_new_tokens=8, batch_size=16, progress=False)
@@ -377,8 +380,9 @@ def _repnoise(
     attack = lambda m: harmful_finetune_attack(m, rows["attack"], lr=args.repnoise_attack_lr,
                                                steps=args.repnoise_attack_steps, seed=0, tokenizer=tok,
                                                max_length=max_length)
-    undefended = finetuned_copy(load_causal_lm(base[0], revision=base[1], **hub), rows["refusal"], tokenizer=tok,
-                                column="completion", lr=2e-4, steps=12, seed=0, batch_size=8, max_length=max_length)
+    undefended = finetuned_copy(model, rows["refusal"], tokenizer=tok, column="completion", lr=2e-4, steps=12, seed=0,
+                                batch_size=8, max_length=max_length)
+    del model  # the copy is trained: the loaded weights are not needed again
     log.add("repnoise", f"undefended: SmolLM2 refusal-trained (12 steps), on {len(rows['eval'])} held-out harmful "
             f"questions / {len(rows['benign'])} benign answers, not pushed", *base,
             harmfulness=_interval(harm(undefended)), benign_loss=benign(undefended))
