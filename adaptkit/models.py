@@ -848,7 +848,8 @@ def tiny_gguf(
     _add(w, name=f"tiny {arch}", context_length=128, embedding_length=hidden, block_count=layers,
          feed_forward_length=ffn, head_count=heads, head_count_kv=kv, layer_norm_rms_eps=1e-6, rope_freq_base=10000.0)
     if arch == "gemma3":
-        tokens = ["<pad>", "<eos>", "<bos>", "<unk>", *(f"<0x{b:02X}>" for b in range(256)), "▁", "▁the", "▁a", "he"]
+        tokens = ["<pad>", "<eos>", "<bos>", "<unk>", *(f"<0x{b:02X}>" for b in range(256)),  # byte fallback
+                  "▁", "▁the", "▁a", "he"]
         _add(w, key_length=head_dim, value_length=head_dim, sliding_window=16,
              tokenizer_model="llama", tokenizer_pre="default", token_list=tokens,
              token_scores=[0.0] * 4 + [-1000.0] * 256 + [-1.0, -2.0, -3.0, -4.0],

@@ -411,8 +411,8 @@ def _expand(
     packed: torch.Tensor,  # the task's mask of this tensor, packed by `pack_mask`
     rescaler: float,  # the task's rescaler λ
 ) -> torch.Tensor:
-    """`base + λ · mask · unified` in float32, returned in the base's dtype: bit for bit `torch.addcmul` over the whole
-    tensor, computed in steps of `_EXPAND_CHUNK` parameters (no whole-tensor float mask, no float32 copies)."""
+    """`base + λ · mask · unified` in float32, returned in the base's dtype: bit for bit `torch.addcmul` over the
+    whole tensor, computed in steps of `_EXPAND_CHUNK` parameters (no whole-tensor float mask, no float32 copies)."""
     b, u, bits = base.reshape(-1), unified.reshape(-1), packed.numpy()
     out, mask = torch.empty_like(b), torch.empty(min(_EXPAND_CHUNK, b.numel()))
     for a in range(0, b.numel(), _EXPAND_CHUNK):  # a multiple of 8: each step starts on a mask byte
@@ -457,7 +457,8 @@ def task_state_dict(
     self: EMRBundle,
     task: str,  # which task's weights
 ) -> dict[str, torch.Tensor]:
-    "The weights of `task`'s model: base + rescaler · mask · unified for merged tensors, its own tensors for the rest."
+    """The weights of `task`'s model: base + rescaler · mask · unified for merged tensors, its own tensors for the
+    rest."""
     return {name: tensor[...] for name, tensor in self._task_tensors(task).items()}
 
 @patch

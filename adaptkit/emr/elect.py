@@ -62,5 +62,6 @@ class RescalerSums:
         return bool(torch.isfinite(self.abs_task_vectors).all() and torch.isfinite(self.abs_masked_unified).all())
 
     def values(self) -> list[float]:
-        "`λ_t = Σ|τ_t| / Σ|M_t ⊙ τ_uni|`; a task whose masked unified vector is all zero (nothing to rescale) gets 1.0."
+        """`λ_t = Σ|τ_t| / Σ|M_t ⊙ τ_uni|`; a task whose masked unified vector is all zero (nothing to rescale)
+        gets 1.0."""
         return [1.0 if d == 0 else (n / d).item() for n, d in zip(self.abs_task_vectors, self.abs_masked_unified)]

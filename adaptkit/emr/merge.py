@@ -225,7 +225,8 @@ def _times_read(cfg: MergeConfig, base: inputs.ModelSource, tasks: dict, names: 
 
 def _model_reads(m: inputs.ModelSource, name: str, times: int, chunks: int) -> int:
     """Bytes model `m` reads for tensor `name` read `times` times over in `chunks` chunks: a full model its tensor, a
-    LoRA adapter its full tensor (if it has one) and, for every chunk, its whole A and B (`scaling · B A` per chunk)."""
+    LoRA adapter its full tensor (if it has one) and, for every chunk, its whole A and B (`scaling · B A` per
+    chunk)."""
     if m.kind != "lora": return times * nbytes(m.specs[name])
     full = nbytes(m.adapter.specs[m.full[name]]) if name in m.full else 0
     pair = chunks * sum(nbytes(m.adapter.specs[key]) for key, _ in m.pairs[name].values()) if name in m.pairs else 0

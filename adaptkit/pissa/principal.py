@@ -157,7 +157,8 @@ def bf16_residual_error(
     A: torch.Tensor,  # the adapter's A (r, in)
     scaling: float = 1.0,  # the adapter's scaling (lora_alpha / r)
 ) -> float:
-    "`‖W - (W_res + s B A)‖_F / ‖W‖_F` with the residual `W_res = W - s B A` computed in float32, stored in bfloat16."
+    """`‖W - (W_res + s B A)‖_F / ‖W‖_F` with the residual `W_res = W - s B A` computed in float32, stored in
+    bfloat16."""
     w = w.detach().float()
     part = scaling * B.detach().float() @ A.detach().float()
     return _rel(w - ((w - part).to(torch.bfloat16).float() + part), w)
@@ -360,7 +361,8 @@ def truncate_lora(
     A: torch.Tensor,  # (q, in) right factor
     k: int,  # rank to keep, at most q and the smaller side
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    "Rank-`k` factors of `B @ A` by its truncated SVD: `(U_k S_k^½, S_k^½ V_kᵀ)` in float64, from the factors alone."
+    """Rank-`k` factors of `B @ A` by its truncated SVD: `(U_k S_k^½, S_k^½ V_kᵀ)` in float64, from the factors
+    alone."""
     Qb, Rb = torch.linalg.qr(B.detach().double())  # B A = Qb (Rb Raᵀ) Qaᵀ: only the small core needs an SVD
     Qa, Ra = torch.linalg.qr(A.detach().double().T)
     U, S, Vh = torch.linalg.svd(Rb @ Ra.T)

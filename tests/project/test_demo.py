@@ -234,7 +234,10 @@ def test_a_stage_that_fails_in_a_lane_names_itself_and_writes_no_results(tiny_ba
                          stages=["repnoise", "emr"], precision="fp32")
     with pytest.raises(RuntimeError) as failed: run_demo(args, replace(tiny_bases, repnoise_layers=(0, 99)))
     said = str(failed.value)
-    assert said.startswith("adaptkit demo: stage repnoise failed in lane 1 (repnoise)\n"), said[:300]
+    # the other lane either stopped before its first stage or finished it (a race the test cannot fix): either is said
+    assert said.split("\n")[0] in ("adaptkit demo: stage repnoise failed in lane 1 (repnoise)",
+                                   "adaptkit demo: stage repnoise failed in lane 1 (repnoise); "
+                                   "lane 2 (emr) stopped after none of its stages"), said[:300]
     assert "Traceback" in said and "ValueError: layers [99] out of range for a model with 2 decoder layers" in said
     out = capsys.readouterr().out
     assert "; lanes: repnoise | emr" in out.splitlines()[0]
