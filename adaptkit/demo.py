@@ -641,7 +641,8 @@ def _serial(stages: list, steps: dict, log: _Log, done: dict):
     for name in stages:
         with log.stage(name): done[name] = steps[name]()
 
-_LANE = {}  # in a lane's process: the queue to the parent, the event that stops every lane, the lanes still running
+_LANE = {}  # in a lane's process: the queue to the parent, the event that stops every lane, the lanes still running,
+# the stage running now (None between stages)
 
 def _cores() -> int:
     "The cores this process may run on (its affinity, where the OS says it)."
@@ -654,50 +655,67 @@ def _widen(*_):
     import torch
     torch.set_num_threads(max(torch.get_num_threads(), _cores() // max(1, _LANE["running"].value)))
 
+class _Stopped(BaseException):
+    "Raised in a lane's running stage when another lane failed (`_halt`); not an `Exception`, so no library retries it."
+
+def _halt(*_):
+    """SIGUSR2 in a lane, sent by the parent when another lane failed: end the running stage now. The exception
+    unwinds its `with` blocks; what it pushed is on the Hub or not (a commit is one request). Between stages it does
+    nothing: the lane reads `stop` before its next stage."""
+    if _LANE.get("stage"): raise _Stopped()
+
 def _lane_start(lines, stop, running):
     """A lane's process, before its work: one torch thread (the small models gain little from more) until it is left
-    with spare cores (`_widen`), the parent's queue."""
+    with spare cores (`_widen`), the parent's queue, the stop that another lane's failure sends (`_halt`)."""
     import signal
     os.environ["OMP_NUM_THREADS"] = "1"
     import torch
     torch.set_num_threads(1)
     _LANE.update(lines=lines, stop=stop, running=running)
     if hasattr(signal, "SIGUSR1"): signal.signal(signal.SIGUSR1, _widen)
+    if hasattr(signal, "SIGUSR2"): signal.signal(signal.SIGUSR2, _halt)
 
 def _lane(i: int, stages: list, args: DemoArguments, hub: dict, bases: dict, models: DemoModels, work: Path,
           since: float) -> dict:
     """Lane `i`, in its own process: `stages` one after another under the demo's settings, each line sent to the
-    parent as it comes; its rows, seconds and steal shares by stage, and the stage that failed with its traceback."""
+    parent as it comes; its rows, seconds and steal shares by stage, the stage that failed with its traceback and the
+    one another lane's failure stopped (`_halt`)."""
     import traceback
     lines, stop = _LANE["lines"], _LANE["stop"]
-    log, rows, done, failed = _Log(since, lambda text: lines.put(("say", i, text))), {}, {}, None
+    log, rows, done, failed, stopped = _Log(since, lambda text: lines.put(("say", i, text))), {}, {}, None, None
     lines.put(("start", i, os.getpid()))  # where the parent sends `_widen`
     work.mkdir(parents=True, exist_ok=True)
     with contextlib.ExitStack() as stack:
         _settings(stack, args)
         steps = _steps(args, hub, bases, models, stages, work, log, done)
         for name in stages:
-            if stop.is_set(): break  # another lane failed
-            lines.put(("stage", i, name))
             n = len(log.rows)
             try:
+                _LANE["stage"] = name  # before reading `stop`: a `_halt` after the read stops this stage
+                if stop.is_set(): break  # another lane failed
+                lines.put(("stage", i, name))
                 with log.stage(name): done[name] = steps[name]()
+                rows[name] = log.rows[n:]
+            except _Stopped:
+                stopped = name
+                break
             except Exception as e:
+                _LANE["stage"] = None
                 failed = {"stage": name, "traceback": traceback.format_exc()}
                 stop.set()
-                log.say(f"adaptkit demo: {name} failed in lane {i} ({type(e).__name__}: {e}); the other lanes stop "
-                        "after their running stage")
+                log.say(f"adaptkit demo: {name} failed in lane {i} ({type(e).__name__}: {e}); the other lanes stop now")
                 break
-            finally: rows[name] = log.rows[n:]
+            finally: _LANE["stage"] = None
     lines.put(("end", i, None))
     return {"rows": rows, "seconds": log.stages, "steal": log.stage_steal, "threads": log.stage_threads,
-            "failed": failed}
+            "failed": failed, "stopped": stopped}
 
 def _run_lanes(lanes: list, args: DemoArguments, hub: dict, bases: dict, models: DemoModels, work: Path, log: _Log):
     """Run each lane in a spawned process (this one serves the Hub from threads), print their lines as they come, and
     merge their rows, seconds, steal shares and threads into `log` in the demo's order; when a lane ends, the lanes
-    still running share its cores (`_widen`). A failed stage raises, naming it, its lane and the lane's traceback.
-    Returns when each lane ended (seconds since the demo's start)."""
+    still running share its cores (`_widen`). When a stage fails, the other lanes stop at once (`_halt`), and this
+    raises, naming the stage, its lane, the lane's traceback and where each other lane stopped. Returns when each lane
+    ended (seconds since the demo's start)."""
     import multiprocessing
     import queue
     import signal
@@ -707,11 +725,16 @@ def _run_lanes(lanes: list, args: DemoArguments, hub: dict, bases: dict, models:
     lines, stop, since = ctx.Queue(), ctx.Event(), time.time() - (time.perf_counter() - log.start)
     live = ctx.Value("i", len(lanes))  # the lanes still running: each takes an equal share of the cores
     running, pids, ended, outcomes = {}, {}, {}, {}  # each lane's stage, process id, end (s) and what it returned
+    halted = set()  # the lanes sent a stop (`_halt`) since a lane failed
     with ProcessPoolExecutor(len(lanes), mp_context=ctx, initializer=_lane_start, initargs=(lines, stop, live)) as pool:
         runs = {i: pool.submit(_lane, i, lane, args, hub, bases, models, work / f"lane{i}", since)
                 for i, lane in enumerate(lanes, 1)}
         gone = lambda i: i in ended or (runs[i].done() and runs[i].exception() is not None)  # a crash says nothing
         while not all(gone(i) for i in runs):
+            if stop.is_set() and hasattr(signal, "SIGUSR2"):  # a lane failed: stop the others now, each once it started
+                for j in [j for j in pids if j not in ended and j not in halted]:
+                    with contextlib.suppress(ProcessLookupError): os.kill(pids[j], signal.SIGUSR2)
+                    halted.add(j)
             try: kind, i, text = lines.get(timeout=0.2)
             except queue.Empty: continue
             if kind == "say": log.say(text)
@@ -734,8 +757,10 @@ def _run_lanes(lanes: list, args: DemoArguments, hub: dict, bases: dict, models:
     failed = {i: o["failed"] for i, o in outcomes.items() if o["failed"]}
     if failed:
         said = lambda i: f"lane {i} ({' -> '.join(lanes[i - 1])})"
-        stopped = [f"{said(i)} stopped after {' '.join(o['rows']) or 'none of its stages'}" for i, o in
-                   outcomes.items() if not o["failed"] and len(o["rows"]) < len(lanes[i - 1])]
+        at = lambda o, done: (f"during {o['stopped']}" + (f", after {done}" if done else "") if o.get("stopped")
+                              else f"after {done or 'none of its stages'}")
+        stopped = [f"{said(i)} stopped {at(o, ' '.join(o['rows']))}" for i, o in outcomes.items()
+                   if not o["failed"] and len(o["rows"]) < len(lanes[i - 1])]
         why = [*(f"stage {f['stage']} failed in {said(i)}" for i, f in failed.items()), *stopped]
         raise RuntimeError(f"adaptkit demo: {'; '.join(why)}" + "".join(
             f"\n\n{said(i)}, stage {f['stage']}:\n{f['traceback']}" for i, f in failed.items()))
