@@ -641,8 +641,9 @@ def _serial(stages: list, steps: dict, log: _Log, done: dict):
     for name in stages:
         with log.stage(name): done[name] = steps[name]()
 
-_LANE = {}  # in a lane's process: the queue to the parent, the event that stops every lane, the lanes still running,
-# the stage running now (None between stages)
+# in a lane's process: the queue to the parent, the event that stops every lane, the lanes still running, and the
+# stage running now (None between stages)
+_LANE = {}
 
 def _cores() -> int:
     "The cores this process may run on (its affinity, where the OS says it)."
@@ -710,6 +711,24 @@ def _lane(i: int, stages: list, args: DemoArguments, hub: dict, bases: dict, mod
     return {"rows": rows, "seconds": log.stages, "steal": log.stage_steal, "threads": log.stage_threads,
             "failed": failed, "stopped": stopped}
 
+def _stopped_at(o: dict) -> str:
+    "Where a lane that did not fail stopped: in the stage another lane's failure ended (`_halt`), or after its last."
+    done = " ".join(o["rows"])
+    if o.get("stopped"): return f"during {o['stopped']}" + (f", after {done}" if done else "")
+    return f"after {done or 'none of its stages'}"
+
+def _lanes_failure(lanes: list, outcomes: dict) -> RuntimeError | None:
+    """The error of lanes that ran (`outcomes` by lane number, `_lane`'s): each failed stage, its lane and traceback,
+    and where each other lane stopped; None when no stage failed."""
+    failed = {i: o["failed"] for i, o in outcomes.items() if o["failed"]}
+    if not failed: return None
+    said = lambda i: f"lane {i} ({' -> '.join(lanes[i - 1])})"
+    stopped = [f"{said(i)} stopped {_stopped_at(o)}" for i, o in outcomes.items()
+               if not o["failed"] and len(o["rows"]) < len(lanes[i - 1])]
+    why = [*(f"stage {f['stage']} failed in {said(i)}" for i, f in failed.items()), *stopped]
+    return RuntimeError(f"adaptkit demo: {'; '.join(why)}" + "".join(
+        f"\n\n{said(i)}, stage {f['stage']}:\n{f['traceback']}" for i, f in failed.items()))
+
 def _run_lanes(lanes: list, args: DemoArguments, hub: dict, bases: dict, models: DemoModels, work: Path, log: _Log):
     """Run each lane in a spawned process (this one serves the Hub from threads), print their lines as they come, and
     merge their rows, seconds, steal shares and threads into `log` in the demo's order; when a lane ends, the lanes
@@ -754,16 +773,7 @@ def _run_lanes(lanes: list, args: DemoArguments, hub: dict, bases: dict, models:
             except Exception as e:  # the lane's process died, or failed outside a stage
                 outcomes[i] = {"rows": {}, "failed": {"stage": running.get(i, "(before its first stage)"),
                                                       "traceback": "".join(traceback.format_exception(e))}}
-    failed = {i: o["failed"] for i, o in outcomes.items() if o["failed"]}
-    if failed:
-        said = lambda i: f"lane {i} ({' -> '.join(lanes[i - 1])})"
-        at = lambda o, done: (f"during {o['stopped']}" + (f", after {done}" if done else "") if o.get("stopped")
-                              else f"after {done or 'none of its stages'}")
-        stopped = [f"{said(i)} stopped {at(o, ' '.join(o['rows']))}" for i, o in outcomes.items()
-                   if not o["failed"] and len(o["rows"]) < len(lanes[i - 1])]
-        why = [*(f"stage {f['stage']} failed in {said(i)}" for i, f in failed.items()), *stopped]
-        raise RuntimeError(f"adaptkit demo: {'; '.join(why)}" + "".join(
-            f"\n\n{said(i)}, stage {f['stage']}:\n{f['traceback']}" for i, f in failed.items()))
+    if error := _lanes_failure(lanes, outcomes): raise error
     for name in args.stages:  # the demo's order
         o = next(o for o in outcomes.values() if name in o["rows"])
         log.rows += o["rows"][name]
